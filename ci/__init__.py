@@ -1,0 +1,1 @@
+"""The merge gate, regression detection, reports and CI workflow templates."""

@@ -1,0 +1,139 @@
+"""What a run records about itself: the commit, the software and the hardware."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+UNKNOWN = "unknown"
+GIT_META_ENV = "KERNELWATCH_GIT_META"  # a JSON file standing in for git where the tree has no .git
+
+# Datasheet ceilings (GB/s of HBM, dense bf16 TFLOP/s) keyed by the name the driver reports.
+DATASHEET: dict[str, tuple[float, float]] = {
+    "NVIDIA H200": (4800.0, 989.0),
+    "NVIDIA H100 80GB HBM3": (3350.0, 989.0),
+    "NVIDIA H100 PCIe": (2000.0, 756.0),
+    "NVIDIA A100-SXM4-80GB": (2039.0, 312.0),
+    "NVIDIA A100-SXM4-40GB": (1555.0, 312.0),
+    "NVIDIA A100 80GB PCIe": (1935.0, 312.0),
+}
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_info(cwd: str | Path = ".") -> dict[str, Any]:
+    """sha, branch, time, subject, dirty of the checkout at ``cwd``; unknown outside a checkout."""
+    meta_file = os.environ.get(GIT_META_ENV)
+    if meta_file:
+        data = json.loads(Path(meta_file).read_text())
+        return {k: data.get(k) for k in ("sha", "branch", "time", "subject", "dirty")}
+    cwd = Path(cwd)
+    sha = _git(["rev-parse", "HEAD"], cwd)
+    if sha is None:
+        return {"sha": UNKNOWN, "branch": UNKNOWN, "time": None, "subject": None, "dirty": None}
+    branch = (os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME")
+              or _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd) or UNKNOWN)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+    return {
+        "sha": sha,
+        "branch": branch,
+        "time": _git(["show", "-s", "--format=%cI", "HEAD"], cwd),
+        "subject": _git(["show", "-s", "--format=%s", "HEAD"], cwd),
+        "dirty": None if status is None else bool(status),
+    }
+
+
+def software_versions() -> dict[str, str | None]:
+    import torch
+
+    versions: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__,
+                                       "triton": None, "torch_npu": None, "cuda": torch.version.cuda, "cann": None}
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        import torch_npu
+
+        versions["torch_npu"] = torch_npu.__version__
+        versions["cann"] = _cann_version()
+    except ImportError:
+        pass
+    return versions
+
+
+def _cann_version() -> str | None:
+    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
+    for name in ("version.cfg", "compiler/version.info", "runtime/version.info"):
+        path = Path(home) / name
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                if "version" in line.lower() and "=" in line:
+                    return line.split("=", 1)[1].strip().strip('"[]')
+    return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def hardware_info(device_type: str) -> dict[str, Any]:
+    """The hardware block of a run artifact (peaks are filled in by the backend's measurement)."""
+    import torch
+
+    if device_type == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        bw, tf = DATASHEET.get(props.name, (None, None))
+        return {"vendor": "nvidia", "device_name": props.name, "device_count": torch.cuda.device_count(),
+                "compute_units": props.multi_processor_count, "memory_bytes": props.total_memory,
+                "driver": _nvidia_driver(), "toolkit": f"CUDA {torch.version.cuda}",
+                "peak_gbps_datasheet": bw, "peak_tflops_datasheet": tf}
+    if device_type == "npu":
+        import torch_npu  # noqa: F401
+
+        props = torch.npu.get_device_properties(0)
+        vector = getattr(props, "vector_core_num", None)
+        cube = getattr(props, "cube_core_num", None)
+        cann = _cann_version()
+        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(0),
+                "device_count": torch.npu.device_count(),
+                "compute_units": (vector or 0) + (cube or 0) or None, "memory_bytes": props.total_memory,
+                "driver": None, "toolkit": f"CANN {cann}" if cann else None,
+                "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}
+    return {"vendor": "cpu", "device_name": _cpu_name(), "device_count": 1, "compute_units": os.cpu_count(),
+            "memory_bytes": _memory_bytes(), "driver": None, "toolkit": "triton-interpreter",
+            "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}

@@ -1,0 +1,50 @@
+"""Printing records as a table, JSON or CSV (for `kernelwatch runs` and `show`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def table(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    rows = [[_cell(r.get(c)) for c in columns] for r in records]
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
+    line = lambda cells: "  ".join(v.ljust(w) for v, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def as_json(records: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(list(records), indent=1, default=str, allow_nan=False)
+
+
+def as_csv(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({c: ("" if r.get(c) is None else json.dumps(r[c]) if isinstance(r[c], dict) else r[c])
+                         for c in columns})
+    return buf.getvalue()
+
+
+def render(records: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str) -> str:
+    if fmt == "json":
+        return as_json([{c: r.get(c) for c in columns} for r in records])
+    if fmt == "csv":
+        return as_csv(records, columns).rstrip("\n")
+    return table(records, columns)

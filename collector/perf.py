@@ -1,0 +1,109 @@
+"""The perf suite for one case: the kernel, eager PyTorch and torch.compile, timed on one device.
+
+Compilation and autotuning happen in the warm-up call, outside the samples. PyTorch baselines
+are measured once per baseline key (cases that differ only in the kernel variant share them).
+% of peak is achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
+which for a memory-bound kernel is its share of the measured copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import torch
+
+from collector.backends import Backend
+from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
+
+MAX_STORED_SAMPLES = 200
+
+
+def _quantile(sorted_samples: list[float], q: float) -> float:
+    pos = q * (len(sorted_samples) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+def summarise(samples: list[float]) -> dict[str, Any]:
+    s = sorted(samples)
+    return {"median_ms": statistics.median(s), "p20_ms": _quantile(s, 0.2), "p80_ms": _quantile(s, 0.8),
+            "min_ms": s[0], "samples_ms": [round(v, 6) for v in samples[:MAX_STORED_SAMPLES]]}
+
+
+def _empty(impl: str, error: str | None) -> dict[str, Any]:
+    return {"implementation": impl, "median_ms": None, "p20_ms": None, "p80_ms": None, "min_ms": None,
+            "samples_ms": [], "error": error}
+
+
+def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # noqa: ANN001
+    try:
+        samples = backend.time_samples(fn)
+    except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
+        return _empty(impl, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}")
+    return {"implementation": impl, **summarise(samples), "error": None}
+
+
+class BaselineCache:
+    """PyTorch baselines by baseline key, so kernel variants of one case share their numbers."""
+
+    def __init__(self) -> None:
+        self._store: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def get(self, key: str) -> dict[str, dict[str, Any]] | None:
+        return self._store.get(key)
+
+    def put(self, key: str, results: dict[str, dict[str, Any]]) -> None:
+        self._store[key] = results
+
+
+def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None],
+              baselines: BaselineCache, seed: int) -> list[dict[str, Any]]:
+    inputs = spec.make_inputs(case, backend.device, seed)
+    impls = spec.implementations(case, inputs)
+    results: dict[str, dict[str, Any]] = {KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL])}
+    bkey = spec.baseline_key(case)
+    cached = baselines.get(bkey)
+    if cached is None:
+        cached = {name: time_implementation(backend, name, fn) for name, fn in impls.items() if name != KERNEL_IMPL}
+        baselines.put(bkey, cached)
+    results.update(cached)
+    del inputs, impls
+    if backend.kind == "cuda":
+        torch.cuda.empty_cache()
+    return finish(spec, case, results, peaks)
+
+
+def finish(spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]],
+           peaks: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Derived numbers: GB/s, TFLOP/s, % of roofline, speedup over eager, target met."""
+    nbytes, flops = spec.bytes_moved(case), spec.flops(case)
+    peak_gbps, peak_tflops = peaks.get("peak_gbps"), peaks.get("peak_tflops")
+    floor_s = max(nbytes / (peak_gbps * 1e9) if peak_gbps else 0.0,
+                  flops / (peak_tflops * 1e12) if peak_tflops and flops else 0.0)
+    medians = {name: r["median_ms"] for name, r in results.items()}
+    eager = medians.get(EAGER_IMPL)
+    out = []
+    for name, r in results.items():
+        t = r["median_ms"]
+        row = {**r, "bytes": nbytes, "flops": flops or None, "gbps": None, "tflops": None, "pct_peak": None,
+               "speedup_vs_eager": None, "target": None, "target_met": None}
+        if t:
+            row["gbps"] = nbytes / (t * 1e-3) / 1e9
+            row["tflops"] = flops / (t * 1e-3) / 1e12 if flops else None
+            row["pct_peak"] = 100.0 * floor_s / (t * 1e-3) if floor_s else None
+            row["speedup_vs_eager"] = eager / t if eager else None
+        if name == KERNEL_IMPL and case.target is not None:
+            row["target"] = case.target.describe()
+            row["target_met"] = case.target.evaluate(row["pct_peak"], medians)
+        out.append(row)
+    return out
+
+
+def error_results(spec: KernelSpec, case: Case, message: str) -> list[dict[str, Any]]:
+    """The perf record of a case that raised, hung or killed its worker."""
+    row = {**_empty(KERNEL_IMPL, message), "bytes": spec.bytes_moved(case), "flops": spec.flops(case) or None,
+           "gbps": None, "tflops": None, "pct_peak": None, "speedup_vs_eager": None,
+           "target": case.target.describe() if case.target else None, "target_met": False if case.target else None}
+    return [row]

@@ -1,0 +1,160 @@
+"""Opening a results database: URL resolution, SQLite settings, migrations on open.
+
+SQLite (the default, ``kernelwatch.db`` in the working folder) is opened with WAL, a busy
+timeout, foreign keys on and ``BEGIN IMMEDIATE`` for every transaction, so concurrent writers
+queue on the lock instead of failing half-way with "database is locked". PostgreSQL is reached
+through ``postgresql+psycopg://``.
+
+Migrations are applied when a database is opened for writing. The check and the upgrade run in
+one transaction that first takes the database's write lock (SQLite: ``BEGIN IMMEDIATE``;
+PostgreSQL: a transaction-scoped advisory lock), so two processes opening a new database at
+once do not both try to create it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+DEFAULT_DB = "kernelwatch.db"
+ENV_VAR = "KERNELWATCH_DB"
+BUSY_TIMEOUT_S = 60.0
+_PG_MIGRATION_LOCK = 0x4B57_0001  # "KW" + 1: the advisory lock id taken while migrating
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be opened or used; the message says which and why."""
+
+
+def resolve_url(url: str | None = None) -> str:
+    """``--db`` beats ``KERNELWATCH_DB`` beats ``sqlite:///kernelwatch.db``; a bare path means SQLite."""
+    url = url or os.environ.get(ENV_VAR) or DEFAULT_DB
+    if "://" not in url:
+        url = f"sqlite:///{Path(url).expanduser().absolute()}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def redact(url: str | URL) -> str:
+    try:
+        return make_url(str(url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def _sqlite_engine(url: URL, readonly: bool) -> Engine:
+    path = url.database
+    if not path or path == ":memory:":
+        raise DatabaseError("an in-memory SQLite database cannot be shared between processes; give a file path")
+    if readonly:
+        if not Path(path).exists():
+            raise DatabaseError(f"no database at {path}: run `kernelwatch collect` or `kernelwatch ingest` first")
+        engine = create_engine(
+            f"sqlite:///file:{Path(path).absolute()}?mode=ro&uri=true",
+            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+        )
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+        dbapi_conn.isolation_level = None  # SQLAlchemy's begin event below issues BEGIN itself
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if not readonly:
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # noqa: ANN001
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_db_engine(url: str | None = None, *, readonly: bool = False) -> Engine:
+    """An engine for ``url`` (resolved as :func:`resolve_url` does); no migrations."""
+    resolved = resolve_url(url)
+    try:
+        parsed = make_url(resolved)
+    except ArgumentError as exc:
+        raise DatabaseError(f"not a database URL: {resolved!r} ({exc})") from None
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, readonly)
+    if parsed.get_backend_name() != "postgresql":
+        raise DatabaseError(f"unsupported database {parsed.get_backend_name()!r}: use SQLite or PostgreSQL")
+    connect_args = {"connect_timeout": 10}
+    if readonly:
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    try:
+        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    except (ImportError, SQLAlchemyError) as exc:
+        raise DatabaseError(f"cannot use {redact(parsed)}: {exc}") from None
+
+
+def _alembic_config():
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply migrations under the database's write lock (safe with concurrent openers)."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        current = MigrationContext.configure(conn).get_current_revision()
+        if revision == "head" and current == head_revision():
+            return
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def open_database(url: str | None = None, *, readonly: bool = False, migrate: bool = True) -> Engine:
+    """Open (and for writers, migrate) a database, turning driver failures into one clear message."""
+    engine = create_db_engine(url, readonly=readonly)
+    try:
+        if readonly:
+            rev = current_revision(engine)
+            if rev != head_revision():
+                raise DatabaseError(
+                    f"{redact(engine.url)} is at schema revision {rev or 'none'}, this KernelWatch needs "
+                    f"{head_revision()}: run `kernelwatch db upgrade` against it"
+                )
+        elif migrate:
+            upgrade(engine)
+    except DatabaseError:
+        engine.dispose()
+        raise
+    except (SQLAlchemyError, OSError) as exc:
+        engine.dispose()
+        cause = getattr(exc, "orig", None) or exc
+        raise DatabaseError(f"cannot open database {redact(resolve_url(url))}: {str(cause).strip()}") from None
+    return engine

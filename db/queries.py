@@ -1,0 +1,190 @@
+"""The read queries the CLI, the dashboard and the gate use. Nothing else writes SQL for reading.
+
+Every function takes an Engine and plain values, binds them as parameters and returns plain
+dicts, so callers (Streamlit pages, the gate) never see SQLAlchemy objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, func, or_, select
+from sqlalchemy.orm import Session
+
+from db.artifact import format_time
+from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+
+RESULT_FIELDS = (
+    "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
+    "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",
+)  # fmt: skip
+KERNEL_IMPL = "triton"
+
+
+def _iso(value) -> str | None:
+    return None if value is None else format_time(value)
+
+
+def _run_dict(run: Run, hw: Hardware) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "commit": run.commit_sha,
+        "branch": run.branch,
+        "commit_time": _iso(run.commit_time),
+        "subject": run.commit_subject,
+        "dirty": run.dirty,
+        "hardware": hw.device_name,
+        "fingerprint": hw.fingerprint,
+        "vendor": hw.vendor,
+        "device": run.device,
+        "trigger": run.trigger,
+        "status": run.status,
+        "synthetic": run.synthetic,
+        "started": _iso(run.started_at),
+        "finished": _iso(run.finished_at),
+        "peak_gbps": run.peak_gbps,
+        "peak_tflops": run.peak_tflops,
+        "versions": run.versions,
+        "command": run.command,
+    }
+
+
+def _hardware_filter(hardware: str | None):
+    if not hardware:
+        return True
+    return or_(Hardware.device_name.ilike(f"%{hardware}%"), Hardware.fingerprint.startswith(hardware))
+
+
+def list_runs(engine: Engine, hardware: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Runs, newest first."""
+    stmt = (
+        select(Run, Hardware)
+        .join(Hardware)
+        .where(_hardware_filter(hardware))
+        .order_by(Run.started_at.desc(), Run.id)
+        .limit(limit)
+    )
+    with Session(engine) as conn:
+        return [_run_dict(r, h) for r, h in conn.execute(stmt)]
+
+
+def get_run(engine: Engine, run_id: str) -> dict[str, Any] | None:
+    with Session(engine) as conn:
+        row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
+    return None if row is None else _run_dict(*row)
+
+
+def list_hardware(engine: Engine) -> list[dict[str, Any]]:
+    cols = [c for c in Hardware.__table__.columns]
+    with Session(engine) as conn:
+        return [dict(r) for r in conn.execute(select(*cols).order_by(Hardware.device_name)).mappings()]
+
+
+def latest_complete_runs(engine: Engine, include_synthetic: bool = True) -> list[dict[str, Any]]:
+    """The newest complete run of every hardware fingerprint (one index probe per hardware)."""
+    out = []
+    with Session(engine) as conn:
+        for hw in conn.execute(select(Hardware)).scalars():
+            stmt = select(Run).where(Run.hardware_id == hw.id, Run.status == "complete")
+            if not include_synthetic:
+                stmt = stmt.where(Run.synthetic.is_(False))
+            run = conn.execute(stmt.order_by(Run.started_at.desc()).limit(1)).scalar_one_or_none()
+            if run is not None:
+                out.append(_run_dict(run, hw))
+    return sorted(out, key=lambda r: r["hardware"])
+
+
+def run_results(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    """One flat record per case x implementation (accuracy-only cases as implementation 'triton')."""
+    with Session(engine) as conn:
+        acc = {
+            r.case_id: r
+            for r in conn.execute(select(AccuracyResult).where(AccuracyResult.run_id == run_id)).scalars()
+        }
+        perf = conn.execute(select(PerfResult).where(PerfResult.run_id == run_id)).scalars().all()
+        case_ids = set(acc) | {p.case_id for p in perf}
+        cases = {c.id: c for c in conn.execute(select(Case).where(Case.id.in_(case_ids))).scalars()}
+
+    def record(case: Case, impl: str, p: PerfResult | None, a: AccuracyResult | None) -> dict[str, Any]:
+        errors = [e for e in ((a.error if a else None), (p.error if p else None)) if e]
+        return {
+            "kernel": case.kernel,
+            "variant": case.variant,
+            "case": case.key,
+            "dtype": case.dtype,
+            "params": case.params,
+            "implementation": impl,
+            "median_ms": p.median_ms if p else None,
+            "p20_ms": p.p20_ms if p else None,
+            "p80_ms": p.p80_ms if p else None,
+            "gbps": p.gbps if p else None,
+            "tflops": p.tflops if p else None,
+            "pct_peak": p.pct_peak if p else None,
+            "speedup_vs_eager": p.speedup_vs_eager if p else None,
+            "target": p.target if p else None,
+            "target_met": p.target_met if p else None,
+            "error_budget": a.error_budget if a else None,
+            "passed": a.passed if a else None,
+            "error": "; ".join(errors) or None,
+        }
+
+    out = []
+    with_perf_kernel = set()
+    for p in perf:
+        a = acc.get(p.case_id) if p.implementation == KERNEL_IMPL else None
+        if p.implementation == KERNEL_IMPL:
+            with_perf_kernel.add(p.case_id)
+        out.append(record(cases[p.case_id], p.implementation, p, a))
+    for cid, a in acc.items():
+        if cid not in with_perf_kernel:
+            out.append(record(cases[cid], KERNEL_IMPL, None, a))
+    out.sort(key=lambda r: (r["kernel"], r["variant"], r["case"], r["implementation"]))
+    return out
+
+
+def _commit_order():
+    return (func.coalesce(Run.commit_time, Run.started_at), Run.started_at)
+
+
+def case_history(
+    engine: Engine,
+    case_key: str,
+    fingerprint: str,
+    implementation: str = KERNEL_IMPL,
+    statuses: tuple[str, ...] = ("complete", "partial"),
+) -> list[dict[str, Any]]:
+    """Perf of one case on one hardware in commit order, samples included."""
+    stmt = (
+        select(
+            Run.id, Run.commit_sha, Run.commit_subject, Run.commit_time, Run.started_at, Run.synthetic,
+            PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms, PerfResult.min_ms, PerfResult.samples_ms,
+            PerfResult.speedup_vs_eager, PerfResult.gbps, PerfResult.pct_peak,
+        )
+        .select_from(PerfResult)
+        .join(Run, Run.id == PerfResult.run_id)
+        .where(
+            PerfResult.case_id == select(Case.id).where(Case.key == case_key).scalar_subquery(),
+            PerfResult.hardware_id == select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery(),
+            PerfResult.implementation == implementation,
+            Run.status.in_(statuses),
+        )
+        .order_by(*_commit_order())
+    )  # fmt: skip
+    with Session(engine) as conn:
+        rows = conn.execute(stmt).mappings().all()
+    return [
+        {**r, "commit_time": _iso(r["commit_time"]), "started_at": _iso(r["started_at"])} for r in rows
+    ]
+
+
+def profiler_metrics(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    stmt = (
+        select(Case.key, Case.kernel, ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
+               ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error)
+        .join(Case, Case.id == ProfilerMetric.case_id)
+        .where(ProfilerMetric.run_id == run_id)
+        .order_by(Case.key, ProfilerMetric.name)
+    )  # fmt: skip
+    with Session(engine) as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+

@@ -1,0 +1,427 @@
+r"""MSELoss: ``mse_loss(input, target, reduction="mean")`` with the semantics of
+``torch.nn.functional.mse_loss``.
+
+    none:  out_i = (x_i - y_i)^2                       (shape of the input)
+    sum:   out   = \sum_i (x_i - y_i)^2                (0-d)
+    mean:  out   = (1/n) \sum_i (x_i - y_i)^2          (0-d; nan for n = 0)
+    d out / d x_i = 2 s (x_i - y_i) g_i = - d out / d y_i,   s = 1/n for mean, 1 otherwise
+
+Squares are accumulated in fp32 whatever the input dtype; the result is cast to it.
+
+Two reduction variants, both kept so the dashboard shows what the optimisation bought:
+
+* ``atomic`` (design document "mse_loss_triton_ascend_design"): one program per BLOCK, each
+  ``atomic_add``-ing its partial sum into a single fp32 cell.
+* ``persistent`` (design document "mse_loss_grid_stride_optimization"): a fixed grid of
+  programs (one per vector core on Ascend, SMs x waves on CUDA) that stride over the tensor,
+  accumulate in registers and write one partial each; a second one-program stage adds the
+  partials in a fixed order, so the result has the same bits on every run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import compute_units, vendor
+from kernels.poison import new_output
+from kernels.spec import (
+    COMPILE_IMPL,
+    DTYPE_NAMES,
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    Case,
+    KernelSpec,
+    Target,
+    Tolerance,
+    element_size,
+    numel,
+)
+
+REDUCTIONS = ("none", "mean", "sum")
+VARIANTS = ("persistent", "atomic")
+
+# ---------------------------------------------------------------------------------------------
+# Tile configurations, per vendor. (upper bound on n, inclusive or None for "any") -> BLOCK.
+# ---------------------------------------------------------------------------------------------
+# atomic, from the design document: BLOCK 256 below 4096 elements, 512 below 1,048,576, else 1024.
+ATOMIC_BLOCKS = ((4095, 256), (1_048_575, 512), (None, 1024))
+# persistent on Ascend, from the design document (UB is 192 KB).
+ASCEND_PERSISTENT_BLOCKS = ((16_384, 1024), (131_072, 2048), (4_194_304, 4096), (None, 8192))
+# persistent on NVIDIA: BLOCK, warps and programs per SM, from the H200 sweep in
+# benchmarks/mse_loss_tune.py (see kernels/NOTES.md).
+CUDA_PERSISTENT = {"BLOCK": 4096, "num_warps": 8, "waves": 4}
+CUDA_SMALL_N = 16_384  # up to this, one program does everything in one launch
+ELEMENTWISE_BLOCK = {"nvidia": 1024, "ascend": 4096, "cpu": 1024}
+INTERPRETER_PERSISTENT_BLOCK = 1024
+
+
+def _pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
+    for bound, value in table:
+        if bound is None or n <= bound:
+            return value
+    raise AssertionError("table must end with a catch-all row")
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _mse_none_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    d = x - y
+    tl.store(out_ptr + offs, (d * d).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _mse_atomic_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    d = x - y
+    tl.atomic_add(acc_ptr, tl.sum(d * d, axis=0))
+
+
+@triton.jit
+def _mse_persistent_kernel(x_ptr, y_ptr, partial_ptr, out_ptr, n, scale, BLOCK: tl.constexpr,
+                           SINGLE: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    num_full = n // BLOCK
+    for tile in range(pid, num_full, nprog):
+        offs = tile * BLOCK + tl.arange(0, BLOCK)  # < n, so no overflow in n's own int width
+        x = tl.load(x_ptr + offs).to(tl.float32)
+        y = tl.load(y_ptr + offs).to(tl.float32)
+        d = x - y
+        acc += d * d
+    if pid == nprog - 1:
+        offs = num_full * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        d = x - y
+        acc += d * d
+    total = tl.sum(acc, axis=0)
+    if SINGLE:
+        tl.store(out_ptr, (total * scale).to(out_ptr.dtype.element_ty))
+    else:
+        tl.store(partial_ptr + pid, total)
+
+
+@triton.jit
+def _mse_finish_kernel(partial_ptr, out_ptr, num_partials, scale, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    partials = tl.load(partial_ptr + offs, mask=offs < num_partials, other=0.0)
+    tl.store(out_ptr, (tl.sum(partials, axis=0) * scale).to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _mse_backward_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
+                         WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if G_SCALAR:
+        g = tl.load(g_ptr).to(tl.float32)
+    else:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    gx = (2.0 * scale) * (x - y) * g
+    if WRITE_GX:
+        tl.store(gx_ptr + offs, gx.to(gx_ptr.dtype.element_ty), mask=mask)
+    if WRITE_GY:
+        tl.store(gy_ptr + offs, (-gx).to(gy_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: str) -> None:
+    if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise TypeError("mse_loss: input and target must be tensors")
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input shape {tuple(input.shape)} != target shape {tuple(target.shape)} "
+                         "(no broadcasting)")
+    if input.dtype != target.dtype:
+        raise TypeError(f"mse_loss: input dtype {input.dtype} != target dtype {target.dtype}")
+    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"mse_loss: dtype {input.dtype} is not supported (fp32, fp16, bf16)")
+    if input.device != target.device:
+        raise ValueError(f"mse_loss: input on {input.device}, target on {target.device}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"mse_loss: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if variant not in VARIANTS:
+        raise ValueError(f"mse_loss: variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+@functools.lru_cache(maxsize=256)
+def _persistent_plan(device: torch.device, n: int) -> tuple[int, int, int]:
+    """(grid, BLOCK, num_warps) for the persistent reduction of n elements on ``device``."""
+    kind = vendor(device)
+    if kind == "ascend":
+        block, warps = _pick(ASCEND_PERSISTENT_BLOCKS, n), 4
+        programs = compute_units(device)
+    elif kind == "nvidia":
+        block, warps = CUDA_PERSISTENT["BLOCK"], CUDA_PERSISTENT["num_warps"]
+        programs = compute_units(device) * CUDA_PERSISTENT["waves"]
+        if n <= CUDA_SMALL_N:
+            block = max(256, min(block, triton.next_power_of_2(max(n, 1))))
+            programs = 1
+    else:
+        block, warps = INTERPRETER_PERSISTENT_BLOCK, 4
+        programs = compute_units(device)
+    grid = max(1, min(programs, triton.cdiv(n, block)))
+    return grid, block, warps
+
+
+def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> torch.Tensor:
+    n = x.numel()
+    out = new_output((), x.dtype, x.device)
+    scale = (1.0 / n if n else float("nan")) if reduction == "mean" else 1.0
+    if n == 0:
+        return out.fill_(scale * 0.0)
+    xf, yf = _flat(x), _flat(y)
+    if variant == "atomic":
+        block = _pick(ATOMIC_BLOCKS, n)
+        acc = torch.zeros(1, dtype=torch.float32, device=x.device)
+        _mse_atomic_kernel[(triton.cdiv(n, block),)](xf, yf, acc, n, BLOCK=block)
+        _mse_finish_kernel[(1,)](acc, out, 1, scale, BLOCK=2)
+        return out
+    grid, block, warps = _persistent_plan(x.device, n)
+    if grid == 1:
+        _mse_persistent_kernel[(1,)](xf, yf, out, out, n, scale, BLOCK=block, SINGLE=True, num_warps=warps)
+        return out
+    partials = new_output((grid,), torch.float32, x.device)
+    _mse_persistent_kernel[(grid,)](xf, yf, partials, out, n, scale, BLOCK=block, SINGLE=False, num_warps=warps)
+    _mse_finish_kernel[(1,)](partials, out, grid, scale, BLOCK=triton.next_power_of_2(grid))
+    return out
+
+
+def mse_loss_forward(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
+                     variant: str = "persistent") -> torch.Tensor:
+    """Forward only, no autograd bookkeeping (what the collector times)."""
+    if reduction != "none":
+        return _reduce(input, target, reduction, variant)
+    out = new_output(input.shape, input.dtype, input.device)
+    n = input.numel()
+    if n:
+        block = ELEMENTWISE_BLOCK[vendor(input.device)]
+        _mse_none_kernel[(triton.cdiv(n, block),)](_flat(input), _flat(target), out, n, BLOCK=block)
+    return out
+
+
+def mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor, reduction: str,
+                      need_input: bool = True, need_target: bool = True
+                      ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(d loss/d input, d loss/d target), each in the inputs' shape and dtype."""
+    n = input.numel()
+    gx = new_output(input.shape, input.dtype, input.device) if need_input else None
+    gy = new_output(input.shape, input.dtype, input.device) if need_target else None
+    if n == 0 or not (need_input or need_target):
+        return gx, gy
+    scale = 1.0 / n if reduction == "mean" else 1.0
+    g = grad_output.reshape(()) if reduction != "none" else _flat(grad_output.expand(input.shape))
+    block = ELEMENTWISE_BLOCK[vendor(input.device)]
+    dummy = gx if gx is not None else gy
+    _mse_backward_kernel[(triton.cdiv(n, block),)](
+        _flat(input), _flat(target), g, gx if gx is not None else dummy, gy if gy is not None else dummy, n, scale,
+        G_SCALAR=reduction != "none", WRITE_GX=need_input, WRITE_GY=need_target, BLOCK=block,
+    )
+    return gx, gy
+
+
+class MSELossFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, target, reduction, variant):  # noqa: ANN001
+        ctx.save_for_backward(input, target)
+        ctx.reduction = reduction
+        return mse_loss_forward(input, target, reduction, variant)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # noqa: ANN001
+        input, target = ctx.saved_tensors
+        gx, gy = mse_loss_backward(grad_output, input, target, ctx.reduction,
+                                   ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        return gx, gy, None, None
+
+
+def mse_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
+             variant: str = "persistent") -> torch.Tensor:
+    """``torch.nn.functional.mse_loss`` in Triton; differentiable w.r.t. both arguments."""
+    _check(input, target, reduction, variant)
+    if torch.is_grad_enabled() and (input.requires_grad or target.requires_grad):
+        return MSELossFunction.apply(input, target, reduction, variant)
+    return mse_loss_forward(input, target, reduction, variant)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec: cases, tolerances, targets, bytes
+# ---------------------------------------------------------------------------------------------
+TOLERANCES = {  # (dtype, reduction is sum) -> tolerance; the design document's table, bf16 added
+    ("fp32", False): Tolerance(1e-5, 1e-5),
+    ("fp32", True): Tolerance(1e-5, 1.0),
+    ("fp16", False): Tolerance(1e-3, 1e-3),
+    ("fp16", True): Tolerance(1e-3, 1.0),
+    ("bf16", False): Tolerance(1.6e-2, 1e-2),
+    ("bf16", True): Tolerance(1.6e-2, 1.0),
+}
+# Backward values are 2(x - y)g/n: the forward's rtol with an atol scaled to their size.
+GRAD_ATOL = {"fp32": 1e-6, "fp16": 1e-4, "bf16": 1e-3}
+
+BIG_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=1.8, source="issue 3 (H200)")
+HUGE_TARGET = Target(min_pct_peak=95, source="issue 3 (H200)")
+SMALL_TARGET = Target(min_speedup_vs_eager=1.0, source="issue 3 (H200): no slower than eager")
+
+# (label, shape, extra) - the design document's sizes, and what breaks naive kernels
+ACCURACY_SHAPES: tuple[tuple[tuple[int, ...], dict], ...] = (
+    ((128,), {}),
+    ((1024,), {}),
+    ((1_048_576,), {}),
+    ((1000,), {}),  # not a multiple of any block
+    ((4099,), {}),  # odd prime
+    ((0,), {}),
+    ((1,), {}),
+    ((3, 7, 11, 13), {}),
+    ((257, 130), {"layout": "strided"}),  # a non-contiguous view, every other column
+    ((65_537,), {"magnitude": 1e4}),  # large values
+)
+
+
+def _accuracy_cases() -> list[Case]:
+    cases = []
+    for variant in VARIANTS:
+        for dtype in ("fp32", "fp16", "bf16"):
+            for reduction in REDUCTIONS:
+                if variant == "atomic" and reduction == "none":
+                    continue  # 'none' does not reduce: one kernel serves both variants
+                tol = TOLERANCES[(dtype, reduction == "sum")]
+                for shape, extra in ACCURACY_SHAPES:
+                    if extra.get("magnitude") and dtype == "fp16":
+                        continue  # squares of 1e4 exceed fp16: covered by the overflow case below
+                    cases.append(Case.make("mse_loss", variant, dtype, tol, shape=shape, reduction=reduction,
+                                           direction="fwd", **extra))
+                    if shape in ((1000,), (3, 7, 11, 13)) or extra.get("layout"):
+                        gtol = Tolerance(tol.rtol, GRAD_ATOL[dtype])
+                        cases.append(Case.make("mse_loss", variant, dtype, gtol, shape=shape, reduction=reduction,
+                                               direction="bwd", **extra))
+            # fp16 sum past 65504: inf, as PyTorch gives
+            cases.append(Case.make("mse_loss", variant, "fp16", TOLERANCES[("fp16", True)], shape=(100_000,),
+                                   reduction="sum", direction="fwd", magnitude=4.0))
+    return cases
+
+
+PERF_SIZES = (4096, 1_048_576, 33_554_432, 268_435_456)
+
+
+def _perf_target(n: int, variant: str) -> Target | None:
+    if variant != "persistent":
+        return None
+    return {4096: SMALL_TARGET, 33_554_432: BIG_TARGET, 268_435_456: HUGE_TARGET}.get(n)
+
+
+def _perf_cases() -> list[Case]:
+    cases = []
+    for variant in VARIANTS:
+        for dtype in ("fp32", "fp16"):
+            for n in PERF_SIZES:
+                reductions = ("mean", "sum") if variant == "persistent" and n >= 33_554_432 else ("mean",)
+                for reduction in reductions:
+                    cases.append(Case.make("mse_loss", variant, dtype, TOLERANCES[(dtype, reduction == "sum")],
+                                           _perf_target(n, variant), shape=(n,), reduction=reduction,
+                                           direction="fwd"))
+    return cases
+
+
+def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
+    p = case.p
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = tuple(p["shape"])
+    alloc = (shape[0], shape[1] * 2) if p.get("layout") == "strided" else shape
+    scale = p.get("magnitude", 1.0)
+    x = (torch.randn(alloc, generator=gen) * scale).to(case.torch_dtype)
+    y = (torch.randn(alloc, generator=gen) * scale).to(case.torch_dtype)
+    x, y = x.to(device), y.to(device)
+    if p.get("layout") == "strided":
+        x, y = x[:, ::2], y[:, ::2]
+    inputs = {"input": x, "target": y, "reduction": p["reduction"]}
+    if p["direction"] == "bwd":
+        out_shape = shape if p["reduction"] == "none" else ()
+        inputs["grad"] = torch.randn(out_shape, generator=gen).to(case.torch_dtype).to(device)
+    return inputs
+
+
+def _run(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
+    x, y = inputs["input"], inputs["target"]
+    if case.p["direction"] == "fwd":
+        return (mse_loss(x, y, inputs["reduction"], variant=case.variant),)
+    x, y = x.detach().requires_grad_(), y.detach().requires_grad_()
+    out = mse_loss(x, y, inputs["reduction"], variant=case.variant)
+    gx, gy = torch.autograd.grad(out, (x, y), inputs["grad"])
+    return gx, gy
+
+
+def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
+    x = inputs["input"].detach().cpu().double()
+    y = inputs["target"].detach().cpu().double()
+    reduction = inputs["reduction"]
+    if case.p["direction"] == "fwd":
+        return (torch.nn.functional.mse_loss(x, y, reduction=reduction),)
+    g = inputs["grad"].cpu().double()
+    scale = 1.0 / x.numel() if reduction == "mean" else 1.0
+    gx = 2.0 * scale * (x - y) * g
+    return gx, -gx
+
+
+def _implementations(case: Case, inputs: dict) -> dict:
+    x, y, reduction = inputs["input"], inputs["target"], inputs["reduction"]
+    eager = torch.nn.functional.mse_loss
+    impls = {
+        KERNEL_IMPL: lambda: mse_loss_forward(x, y, reduction, case.variant),
+        EAGER_IMPL: lambda: eager(x, y, reduction=reduction),
+    }
+    compiled = torch.compile(eager, dynamic=False)
+    impls[COMPILE_IMPL] = lambda: compiled(x, y, reduction=reduction)
+    return impls
+
+
+def _bytes(case: Case) -> int:
+    n = numel(case.p["shape"])
+    size = element_size(case.dtype)
+    if case.p["direction"] == "bwd":
+        grad_in = n if case.p["reduction"] == "none" else 1
+        return (2 * n + grad_in + 2 * n) * size
+    out = n if case.p["reduction"] == "none" else 1
+    return (2 * n + out) * size
+
+
+def _flops(case: Case) -> int:
+    return 3 * numel(case.p["shape"])  # subtract, multiply, add
+
+
+SPEC = KernelSpec(
+    name="mse_loss",
+    variants=VARIANTS,
+    accuracy_cases=_accuracy_cases,
+    perf_cases=_perf_cases,
+    make_inputs=_make_inputs,
+    run=_run,
+    reference=_reference,
+    implementations=_implementations,
+    bytes_moved=_bytes,
+    flops=_flops,
+    doc=__doc__ or "",
+)
+
+__all__ = ["mse_loss", "mse_loss_forward", "mse_loss_backward", "MSELossFunction", "SPEC", "DTYPE_NAMES"]
