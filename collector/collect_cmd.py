@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from collector.cli import clean_errors, db_option
+from collector.cli_common import clean_errors, db_option
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:

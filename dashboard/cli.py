@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from collector.cli import clean_errors, db_option
+from collector.cli_common import clean_errors, db_option
 
 APP = Path(__file__).with_name("app.py")
 

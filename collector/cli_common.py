@@ -1,0 +1,40 @@
+"""Options and error handling shared by every subcommand."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+DB_HELP = "Database URL (default: $KERNELWATCH_DB, else sqlite file ./kernelwatch.db)."
+FORMATS = click.Choice(["table", "json", "csv"])
+
+
+def db_option(f):
+    return click.option("--db", "db_url", envvar="KERNELWATCH_DB", default=None, metavar="URL", help=DB_HELP)(f)
+
+
+def clean_errors(f):
+    """Turn the project's expected failures into one message on stderr and exit status 1."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        from db.artifact import ArtifactError
+
+        expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError, LookupError)
+        try:
+            from db.engine import DatabaseError
+            from db.ingest import IngestError
+
+            expected += (DatabaseError, IngestError)
+        except ImportError:  # a collector-only host without SQLAlchemy
+            pass
+        try:
+            return f(*args, **kwargs)
+        except expected as exc:
+            msg = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
+            click.echo(f"kernelwatch: error: {msg}", err=True)
+            sys.exit(1)
+
+    return wrapper
