@@ -66,6 +66,8 @@ def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, f
     bkey = spec.baseline_key(case)
     cached = baselines.get(bkey)
     if cached is None:
+        if hasattr(torch, "_dynamo"):
+            torch._dynamo.reset()  # a fresh compile per case: past the recompile limit dynamo falls back to eager
         cached = {name: time_implementation(backend, name, fn) for name, fn in impls.items() if name != KERNEL_IMPL}
         baselines.put(bkey, cached)
     results.update(cached)

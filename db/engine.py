@@ -122,17 +122,22 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply migrations under the database's write lock (safe with concurrent openers)."""
+    """Apply migrations under the database's write lock (safe with concurrent openers).
+
+    The common case, a database already at head, is seen without taking any lock.
+    """
     from alembic import command
     from alembic.runtime.migration import MigrationContext
 
+    if revision == "head" and current_revision(engine) == head_revision():
+        return
     cfg = _alembic_config()
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         current = MigrationContext.configure(conn).get_current_revision()
         if revision == "head" and current == head_revision():
-            return
+            return  # another process migrated while we waited for the lock
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

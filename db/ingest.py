@@ -47,7 +47,7 @@ def _case_ids(conn: Connection, cases: list[dict[str, Any]]) -> dict[str, int]:
     ids: dict[str, int] = {}
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
-        ids.update(conn.execute(select(Case.key, Case.id).where(Case.key.in_(chunk))).tuples().all())
+        ids.update(conn.execute(select(Case.key, Case.id).where(Case.key.in_(chunk))).all())
     return ids
 
 

@@ -316,9 +316,9 @@ def _accuracy_cases() -> list[Case]:
                         gtol = Tolerance(tol.rtol, GRAD_ATOL[dtype])
                         cases.append(Case.make("mse_loss", variant, dtype, gtol, shape=shape, reduction=reduction,
                                                direction="bwd", **extra))
-            # fp16 sum past 65504: inf, as PyTorch gives
-            cases.append(Case.make("mse_loss", variant, "fp16", TOLERANCES[("fp16", True)], shape=(100_000,),
-                                   reduction="sum", direction="fwd", magnitude=4.0))
+        # fp16 sum past 65504: inf, as PyTorch gives
+        cases.append(Case.make("mse_loss", variant, "fp16", TOLERANCES[("fp16", True)], shape=(100_000,),
+                               reduction="sum", direction="fwd", magnitude=4.0))
     return cases
 
 

@@ -1,0 +1,124 @@
+"""Synthetic run history for tests, demos of scale and benchmarks. Always labelled synthetic.
+
+Every generated run has ``synthetic: true``, the branch ``synthetic/...``, a commit subject that
+starts with ``[synthetic]`` and hardware names that end in ``(synthetic)``, so nothing generated
+here can be mistaken for a measurement. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from db.artifact import SCHEMA, format_time
+
+HARDWARE = (
+    {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
+     "memory_bytes": 150_109_880_320, "driver": "synthetic", "toolkit": "CUDA (synthetic)",
+     "peak_gbps": 4250.0, "peak_gbps_datasheet": 4800.0, "peak_tflops": 690.0, "peak_tflops_datasheet": 989.0},
+    {"vendor": "ascend", "device_name": "Ascend910B4 (synthetic)", "device_count": 8, "compute_units": 60,
+     "memory_bytes": 68_719_476_736, "driver": "synthetic", "toolkit": "CANN (synthetic)",
+     "peak_gbps": 1300.0, "peak_gbps_datasheet": None, "peak_tflops": 280.0, "peak_tflops_datasheet": None},
+)
+KERNELS = (("mse_loss", ("persistent", "atomic")), ("scaled_masked_softmax", ("fwd", "bwd")),
+           ("fused_rmsnorm_matmul", ("fused",)))
+IMPLEMENTATIONS = ("triton", "torch_eager", "torch_compile")
+
+
+@dataclass
+class Step:
+    """From commit index ``at`` on, cases whose key contains ``match`` run ``factor`` times as long."""
+
+    at: int
+    factor: float
+    match: str = ""
+
+
+@dataclass
+class SyntheticHistory:
+    runs: int = 20
+    cases: int = 12
+    hardware: int = 1
+    samples: int = 30
+    noise: float = 0.01
+    seed: int = 0
+    steps: list[Step] = field(default_factory=list)
+    accuracy: bool = True
+    start: dt.datetime = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.timezone.utc)
+
+    def case_list(self) -> list[dict[str, Any]]:
+        out = []
+        i = 0
+        while len(out) < self.cases:
+            kernel, variants = KERNELS[i % len(KERNELS)]
+            variant = variants[(i // len(KERNELS)) % len(variants)]
+            dtype = ("fp16", "bf16", "fp32")[(i // 7) % 3]
+            size = 4096 * 4 ** (i % 6)
+            out.append({"key": f"{kernel}/{variant}/{dtype}/n={size},synthetic={i}", "kernel": kernel,
+                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i}})
+            i += 1
+        return out
+
+    def commit(self, index: int) -> dict[str, Any]:
+        sha = hashlib.sha1(f"synthetic-{self.seed}-{index}".encode()).hexdigest()
+        when = self.start + dt.timedelta(hours=7 * index)
+        return {"sha": sha, "branch": "synthetic/main", "time": format_time(when),
+                "subject": f"[synthetic] change {index}", "dirty": False}
+
+    def documents(self):  # noqa: ANN201 - a generator of run documents
+        cases = self.case_list()
+        for index in range(self.runs):
+            for h in range(self.hardware):
+                yield self.document(index, h, cases)
+
+    def document(self, index: int, h: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
+        rng = random.Random(f"{self.seed}-{index}-{h}")
+        hw = HARDWARE[h % len(HARDWARE)]
+        commit = self.commit(index)
+        started = dt.datetime.fromisoformat(commit["time"].replace("Z", "+00:00")) + dt.timedelta(minutes=30 + h)
+        run_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        perf, accuracy = [], []
+        for c_index, case in enumerate(cases):
+            base_ms = 0.005 * (1 + c_index % 7) * (1 + 3 * (h % 2))
+            factor = math.prod(s.factor for s in self.steps if index >= s.at and s.match in case["key"])
+            medians = {}
+            for impl, scale in zip(IMPLEMENTATIONS, (1.0, 1.9, 1.4)):
+                center = base_ms * scale * (factor if impl == "triton" else 1.0)
+                samples = sorted(center * (1 + rng.gauss(0, self.noise)) for _ in range(self.samples))
+                med = samples[len(samples) // 2]
+                medians[impl] = med
+                nbytes = case["params"]["n"] * 12
+                perf.append({"case": case["key"], "implementation": impl, "median_ms": med,
+                             "p20_ms": samples[int(0.2 * (len(samples) - 1))],
+                             "p80_ms": samples[int(0.8 * (len(samples) - 1))], "min_ms": samples[0],
+                             "samples_ms": [round(v, 6) for v in samples], "bytes": nbytes, "flops": None,
+                             "gbps": nbytes / (med * 1e-3) / 1e9, "tflops": None,
+                             "pct_peak": 100 * nbytes / (med * 1e-3) / 1e9 / hw["peak_gbps"],
+                             "speedup_vs_eager": None, "target": None, "target_met": None, "error": None})
+            for row in perf[-3:]:
+                row["speedup_vs_eager"] = medians["torch_eager"] / row["median_ms"]
+            if self.accuracy:
+                budget = abs(rng.gauss(0.1, 0.05))
+                accuracy.append({"case": case["key"], "max_abs_err": budget * 1e-3, "max_rel_err": budget * 1e-3,
+                                 "rtol": 1e-3, "atol": 1e-3, "error_budget": budget, "nan_mismatches": 0,
+                                 "trials": 3, "seed": rng.randrange(1 << 30), "passed": budget <= 1.0,
+                                 "error": None})
+        return {
+            "schema": SCHEMA,
+            "run": {"id": run_id, "commit": commit, "trigger": "nightly", "ci_job": None,
+                    "device": "cuda" if hw["vendor"] == "nvidia" else "npu", "command": None,
+                    "versions": {"python": "3.12", "torch": "synthetic", "triton": "synthetic"},
+                    "started_at": format_time(started),
+                    "finished_at": format_time(started + dt.timedelta(minutes=5)), "status": "complete",
+                    "synthetic": True, "notes": "synthetic history: not a measurement"},
+            "hardware": dict(hw),
+            "cases": cases,
+            "accuracy": accuracy,
+            "perf": perf,
+            "profiler": [],
+        }

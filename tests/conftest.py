@@ -1,0 +1,85 @@
+"""Shared fixtures: databases (SQLite file and a real PostgreSQL), artifacts, the CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.pgserver import admin_url  # noqa: E402
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[str]:
+    url, server, why = admin_url()
+    if url is None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI: {why}")
+        pytest.skip(why)
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _new_pg_database(admin: str) -> tuple[str, str]:
+    name = f"kw_test_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    base = admin.rsplit("/", 1)[0]
+    return f"{base}/{name}", name
+
+
+def _drop_pg_database(admin: str, name: str) -> None:
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin: str) -> Iterator[str]:
+    url, name = _new_pg_database(pg_admin)
+    try:
+        yield url
+    finally:
+        _drop_pg_database(pg_admin, name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path: Path) -> str:  # noqa: ANN001
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'kw.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def make_doc():
+    """A valid synthetic run document; keyword arguments go to SyntheticHistory."""
+    from db.synthetic import SyntheticHistory
+
+    def make(index: int = 0, **kwargs) -> dict:  # noqa: ANN003
+        history = SyntheticHistory(runs=index + 1, **kwargs)
+        docs = list(history.documents())
+        return docs[index * history.hardware]
+
+    return make

@@ -1,0 +1,77 @@
+"""A real PostgreSQL server for the tests: the one named by KERNELWATCH_TEST_PG_URL (what .ci/run
+starts), else a private throw-away cluster started from Debian's binaries, else none (skip, or fail
+under CI)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ENV = "KERNELWATCH_TEST_PG_URL"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bindir() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+class PrivateServer:
+    """initdb + pg_ctl in a temporary folder, on a free loopback port; run as 'postgres' when we are root."""
+
+    def __init__(self) -> None:
+        bindir = _bindir()
+        if bindir is None:
+            raise RuntimeError("no PostgreSQL binaries under /usr/lib/postgresql")
+        self.dir = Path(tempfile.mkdtemp(prefix="kw-pg-"))
+        self.port = _free_port()
+        self.as_root = os.geteuid() == 0
+        if self.as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+        data = self.dir / "data"
+        self._run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+        self._run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(self.dir / "log"), "-w", "-o",
+                   f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off", "start"])
+        self.bindir, self.data = bindir, data
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, cmd: list[str]) -> None:
+        if self.as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+    def stop(self) -> None:
+        try:
+            self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"])
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def admin_url() -> tuple[str | None, PrivateServer | None, str]:
+    """(URL of a maintenance database, the private server to stop later or None, why none)."""
+    url = os.environ.get(ENV)
+    if url:
+        return url, None, ""
+    try:
+        server = PrivateServer()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return None, None, f"no PostgreSQL: set {ENV} or install Debian's postgresql ({exc})"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    return server.url, server, ""

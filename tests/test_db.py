@@ -1,0 +1,317 @@
+"""The results database: schema, artifacts, idempotent and atomic ingest, concurrency, bad input.
+
+Every test runs against a SQLite file and against a real PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from collector.cli import main
+from db.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact
+from db.engine import DatabaseError, current_revision, head_revision, open_database
+from db.export import export_run
+from db.ingest import IngestError, ingest_documents
+from db.models import AccuracyResult, Base, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.queries import case_history, latest_complete_runs, list_runs, run_results
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = (Hardware, Run, Case, AccuracyResult, PerfResult, ProfilerMetric)
+
+
+def snapshot(engine) -> dict:  # noqa: ANN001
+    with engine.connect() as conn:
+        counts = {m.__tablename__: conn.execute(select(func.count()).select_from(m)).scalar_one() for m in TABLES}
+        runs = sorted(conn.execute(select(Run.id, Run.content_hash)).all())
+    return {"counts": counts, "runs": runs}
+
+
+def test_migrations_produce_the_models_schema(db_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    engine = open_database(db_url)
+    assert current_revision(engine) == head_revision()
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+    names = set(inspect(engine).get_table_names())
+    assert {m.__tablename__ for m in TABLES} <= names
+    indexes = {ix["name"] for ix in inspect(engine).get_indexes("perf_result")}
+    assert "ix_perf_case_hw" in indexes
+    assert "ix_run_hw_status_started" in {ix["name"] for ix in inspect(engine).get_indexes("run")}
+
+
+def test_sqlite_is_opened_with_wal_busy_timeout_and_foreign_keys(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'a.db'}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 10_000
+
+
+def test_default_url_is_kernelwatch_db_in_the_working_folder(tmp_path: Path, monkeypatch, cli) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KERNELWATCH_DB", raising=False)
+    result = cli.invoke(main, ["db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "kernelwatch.db").exists()
+    other = tmp_path / "other.db"
+    monkeypatch.setenv("KERNELWATCH_DB", f"sqlite:///{other}")
+    assert cli.invoke(main, ["db", "upgrade"]).exit_code == 0
+    assert other.exists()
+
+
+def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+    doc = make_doc(cases=8)
+    doc["profiler"] = [{"case": doc["cases"][0]["key"], "source": "ncu", "name": "dram__bytes_read.sum",
+                        "value": 1.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None}]
+    src = tmp_path / "run.json"
+    src.write_text(dumps(doc))
+    assert cli.invoke(main, ["ingest", str(src), "--db", db_url]).exit_code == 0
+    out = tmp_path / "export.json"
+    result = cli.invoke(main, ["export", doc["run"]["id"][:8], "-o", str(out), "--db", db_url])
+    assert result.exit_code == 0, result.output
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    assert cli.invoke(main, ["ingest", str(out), "--db", fresh]).exit_code == 0
+    again = export_run(open_database(fresh), doc["run"]["id"])
+    original = parse_artifact(src.read_text())
+    assert again == original == json.loads(out.read_text())
+    assert content_hash(again) == content_hash(original)
+
+
+def test_reingest_changes_nothing(db_url: str, make_doc) -> None:  # noqa: ANN001
+    engine = open_database(db_url)
+    doc = parse_artifact(dumps(make_doc(cases=5)))
+    (first,) = ingest_documents(engine, [("a", doc)])
+    before = snapshot(engine)
+    (second,) = ingest_documents(engine, [("a", doc)])
+    assert (first.status, second.status) == ("ingested", "unchanged")
+    assert snapshot(engine) == before
+
+
+def _ingest_many(url: str, docs: list[str], errors) -> None:  # noqa: ANN001
+    try:
+        engine = open_database(url)
+        ingest_documents(engine, [(f"doc{i}", parse_artifact(d)) for i, d in enumerate(docs)])
+    except Exception as exc:  # noqa: BLE001
+        errors.put(repr(exc))
+
+
+def test_four_processes_ingesting_fifty_runs_each_lose_nothing(db_url: str) -> None:
+    from db.synthetic import SyntheticHistory
+
+    docs = [dumps(d) for d in SyntheticHistory(runs=200, cases=6, samples=5).documents()]
+    ctx = mp.get_context("spawn")
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_ingest_many, args=(db_url, docs[i::4], errors)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+    assert all(p.exitcode == 0 for p in procs)
+    snap = snapshot(open_database(db_url))
+    assert snap["counts"]["run"] == 200
+    assert snap["counts"]["perf_result"] == 200 * 6 * 3
+    assert snap["counts"]["kernel_case"] == 6
+
+
+def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:  # noqa: ANN001
+    """True while another process holds the ingest's write transaction open."""
+    if db_url.startswith("sqlite"):
+        import sqlite3
+
+        probe = sqlite3.connect(db_url.split("///", 1)[1], timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            probe.close()
+    with engine.connect() as conn:
+        return bool(conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND datname = current_database() AND (state = 'idle in transaction' OR query ILIKE 'INSERT%%')"
+        ).scalar())
+
+
+def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path) -> None:
+    from db.synthetic import SyntheticHistory
+
+    doc = next(SyntheticHistory(runs=1, cases=6000, samples=40).documents())
+    path = tmp_path / "big.json"
+    path.write_text(dumps(doc))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    engine = open_database(db_url)
+    proc = subprocess.Popen([sys.executable, "-m", "collector", "ingest", str(path), "--db", db_url], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not _writer_is_inside_its_transaction(db_url, engine):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    engine.dispose()
+    snap = snapshot(engine)
+    assert snap["counts"]["run"] == 0
+    assert snap["counts"]["perf_result"] == 0 and snap["counts"]["accuracy_result"] == 0
+    (outcome,) = ingest_documents(engine, [("again", parse_artifact(dumps(doc)))])
+    assert outcome.status == "ingested"
+    assert snapshot(engine)["counts"]["perf_result"] == len(doc["perf"])
+
+
+BAD_INPUTS = {
+    "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
+    "unknown schema": (lambda text: text.replace(SCHEMA, "kernelwatch.run/9"), "schema: unknown schema version"),
+    "missing field": (lambda text: _edit(text, lambda d: d["run"].pop("status")), "run.status: missing field"),
+    "mistyped field": (lambda text: _edit(text, lambda d: d["perf"][2].update(median_ms="fast")),
+                       "perf[2].median_ms: expected a number"),
+    "NaN": (lambda text: text.replace('"median_ms": ' + str(json.loads(text)["perf"][0]["median_ms"]),
+                                      '"median_ms": NaN', 1), "NaN is not valid JSON"),
+    "unknown case": (lambda text: _edit(text, lambda d: d["accuracy"][0].update(case="nope")),
+                     "accuracy[0].case: 'nope' is not listed in cases"),
+}
+
+
+def _edit(text: str, change) -> str:  # noqa: ANN001
+    doc = json.loads(text)
+    change(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+def test_bad_input_is_named_and_changes_nothing(kind: str, db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+    engine = open_database(db_url)
+    good = tmp_path / "good.json"
+    good.write_text(dumps(make_doc(0, cases=4)))
+    ingest_documents(engine, [("good", parse_artifact(good.read_text()))])
+    before = snapshot(engine)
+    mutate, expected = BAD_INPUTS[kind]
+    bad = tmp_path / "bad.json"
+    bad.write_text(mutate(dumps(make_doc(1, cases=4))))
+    other = tmp_path / "other.json"  # a valid file beside it must not be written either
+    other.write_text(dumps(make_doc(2, cases=4)))
+    result = cli.invoke(main, ["ingest", str(other), str(bad), "--db", db_url])
+    assert result.exit_code != 0
+    assert str(bad) in result.output and expected in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert snapshot(engine) == before
+
+
+def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+    engine = open_database(db_url)
+    doc = make_doc(cases=4)
+    first = tmp_path / "a.json"
+    first.write_text(dumps(doc))
+    assert cli.invoke(main, ["ingest", str(first), "--db", db_url]).exit_code == 0
+    before = snapshot(engine)
+    doc["perf"][0]["median_ms"] *= 2
+    second = tmp_path / "b.json"
+    second.write_text(dumps(doc))
+    result = cli.invoke(main, ["ingest", str(second), "--db", db_url])
+    assert result.exit_code == 1
+    assert "already exists with different content" in result.output and str(second) in result.output
+    assert snapshot(engine) == before
+    with pytest.raises(IngestError):
+        ingest_documents(engine, [("b", parse_artifact(second.read_text()))])
+
+
+def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+    path = tmp_path / "a.json"
+    path.write_text(dumps(make_doc()))
+    url = "postgresql+psycopg://nobody:secret@127.0.0.1:9/none"
+    result = cli.invoke(main, ["ingest", str(path), "--db", url])
+    assert result.exit_code == 1
+    assert "cannot open database" in result.output and "127.0.0.1:9" in result.output
+    assert "secret" not in result.output
+    with pytest.raises(DatabaseError):
+        open_database("mysql://x@localhost/y")
+
+
+def test_artifact_errors_name_nested_fields() -> None:
+    with pytest.raises(ArtifactError, match=r"run\.commit\.dirty: expected true or false"):
+        from db.synthetic import SyntheticHistory
+
+        doc = next(SyntheticHistory(runs=1, cases=1).documents())
+        doc["run"]["commit"]["dirty"] = "yes"
+        parse_artifact(json.dumps(doc), "x.json")
+
+
+def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) -> None:  # noqa: ANN001
+    from db.synthetic import SyntheticHistory
+
+    engine = open_database(db_url)
+    docs = list(SyntheticHistory(runs=3, cases=4, hardware=2).documents())
+    ingest_documents(engine, [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
+    result = cli.invoke(main, ["runs", "--db", db_url, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.output)
+    assert len(runs) == 6
+    assert set(runs[0]) == {"id", "commit", "branch", "hardware", "trigger", "status", "started"}
+    assert runs[0]["started"] >= runs[-1]["started"]
+    only = json.loads(cli.invoke(main, ["runs", "--db", db_url, "--format", "json", "--hardware", "Ascend"]).output)
+    assert len(only) == 3 and all("Ascend" in r["hardware"] for r in only)
+    run_id = docs[0]["run"]["id"]
+    shown = json.loads(cli.invoke(main, ["show", run_id, "--db", db_url, "--format", "json"]).output)
+    assert len(shown) == 4 * 3
+    required = {"kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
+                "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed",
+                "error"}
+    assert required <= set(shown[0])
+    kernel_rows = [r for r in shown if r["implementation"] == "triton"]
+    assert all(r["passed"] is True and r["error_budget"] is not None for r in kernel_rows)
+    assert all(r["error_budget"] is None for r in shown if r["implementation"] != "triton")
+    csv_out = cli.invoke(main, ["show", run_id[:6], "--db", db_url, "--format", "csv"]).output.splitlines()
+    assert csv_out[0].split(",")[:3] == ["kernel", "variant", "case"] and len(csv_out) == 13
+    table = cli.invoke(main, ["show", run_id, "--db", db_url]).output
+    assert "speedup_vs_eager" in table and "error_budget" in table
+    missing = cli.invoke(main, ["show", "ffffffff", "--db", db_url])
+    assert missing.exit_code == 1 and "no run with id 'ffffffff'" in missing.output
+
+
+def test_history_and_latest_queries(db_url: str) -> None:
+    from db.synthetic import SyntheticHistory
+
+    engine = open_database(db_url)
+    history = SyntheticHistory(runs=6, cases=3, hardware=2)
+    docs = list(history.documents())
+    ingest_documents(engine, [(str(i), parse_artifact(dumps(d))) for i, d in reversed(list(enumerate(docs)))])
+    latest = latest_complete_runs(engine)
+    assert len(latest) == 2
+    assert {r["commit"] for r in latest} == {history.commit(5)["sha"]}
+    fp = latest[0]["fingerprint"]
+    key = history.case_list()[0]["key"]
+    rows = case_history(engine, key, fp)
+    assert [r["commit_sha"] for r in rows] == [history.commit(i)["sha"] for i in range(6)]
+    assert all(len(r["samples_ms"]) == history.samples for r in rows)
+    assert len(list_runs(engine, limit=4)) == 4
+    assert {r["implementation"] for r in run_results(engine, docs[0]["run"]["id"])} == {
+        "triton", "torch_eager", "torch_compile"}
+
+
+def test_concurrent_first_open_does_not_race(db_url: str) -> None:
+    url = db_url
+    code = f"from db.engine import open_database; open_database({url!r})"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for _ in range(4)]
+    errs = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    assert current_revision(open_database(url)) == head_revision()
