@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json
-	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all --demo
+	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all
 	$(BIN)/kernelwatch dashboard --db $(DB) --port $(PORT)
 
 lint: install

@@ -8,6 +8,7 @@ configuration goes into ``kernels/mse_loss.py`` (CUDA_PERSISTENT); the table int
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import statistics
 import sys
@@ -16,7 +17,6 @@ import torch
 import triton
 
 from collector.backends import Backend
-import importlib
 
 m = importlib.import_module("kernels.mse_loss")
 

@@ -92,7 +92,7 @@ RUN_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "start
 
 
 @main.command()
-@click.option("--hardware", default=None, help="Only runs on hardware whose name contains this (or fingerprint prefix).")
+@click.option("--hardware", default=None, help="Only runs on hardware whose name contains this or fingerprint prefix.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many runs, newest first.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @db_option

@@ -162,7 +162,7 @@ def run_collection(opts: Options) -> dict[str, Any]:
     suites = opts.suites
     if device == "cpu" and "perf" in suites:
         suites = tuple(s for s in suites if s != "perf")
-        notes.append("perf suite skipped: the CPU runs kernels through Triton's interpreter, whose timings mean nothing")
+        notes.append("perf suite skipped: on the CPU kernels run in Triton's interpreter; its timings mean nothing")
         print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)",
               file=sys.stderr)
     items, cases = select_items(Options(**{**opts.__dict__, "suites": suites}))
@@ -172,8 +172,10 @@ def run_collection(opts: Options) -> dict[str, Any]:
 
     from collector.backends import device_count
 
-    n_devices = device_count(device) if opts.all_devices else 1
-    devices = [f"{device}:{i}" if device != "cpu" else "cpu" for i in range(max(1, n_devices))]
+    if device == "cpu":  # the interpreter is single-threaded: one worker per core (up to 4) for "all"
+        devices = ["cpu"] * (min(os.cpu_count() or 1, 4) if opts.all_devices else 1)
+    else:
+        devices = [f"{device}:{i}" for i in range(device_count(device) if opts.all_devices else 1)]
     ctx = mp.get_context("spawn")
     handles = [WorkerHandle(ctx, i, d, opts, run_seed) for i, d in enumerate(devices)]
     results: dict[WorkItem, Any] = {}

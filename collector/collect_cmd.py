@@ -20,7 +20,7 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--suite", "suites", default="accuracy,perf", show_default=True, metavar="accuracy,perf",
               help="Which suites to run.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "npu", "cpu"]), default="auto", show_default=True,
-              help="auto: cuda if visible, else npu if torch_npu sees one, else cpu (Triton interpreter, accuracy only).")
+              help="auto: cuda if visible, else npu if torch_npu sees one, else cpu (interpreter, accuracy only).")
 @click.option("--devices", type=click.Choice(["one", "all"]), default="one", show_default=True,
               help="all: shard the cases over every device of the host, one worker process per device.")
 @click.option("--match", default=None, metavar="TEXT", help="Only cases whose key contains TEXT.")
@@ -51,7 +51,8 @@ def collect(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
     suite_list = _split((suites,))
     bad = [s for s in suite_list if s not in ("accuracy", "perf")]
     if bad or not suite_list:
-        raise click.BadParameter(f"unknown suite {bad[0] if bad else suites!r}: use accuracy, perf", param_hint="--suite")
+        name = bad[0] if bad else suites
+        raise click.BadParameter(f"unknown suite {name!r}: use accuracy, perf", param_hint="--suite")
     opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
                    case_timeout_s=case_timeout, trigger=trigger, ci_job=ci_job, extra_modules=tuple(extra_kernels),
                    match=match, seed=seed, profile=profile, progress=not no_progress,

@@ -70,7 +70,10 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
             message = describe_error(exc)
             if os.environ.get("KERNELWATCH_DEBUG"):
                 traceback.print_exc()
-            result = error_result(case, run_seed, message) if suite == "accuracy" else error_results(spec, case, message)
+            if suite == "accuracy":
+                result = error_result(case, run_seed, message)
+            else:
+                result = error_results(spec, case, message)
             errored = True
         conn.send({"item": (suite, key), "result": result, "errored": errored})
 

@@ -1,0 +1,96 @@
+"""Tile-configuration sweeps for the softmax and fused RMSNorm+MatMul kernels on a CUDA GPU.
+
+    python benchmarks/gpu_tune.py softmax rmsnorm
+
+Timing is the collector's (device events, L2 flushed between repetitions, median). Prints a
+table per problem; the chosen configurations go into the kernel modules' per-vendor tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import statistics
+import sys
+
+import torch
+
+from collector.backends import Backend
+
+smx = importlib.import_module("kernels.scaled_masked_softmax")
+frm = importlib.import_module("kernels.fused_rmsnorm_matmul")
+
+
+def med(backend: Backend, fn) -> float:  # noqa: ANN001
+    return statistics.median(backend.time_samples(fn, rep_ms=60, max_reps=100))
+
+
+def softmax(backend: Backend, peak: float) -> None:
+    dev = backend.device
+    for shape in smx.PERF_SHAPES:
+        b, h, sq, sk = shape
+        x = torch.randn(shape, device=dev, dtype=torch.float16)
+        mask = torch.rand(b, 1, sq, sk, device=dev) < 0.1
+        dy = torch.randn_like(x)
+        n = x.numel()
+        fwd_bytes, bwd_bytes = 4 * n + b * sq * sk, 6 * n
+        t_eager = med(backend, lambda: smx.eager_forward(x, mask, 0.125))
+        y = smx.eager_forward(x, mask, 0.125)
+        rows = []
+        for tile, warps in itertools.product((1024, 2048, 4096, 8192, 16384), (4, 8, 16)):
+            if tile < sk:
+                continue
+            smx.TILE_ELEMENTS["nvidia"] = tile
+            smx._warps = lambda t, w=warps: w  # noqa: B023
+            smx._plan.cache_clear()
+            tf = med(backend, lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
+            tb = med(backend, lambda: smx.softmax_backward(y, dy, 0.125))
+            rows.append((tile, warps, tf, fwd_bytes / tf / 1e6 / peak * 100, tb, bwd_bytes / tb / 1e6 / peak * 100))
+        print(f"\nsoftmax fp16 {shape}: eager fwd {t_eager:.3f} ms")
+        print(f"{'tile':>6} {'warps':>5} {'fwd ms':>8} {'fwd %':>6} {'bwd ms':>8} {'bwd %':>6}")
+        for r in sorted(rows, key=lambda r: r[2])[:6]:
+            print(f"{r[0]:>6} {r[1]:>5} {r[2]:>8.3f} {r[3]:>6.1f} {r[4]:>8.3f} {r[5]:>6.1f}")
+        sys.stdout.flush()
+        torch.cuda.empty_cache()
+
+
+def rmsnorm(backend: Backend, peak_tflops: float) -> None:
+    dev = backend.device
+    for (shape, n, _), dtype in itertools.product(frm.PERF_POINTS, (torch.float16, torch.bfloat16)):
+        k = shape[-1]
+        x = torch.randn(shape, device=dev, dtype=dtype)
+        w = (torch.randn(n, k, device=dev) / k**0.5).to(dtype)
+        g = (1 + 0.5 * torch.rand(k, device=dev)).to(dtype)
+        m = x.numel() // k
+        flops = 2 * m * n * k
+        res = {}
+        for name, fn in {
+            "fold": lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "fold_gamma"),
+            "prologue": lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "prologue_gamma"),
+            "cublas": lambda: torch.nn.functional.linear(x, w),
+            "eager": lambda: frm.eager_rmsnorm_linear(x, w, g, None, 1e-6),
+        }.items():
+            res[name] = med(backend, fn)
+        best = frm._fused_autotuned.cache
+        cfgs = {str(key[:3]): str(cfg) for key, cfg in best.items()}
+        print(f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: " + ", ".join(
+            f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())
+            + f"; fold/cublas {res['fold'] / res['cublas']:.3f}, prologue/cublas {res['prologue'] / res['cublas']:.3f}")
+        print("  autotuned:", cfgs)
+        sys.stdout.flush()
+
+
+def main() -> None:
+    backend = Backend(torch.device("cuda:0"))
+    backend.activate()
+    peaks = backend.measure_peaks()
+    print(f"{torch.cuda.get_device_name(0)}: copy {peaks['peak_gbps']} GB/s, bf16 mm {peaks['peak_tflops']} TFLOP/s")
+    which = sys.argv[1:] or ["softmax", "rmsnorm"]
+    if "rmsnorm" in which:
+        rmsnorm(backend, peaks["peak_tflops"])
+    if "softmax" in which:
+        softmax(backend, peaks["peak_gbps"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,501 @@
+r"""Scaled masked softmax (Megatron-LM / apex semantics) and its causal variant.
+
+``scaled_masked_softmax(input, mask, scale=1.0)``, input ``[b, h, sq, sk]``, mask ``[b or 1, 1, sq, sk]``
+(bool or uint8, True = masked out, broadcast over heads) or None:
+
+    y_j = exp(s x_j - m) / \sum_{k unmasked} exp(s x_k - m),   m = max_{k unmasked} s x_k
+    y_j = 0 where masked; a row with every position masked is all zeros.
+
+``scaled_upper_triang_masked_softmax(input, scale=1.0)``, input ``[attn_batches, sq, sq]``: the same
+with column j > i masked in row i, no mask tensor read (and the masked half never loaded).
+
+Backward, from the saved output only:  dx = s * y * (dy - \sum_j dy_j y_j).
+
+Computed in fp32 for fp16, bf16 and fp32 inputs. Rows that fit one block are done in one pass
+(several rows per program when rows are short); longer rows use an online-softmax pass for
+(max, sum) and a second pass that writes, so any ``sk`` works.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import vendor
+from kernels.poison import new_output
+from kernels.spec import (
+    COMPILE_IMPL,
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    Case,
+    KernelSpec,
+    Target,
+    Tolerance,
+    element_size,
+    numel,
+)
+
+LOG2E = 1.4426950408889634
+
+# ---------------------------------------------------------------------------------------------
+# Tile configurations, per vendor
+# ---------------------------------------------------------------------------------------------
+# Longest row done in one pass (longer rows take the two-pass path), and elements per program.
+# The interpreter's small limit makes the CPU tests exercise both paths on small shapes.
+SINGLE_PASS_MAX = {"nvidia": 16384, "ascend": 8192, "cpu": 64}
+TILE_ELEMENTS = {"nvidia": 4096, "ascend": 4096, "cpu": 2048}
+LOOP_BLOCK = {"nvidia": 4096, "ascend": 4096, "cpu": 2048}
+
+
+def _warps(tile: int) -> int:
+    return 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
+    """(ROWS per program, BLOCK_N, num_warps, single pass?) for rows of sk elements."""
+    if sk <= SINGLE_PASS_MAX[kind]:
+        block_n = triton.next_power_of_2(max(sk, 1))
+        rows = max(1, TILE_ELEMENTS[kind] // block_n)
+        return rows, block_n, _warps(rows * block_n), True
+    block_n = LOOP_BLOCK[kind]
+    return 1, block_n, _warps(block_n), False
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
+                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds."""
+    col_ok = cols[None, :] < sk
+    valid = row_mask[:, None] & col_ok
+    if CAUSAL:
+        q = row % sq
+        valid = valid & (cols[None, :] <= q[:, None])
+    if HAS_MASK:
+        b = row // (H * sq)
+        q = row % sq
+        m_offs = b[:, None].to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * mask_sq + cols[None, :]
+        masked = tl.load(m_ptr + m_offs, mask=row_mask[:, None] & col_ok, other=1)
+        valid = valid & (masked == 0)
+    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=valid, other=0.0).to(tl.float32)
+    return tl.where(valid, x * scale2, float("-inf"))
+
+
+@triton.jit
+def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = row < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
+                    HAS_MASK, CAUSAL)
+    m = tl.max(z, axis=1)
+    m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
+    e = tl.exp2(z - m[:, None])
+    s = tl.sum(e, axis=1)
+    inv = tl.where(s > 0, 1.0 / s, 0.0)
+    y = e * inv[:, None]
+    out = y_ptr + row[:, None].to(tl.int64) * sk + cols[None, :]
+    tl.store(out, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < sk))
+
+
+@triton.jit
+def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    row = tl.program_id(0) + tl.arange(0, 1)
+    row_mask = row < n_rows
+    m_run = tl.full([1], float("-inf"), tl.float32)
+    s_run = tl.zeros([1], tl.float32)
+    for start in range(0, sk, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
+                        HAS_MASK, CAUSAL)
+        m_new = tl.maximum(m_run, tl.max(z, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s_run = s_run * tl.exp2(m_run - m_safe) + tl.sum(tl.exp2(z - m_safe[:, None]), axis=1)
+        m_run = m_new
+    m_safe = tl.where(m_run == float("-inf"), 0.0, m_run)
+    inv = tl.where(s_run > 0, 1.0 / s_run, 0.0)
+    for start in range(0, sk, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
+                        HAS_MASK, CAUSAL)
+        y = tl.exp2(z - m_safe[:, None]) * inv[:, None]
+        out = y_ptr + row[:, None].to(tl.int64) * sk + cols[None, :]
+        tl.store(out, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < sk))
+
+
+@triton.jit
+def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    ok = (row < n_rows)[:, None] & (cols[None, :] < sk)
+    offs = row[:, None].to(tl.int64) * sk + cols[None, :]
+    y = tl.load(y_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    dx = scale * y * (dy - dot[:, None])
+    tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    dot = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, sk, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < sk
+        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        dot += y * dy
+    total = tl.sum(dot, axis=0)
+    for start in range(0, sk, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < sk
+        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + row * sk + cols, (scale * y * (dy - total)).to(dx_ptr.dtype.element_ty), mask=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _check_input(x: torch.Tensor, rank: int, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: input must be a tensor")
+    if x.dim() != rank:
+        shape = "[b, h, sq, sk]" if rank == 4 else "[attn_batches, sq, sq]"
+        raise ValueError(f"{name}: input must be {shape} ({rank}-d), got shape {tuple(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported (fp16, bf16, fp32)")
+
+
+def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    b, _, sq, sk = x.shape
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError("scaled_masked_softmax: mask must be a tensor or None")
+    if mask.dtype not in (torch.bool, torch.uint8):
+        raise TypeError(f"scaled_masked_softmax: mask dtype must be bool or uint8, got {mask.dtype}")
+    if mask.dim() != 4 or mask.shape[0] not in (1, b) or tuple(mask.shape[1:]) != (1, sq, sk):
+        raise ValueError(f"scaled_masked_softmax: mask shape {tuple(mask.shape)} does not fit input "
+                         f"{tuple(x.shape)}: expected [{b} or 1, 1, {sq}, {sk}]")
+    if mask.device != x.device:
+        raise ValueError(f"scaled_masked_softmax: input on {x.device}, mask on {mask.device}")
+    mask = mask.contiguous()
+    return mask.view(torch.uint8) if mask.dtype == torch.bool else mask
+
+
+def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool) -> torch.Tensor:
+    x = x.contiguous()
+    sk = x.shape[-1]
+    sq = x.shape[-2]
+    heads = x.shape[1] if x.dim() == 4 else 1
+    n_rows = x.numel() // sk if sk else 0
+    y = new_output(x.shape, x.dtype, x.device)
+    if n_rows == 0:
+        return y
+    has_mask = mask is not None
+    m = mask if has_mask else x
+    mask_sb = (0 if mask.shape[0] == 1 else sq * sk) if has_mask else 0
+    rows, block_n, warps, single = _plan(vendor(x.device), sk)
+    args = (x, m, y, n_rows, sk, sq, heads, mask_sb, sk, float(scale) * LOG2E)
+    if single:
+        _softmax_fwd_kernel[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK_N=block_n, HAS_MASK=has_mask,
+                                                           CAUSAL=causal, num_warps=warps)
+    else:
+        _softmax_fwd_looped_kernel[(n_rows,)](*args, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
+                                              num_warps=warps)
+    return y
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
+    """dx = scale * y * (dy - sum(dy * y)) along the last dimension."""
+    y, dy = y.contiguous(), dy.contiguous()
+    sk = y.shape[-1]
+    n_rows = y.numel() // sk if sk else 0
+    dx = new_output(y.shape, y.dtype, y.device)
+    if n_rows == 0:
+        return dx
+    rows, block_n, warps, single = _plan(vendor(y.device), sk)
+    if single:
+        _softmax_bwd_kernel[(triton.cdiv(n_rows, rows),)](y, dy, dx, n_rows, sk, float(scale), ROWS=rows,
+                                                           BLOCK_N=block_n, num_warps=warps)
+    else:
+        _softmax_bwd_looped_kernel[(n_rows,)](y, dy, dx, n_rows, sk, float(scale), BLOCK_N=block_n, num_warps=warps)
+    return dx
+
+
+def scaled_masked_softmax_forward(input: torch.Tensor, mask: torch.Tensor | None, scale: float = 1.0) -> torch.Tensor:
+    """Forward only (what the collector times); checks its arguments."""
+    _check_input(input, 4, "scaled_masked_softmax")
+    m = _check_mask(input, mask) if mask is not None else None
+    return _forward(input, m, scale, causal=False)
+
+
+def scaled_upper_triang_masked_softmax_forward(input: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    _check_input(input, 3, "scaled_upper_triang_masked_softmax")
+    if input.shape[1] != input.shape[2]:
+        raise ValueError(f"scaled_upper_triang_masked_softmax: input must be square in its last two "
+                         f"dimensions, got {tuple(input.shape)}")
+    return _forward(input, None, scale, causal=True)
+
+
+class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, mask, scale):  # noqa: ANN001
+        y = scaled_masked_softmax_forward(input, mask, scale)
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # noqa: ANN001
+        (y,) = ctx.saved_tensors
+        return softmax_backward(y, dy, ctx.scale), None, None
+
+
+class ScaledUpperTriangMaskedSoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, scale):  # noqa: ANN001
+        y = scaled_upper_triang_masked_softmax_forward(input, scale)
+        ctx.save_for_backward(y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):  # noqa: ANN001
+        (y,) = ctx.saved_tensors
+        return softmax_backward(y, dy, ctx.scale), None
+
+
+def _check_scale(scale: float) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite number, got {scale!r}")
+    return float(scale)
+
+
+def scaled_masked_softmax(input: torch.Tensor, mask: torch.Tensor | None, scale: float = 1.0) -> torch.Tensor:
+    """softmax(scale * input) over the last dim with ``mask`` (True = masked) excluded; differentiable."""
+    scale = _check_scale(scale)
+    if torch.is_grad_enabled() and input.requires_grad:
+        return ScaledMaskedSoftmaxFunction.apply(input, mask, scale)
+    return scaled_masked_softmax_forward(input, mask, scale)
+
+
+def scaled_upper_triang_masked_softmax(input: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """Causal softmax(scale * input) of ``[attn_batches, sq, sq]``; differentiable."""
+    scale = _check_scale(scale)
+    if torch.is_grad_enabled() and input.requires_grad:
+        return ScaledUpperTriangMaskedSoftmaxFunction.apply(input, scale)
+    return scaled_upper_triang_masked_softmax_forward(input, scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch references
+# ---------------------------------------------------------------------------------------------
+def reference_forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool = False) -> torch.Tensor:
+    """float64, on the CPU; fully masked rows are zeros (this project's documented behaviour)."""
+    z = x.detach().cpu().double() * scale
+    if causal:
+        sq = z.shape[-1]
+        masked = torch.ones(sq, sq, dtype=torch.bool).triu(1).expand_as(z)
+    elif mask is not None:
+        masked = mask.detach().cpu().bool().expand(z.shape[0], z.shape[1], *z.shape[2:])
+    else:
+        masked = torch.zeros_like(z, dtype=torch.bool)
+    y = torch.softmax(z.masked_fill(masked, float("-inf")), dim=-1)
+    return torch.nan_to_num(y, nan=0.0).masked_fill(masked, 0.0)
+
+
+def reference_backward(y64: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
+    dy64 = dy.detach().cpu().double()
+    return scale * y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
+
+
+def eager_forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """What a model does without the fused kernel: scale, masked_fill, softmax."""
+    z = x * scale
+    if mask is not None:
+        z = z.masked_fill(mask, torch.finfo(x.dtype).min)
+    return torch.softmax(z, dim=-1)
+
+
+def eager_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype) * scale
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec
+# ---------------------------------------------------------------------------------------------
+TOLERANCES = {"fp32": Tolerance(1.3e-6, 1e-5), "fp16": Tolerance(1e-3, 1e-3), "bf16": Tolerance(1.6e-2, 8e-3)}
+FWD_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=5, min_speedup_vs_compile=2, source="issue 4 (H200)")
+BWD_TARGET = Target(min_pct_peak=80, source="issue 4 (H200)")
+NAME = "scaled_masked_softmax"
+
+# (shape, params): small enough for the CPU interpreter, covering what breaks naive kernels
+ACCURACY_POINTS: tuple[tuple[tuple[int, ...], dict], ...] = (
+    ((2, 3, 5, 7), {"mask": "batch", "density": 0.5}),
+    ((2, 2, 16, 33), {"mask": "batch", "density": 0.1}),
+    ((2, 2, 16, 33), {"mask": "shared", "density": 0.9}),
+    ((1, 2, 8, 128), {"mask": "none"}),
+    ((2, 1, 8, 100), {"mask": "batch", "density": 0.3, "dead_rows": 3}),
+    ((1, 2, 4, 64), {"mask": "batch", "density": 0.2, "magnitude": 300.0}),
+    ((1, 1, 4, 3000), {"mask": "batch", "density": 0.1}),
+    ((1, 1, 2, 1), {"mask": "none"}),
+    ((2, 2, 6, 48), {"mask": "batch", "density": 0.5, "mask_dtype": "uint8", "layout": "transposed"}),
+)
+CAUSAL_POINTS: tuple[tuple[int, ...], ...] = ((4, 37, 37), (1, 100, 100))
+LONG_ROW = ((1, 1, 2, 33000), {"mask": "batch", "density": 0.1})  # beyond one block on every vendor
+
+
+def _accuracy_cases() -> list[Case]:
+    cases = []
+    for dtype in ("fp32", "fp16", "bf16"):
+        tol = TOLERANCES[dtype]
+        for shape, extra in (*ACCURACY_POINTS, LONG_ROW):
+            for direction in ("fwd", "bwd"):
+                if shape == LONG_ROW[0] and direction == "bwd" and dtype != "fp32":
+                    continue
+                cases.append(Case.make(NAME, "masked", dtype, tol, shape=shape, direction=direction,
+                                       scale=0.125, **extra))
+        for shape in CAUSAL_POINTS:
+            for direction in ("fwd", "bwd"):
+                cases.append(Case.make(NAME, "causal", dtype, tol, shape=shape, direction=direction, scale=0.5))
+    return cases
+
+
+PERF_SHAPES = ((32, 16, 512, 512), (32, 16, 1024, 1024), (32, 16, 2048, 2048), (8, 16, 4096, 4096))
+
+
+def _perf_cases() -> list[Case]:
+    cases = []
+    for dtype in ("fp16", "bf16"):
+        for shape in PERF_SHAPES:
+            cases.append(Case.make(NAME, "masked", dtype, TOLERANCES[dtype], FWD_TARGET, trials=1, shape=shape,
+                                   direction="fwd", mask="batch", density=0.1, scale=0.125))
+            cases.append(Case.make(NAME, "masked", dtype, TOLERANCES[dtype], BWD_TARGET, trials=1, shape=shape,
+                                   direction="bwd", mask="batch", density=0.1, scale=0.125))
+        b, h, s, _ = PERF_SHAPES[2]
+        cases.append(Case.make(NAME, "causal", dtype, TOLERANCES[dtype], None, trials=1, shape=(b * h, s, s),
+                               direction="fwd", scale=0.125))
+    return cases
+
+
+def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
+    p = case.p
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = tuple(p["shape"])
+    dtype = case.torch_dtype
+    magnitude = p.get("magnitude", 4.0)
+    big = numel(shape) > 1 << 24
+    if big:  # perf-sized: generate on the device
+        dgen = torch.Generator(device=device).manual_seed(seed)
+        x = torch.randn(shape, generator=dgen, device=device, dtype=torch.float32).mul_(magnitude).to(dtype)
+    else:
+        x = (torch.randn(shape, generator=gen) * magnitude).to(dtype).to(device)
+    if p.get("layout") == "transposed":
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, non-contiguous strides
+    inputs: dict = {"x": x, "scale": p["scale"], "causal": case.variant == "causal", "mask": None}
+    if case.variant == "masked" and p.get("mask", "none") != "none":
+        mb = shape[0] if p["mask"] == "batch" else 1
+        mshape = (mb, 1, shape[2], shape[3])
+        if big:
+            mask = torch.rand(mshape, generator=dgen, device=device) < p["density"]
+        else:
+            mask = (torch.rand(mshape, generator=gen) < p["density"]).to(device)
+        if p.get("dead_rows"):
+            mask[:, :, : p["dead_rows"], :] = True
+        if p.get("mask_dtype") == "uint8":
+            mask = mask.to(torch.uint8)
+        inputs["mask"] = mask
+    if p["direction"] == "bwd":
+        if big:
+            inputs["dy"] = torch.randn(shape, generator=dgen, device=device, dtype=torch.float32).to(dtype)
+        else:
+            inputs["dy"] = torch.randn(shape, generator=gen).to(dtype).to(device)
+    return inputs
+
+
+def _apply(inputs: dict) -> torch.Tensor:
+    if inputs["causal"]:
+        return scaled_upper_triang_masked_softmax(inputs["x"], inputs["scale"])
+    return scaled_masked_softmax(inputs["x"], inputs["mask"], inputs["scale"])
+
+
+def _run(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
+    if case.p["direction"] == "fwd":
+        return (_apply(inputs),)
+    x = inputs["x"].detach().requires_grad_()
+    y = _apply({**inputs, "x": x})
+    (dx,) = torch.autograd.grad(y, x, inputs["dy"])
+    return (dx,)
+
+
+def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
+    y64 = reference_forward(inputs["x"], inputs["mask"], inputs["scale"], inputs["causal"])
+    if case.p["direction"] == "fwd":
+        return (y64,)
+    return (reference_backward(y64, inputs["dy"], inputs["scale"]),)
+
+
+def _implementations(case: Case, inputs: dict) -> dict:
+    x, mask, scale = inputs["x"], inputs["mask"], inputs["scale"]
+    if inputs["causal"]:
+        sq = x.shape[-1]
+        mask = torch.ones(sq, sq, dtype=torch.bool, device=x.device).triu(1)
+    if case.p["direction"] == "fwd":
+        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if inputs["causal"]
+                  else (lambda: scaled_masked_softmax_forward(x, mask, scale)))
+        compiled = torch.compile(eager_forward, dynamic=False)
+        return {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
+                COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+    y = eager_forward(x, mask, scale)
+    dy = inputs["dy"]
+    compiled = torch.compile(eager_backward, dynamic=False)
+    return {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale), EAGER_IMPL: lambda: eager_backward(y, dy, scale),
+            COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+
+
+def _bytes(case: Case) -> int:
+    p = case.p
+    shape = p["shape"]
+    n = numel(shape)
+    size = element_size(case.dtype)
+    if p["direction"] == "bwd":
+        return 3 * n * size  # read y and dy, write dx
+    if case.variant == "causal":
+        return 2 * n * size  # read input, write output (the masked half need not be read: this is an upper bound)
+    mask_bytes = 0
+    if p.get("mask", "none") != "none":
+        mb = shape[0] if p["mask"] == "batch" else 1
+        mask_bytes = mb * shape[2] * shape[3]
+    return 2 * n * size + mask_bytes
+
+
+def _flops(case: Case) -> int:
+    return 5 * numel(case.p["shape"])  # scale, max, exp, sum, divide
+
+
+SPEC = KernelSpec(
+    name=NAME,
+    variants=("masked", "causal"),
+    accuracy_cases=_accuracy_cases,
+    perf_cases=_perf_cases,
+    make_inputs=_make_inputs,
+    run=_run,
+    reference=_reference,
+    implementations=_implementations,
+    bytes_moved=_bytes,
+    flops=_flops,
+    doc=__doc__ or "",
+)
