@@ -67,6 +67,7 @@ def rmsnorm(backend: Backend, peak_tflops: float) -> None:
         for name, fn in {
             "fold": lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "fold_gamma"),
             "prologue": lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "prologue_gamma"),
+            "prepass": lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "rstd_prepass"),
             "cublas": lambda: torch.nn.functional.linear(x, w),
             "eager": lambda: frm.eager_rmsnorm_linear(x, w, g, None, 1e-6),
         }.items():
@@ -75,9 +76,29 @@ def rmsnorm(backend: Backend, peak_tflops: float) -> None:
         cfgs = {str(key[:3]): str(cfg) for key, cfg in best.items()}
         print(f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: " + ", ".join(
             f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())
-            + f"; fold/cublas {res['fold'] / res['cublas']:.3f}, prologue/cublas {res['prologue'] / res['cublas']:.3f}")
+            + f"; fold/cublas {res['fold'] / res['cublas']:.3f}, prepass/cublas {res['prepass'] / res['cublas']:.3f}")
         print("  autotuned:", cfgs)
         sys.stdout.flush()
+
+
+def softmax_check(backend: Backend, peak: float) -> None:
+    """The shipped configuration per shape, with and without the mask (where does the time go?)."""
+    dev = backend.device
+    print(f"\n{'shape':<24} {'mask fwd ms':>11} {'%':>5} {'no-mask ms':>10} {'%':>5} {'bwd ms':>7} {'%':>5}")
+    for shape in smx.PERF_SHAPES:
+        b, h, sq, sk = shape
+        x = torch.randn(shape, device=dev, dtype=torch.float16)
+        mask = torch.rand(b, 1, sq, sk, device=dev) < 0.1
+        dy = torch.randn_like(x)
+        y = smx.eager_forward(x, mask, 0.125)
+        n = x.numel()
+        tm = med(backend, lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
+        tn = med(backend, lambda: smx.scaled_masked_softmax_forward(x, None, 0.125))
+        tb = med(backend, lambda: smx.softmax_backward(y, dy, 0.125))
+        pm = (4 * n + b * sq * sk) / tm / 1e6 / peak * 100
+        print(f"{str(shape):<24} {tm:>11.3f} {pm:>5.1f} {tn:>10.3f} {4 * n / tn / 1e6 / peak * 100:>5.1f} "
+              f"{tb:>7.3f} {6 * n / tb / 1e6 / peak * 100:>5.1f}")
+        torch.cuda.empty_cache()
 
 
 def main() -> None:
@@ -90,6 +111,8 @@ def main() -> None:
         rmsnorm(backend, peaks["peak_tflops"])
     if "softmax" in which:
         softmax(backend, peaks["peak_gbps"])
+    if "softmax_check" in which:
+        softmax_check(backend, peaks["peak_gbps"])
 
 
 if __name__ == "__main__":

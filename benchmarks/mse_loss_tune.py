@@ -21,6 +21,9 @@ from collector.backends import Backend
 m = importlib.import_module("kernels.mse_loss")
 
 
+CONFIGS = [tuple(int(v) for v in c.split(",")) for c in sys.argv[1:]]  # e.g. 8192,8,4 to time just these
+
+
 def median_ms(backend: Backend, fn) -> float:  # noqa: ANN001
     return statistics.median(backend.time_samples(fn, rep_ms=60))
 
@@ -32,14 +35,17 @@ def sweep(backend: Backend, n: int, dtype: torch.dtype, peak_gbps: float) -> lis
     sms = torch.cuda.get_device_properties(backend.device).multi_processor_count
     nbytes = 2 * n * x.element_size()
     rows = []
-    for block, warps, waves in itertools.product((2048, 4096, 8192, 16384), (4, 8, 16), (1, 2, 4, 8)):
+    configs = CONFIGS or list(itertools.product((2048, 4096, 8192, 16384), (4, 8, 16), (1, 2, 4, 8)))
+    for block, warps, waves in configs:
         grid = min(sms * waves, triton.cdiv(n, block))
         partials = torch.empty(grid, device=backend.device, dtype=torch.float32)
 
+        counter = torch.zeros(1, dtype=torch.int32, device=backend.device)
+
         def run() -> None:
-            m._mse_persistent_kernel[(grid,)](x, y, partials, out, n, 1.0 / n, BLOCK=block, SINGLE=False,
+            m._mse_persistent_kernel[(grid,)](x, y, partials, out, counter, n, 1.0 / n, BLOCK=block, SINGLE=False,
+                                              FUSED_FINISH=True, FINISH_BLOCK=triton.next_power_of_2(grid),
                                               num_warps=warps)
-            m._mse_finish_kernel[(1,)](partials, out, grid, 1.0 / n, BLOCK=triton.next_power_of_2(grid))
 
         t = median_ms(backend, run)
         rows.append((block, warps, waves, t, nbytes / (t * 1e-3) / 1e9 / peak_gbps * 100))

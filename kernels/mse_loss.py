@@ -53,9 +53,12 @@ ATOMIC_BLOCKS = ((4095, 256), (1_048_575, 512), (None, 1024))
 ASCEND_PERSISTENT_BLOCKS = ((16_384, 1024), (131_072, 2048), (4_194_304, 4096), (None, 8192))
 # persistent on NVIDIA: BLOCK, warps and programs per SM, from the H200 sweep in
 # benchmarks/mse_loss_tune.py (see kernels/NOTES.md).
-CUDA_PERSISTENT = {"BLOCK": 4096, "num_warps": 8, "waves": 4}
+CUDA_PERSISTENT = {"BLOCK": 8192, "num_warps": 8, "waves": 4}
 CUDA_SMALL_N = 16_384  # up to this, one program does everything in one launch
 ELEMENTWISE_BLOCK = {"nvidia": 1024, "ascend": 4096, "cpu": 1024}
+# The last program to finish adds the partials (one launch instead of two). Off on Ascend until its
+# atomics' memory ordering has been checked on an NPU.
+FUSED_FINISH = {"nvidia": True, "ascend": False, "cpu": True}
 INTERPRETER_PERSISTENT_BLOCK = 1024
 
 
@@ -90,8 +93,8 @@ def _mse_atomic_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mse_persistent_kernel(x_ptr, y_ptr, partial_ptr, out_ptr, n, scale, BLOCK: tl.constexpr,
-                           SINGLE: tl.constexpr):
+def _mse_persistent_kernel(x_ptr, y_ptr, partial_ptr, out_ptr, count_ptr, n, scale, BLOCK: tl.constexpr,
+                           SINGLE: tl.constexpr, FUSED_FINISH: tl.constexpr, FINISH_BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -114,6 +117,14 @@ def _mse_persistent_kernel(x_ptr, y_ptr, partial_ptr, out_ptr, n, scale, BLOCK: 
         tl.store(out_ptr, (total * scale).to(out_ptr.dtype.element_ty))
     else:
         tl.store(partial_ptr + pid, total)
+        if FUSED_FINISH:
+            # acq_rel: our partial is visible before the count moves; the last program sees them all
+            done = tl.atomic_add(count_ptr, 1, sem="acq_rel")
+            if done == nprog - 1:
+                offs = tl.arange(0, FINISH_BLOCK)
+                partials = tl.load(partial_ptr + offs, mask=offs < nprog, other=0.0, cache_modifier=".cg")
+                tl.store(out_ptr, (tl.sum(partials, axis=0) * scale).to(out_ptr.dtype.element_ty))
+                tl.atomic_xchg(count_ptr, 0)  # ready for the next launch
 
 
 @triton.jit
@@ -186,6 +197,21 @@ def _persistent_plan(device: torch.device, n: int) -> tuple[int, int, int]:
     return grid, block, warps
 
 
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counter(device: torch.device) -> torch.Tensor:
+    """A zeroed int32 per device that the fused finish counts programs with (and resets to 0).
+
+    One per device: two persistent reductions running at once on different streams of one device
+    would share it, which this kernel does not support.
+    """
+    counter = _COUNTERS.get(device)
+    if counter is None:
+        counter = _COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return counter
+
+
 def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> torch.Tensor:
     n = x.numel()
     out = new_output((), x.dtype, x.device)
@@ -201,11 +227,17 @@ def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> t
         return out
     grid, block, warps = _persistent_plan(x.device, n)
     if grid == 1:
-        _mse_persistent_kernel[(1,)](xf, yf, out, out, n, scale, BLOCK=block, SINGLE=True, num_warps=warps)
+        _mse_persistent_kernel[(1,)](xf, yf, out, out, out, n, scale, BLOCK=block, SINGLE=True, FUSED_FINISH=False,
+                                     FINISH_BLOCK=1, num_warps=warps)
         return out
+    fused = FUSED_FINISH[vendor(x.device)]
     partials = new_output((grid,), torch.float32, x.device)
-    _mse_persistent_kernel[(grid,)](xf, yf, partials, out, n, scale, BLOCK=block, SINGLE=False, num_warps=warps)
-    _mse_finish_kernel[(1,)](partials, out, grid, scale, BLOCK=triton.next_power_of_2(grid))
+    finish_block = triton.next_power_of_2(grid)
+    _mse_persistent_kernel[(grid,)](xf, yf, partials, out, _counter(x.device) if fused else out, n, scale,
+                                    BLOCK=block, SINGLE=False, FUSED_FINISH=fused, FINISH_BLOCK=finish_block,
+                                    num_warps=warps)
+    if not fused:
+        _mse_finish_kernel[(1,)](partials, out, grid, scale, BLOCK=finish_block)
     return out
 
 
