@@ -182,10 +182,11 @@ def run_collection(opts: Options) -> dict[str, Any]:
     errored: set[WorkItem] = set()
     status = "complete"
     described: dict[str, Any] = {}
+    dispatcher = Dispatcher(items)
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job still leaves its artifact
     try:
         described = _describe(handles[0])
         peaks = {k: described["hardware"].get(k) for k in ("peak_gbps", "peak_tflops")}
-        dispatcher = Dispatcher(items)
         bar = _progress(len(items), opts.progress)
         while not dispatcher.finished:
             for h in handles:
@@ -230,19 +231,25 @@ def run_collection(opts: Options) -> dict[str, Any]:
         bar.close()
         results = dict(dispatcher.results())
     except KeyboardInterrupt:
-        status = "failed"
-        notes.append("interrupted")
+        status = "failed" if not dispatcher.partial_results() else "partial"
+        notes.append("interrupted: cases not run are missing")
+        results = dict(dispatcher.partial_results())
     except RuntimeError as exc:
         status = "failed"
         notes.append(str(exc))
     finally:
+        signal.signal(signal.SIGTERM, previous_term)
         for h in handles:
             h.stop()
-    if status != "failed" and errored:
+    if status == "complete" and errored:
         status = "partial"
     if not described:
         described = {"hardware": _unknown_hardware(device), "versions": {}}
     return assemble(opts, device, commit, described, started, status, results, cases, notes)
+
+
+def _interrupt(signum, frame) -> None:  # noqa: ANN001
+    raise KeyboardInterrupt
 
 
 def _unknown_hardware(device: str) -> dict[str, Any]:

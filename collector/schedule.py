@@ -52,6 +52,10 @@ class Dispatcher:
     def busy_workers(self) -> list[int]:
         return list(self._in_flight)
 
+    def partial_results(self) -> list[tuple[Hashable, Any]]:
+        """The results so far, in item order (an interrupted run keeps these)."""
+        return [(i, self._results[i]) for i in self.items if i in self._results]
+
     def results(self) -> list[tuple[Hashable, Any]]:
         """Results in the order the items were given; raises if any item has none."""
         missing = [i for i in self.items if i not in self._results]

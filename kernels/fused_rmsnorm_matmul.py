@@ -437,5 +437,7 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
+    profile_kernel=lambda case: "_fused_rmsnorm_matmul_kernel",
+    bound="compute",
     doc=__doc__ or "",
 )

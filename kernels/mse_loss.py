@@ -453,6 +453,7 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
+    profile_kernel=lambda case: "_mse_atomic_kernel" if case.variant == "atomic" else "_mse_persistent_kernel",
     doc=__doc__ or "",
 )
 

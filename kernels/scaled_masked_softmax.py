@@ -52,7 +52,7 @@ LOOP_BLOCK = {"nvidia": 4096, "ascend": 4096, "cpu": 2048}
 
 
 def _warps(tile: int) -> int:
-    return 4 if tile <= 1024 else 8 if tile <= 8192 else 16
+    return 4 if tile <= 1024 or tile == 4096 else 8 if tile <= 8192 else 16
 
 
 @functools.lru_cache(maxsize=512)
@@ -90,10 +90,21 @@ def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, sc
 
 
 @triton.jit
+def _program_rows(pid, sq, H, ROWS: tl.constexpr):
+    """Rows of one program, heads fastest: the programs that read one mask row run side by side,
+    so the mask (shared by every head) comes from L2 after its first read."""
+    h = pid % H
+    t = pid // H
+    q_blocks = tl.cdiv(sq, ROWS)
+    q = (t % q_blocks) * ROWS + tl.arange(0, ROWS)
+    b = t // q_blocks
+    return (b * H + h) * sq + q, q < sq
+
+
+@triton.jit
 def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
-    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_mask = row < n_rows
+    row, row_mask = _program_rows(tl.program_id(0), sq, H, ROWS)
     cols = tl.arange(0, BLOCK_N)
     z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                     HAS_MASK, CAUSAL)
@@ -110,8 +121,7 @@ def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq
 @triton.jit
 def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
                                BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
-    row = tl.program_id(0) + tl.arange(0, 1)
-    row_mask = row < n_rows
+    row, row_mask = _program_rows(tl.program_id(0), sq, H, 1)
     m_run = tl.full([1], float("-inf"), tl.float32)
     s_run = tl.zeros([1], tl.float32)
     for start in range(0, sk, BLOCK_N):
@@ -211,8 +221,9 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: b
     rows, block_n, warps, single = _plan(vendor(x.device), sk)
     args = (x, m, y, n_rows, sk, sq, heads, mask_sb, sk, float(scale) * LOG2E)
     if single:
-        _softmax_fwd_kernel[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK_N=block_n, HAS_MASK=has_mask,
-                                                           CAUSAL=causal, num_warps=warps)
+        grid = (n_rows // (sq * heads) * heads * triton.cdiv(sq, rows),)
+        _softmax_fwd_kernel[grid](*args, ROWS=rows, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
+                                  num_warps=warps)
     else:
         _softmax_fwd_looped_kernel[(n_rows,)](*args, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
                                               num_warps=warps)
@@ -498,5 +509,6 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
+    profile_kernel=lambda case: "_softmax_bwd" if case.p["direction"] == "bwd" else "_softmax_fwd",
     doc=__doc__ or "",
 )

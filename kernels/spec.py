@@ -130,6 +130,7 @@ class KernelSpec:
     * ``implementations(case, inputs)``: implementation name -> zero-argument callable to time;
       must include ``"triton"`` and ``"torch_eager"``.
     * ``bytes_moved`` / ``flops``: the minimum traffic and arithmetic of a case (roofline).
+    * ``profile_kernel``: a regex of the Triton kernel name(s) a profiler should look at.
     """
 
     name: str
@@ -142,6 +143,8 @@ class KernelSpec:
     implementations: Callable[[Case, Inputs], dict[str, Runner]]
     bytes_moved: Callable[[Case], int]
     flops: Callable[[Case], int] = field(default=lambda case: 0)
+    profile_kernel: Callable[[Case], str] = field(default=lambda case: ".")
+    bound: str = "memory"  # or "compute": which profiler ideals apply
     doc: str = ""
 
     def baseline_key(self, case: Case) -> str:

@@ -1,0 +1,243 @@
+"""Profiler counters per perf case: Nsight Compute on CUDA, torch_npu's profiler on Ascend.
+
+Never timed under a profiler: the case is profiled after its timing, in a separate process
+(``python -m collector.profile_target``) that warms the kernel up and runs it once more inside an
+NVTX range, which is the only launch ``ncu`` collects. A machine without the profiler records why
+(one metric row with an ``error``) and the suite carries on.
+
+Ascend: three ``torch_npu.profiler`` passes at ``ProfilerLevel.Level1`` (PipeUtilization,
+ResourceConflictRatio, L2Cache) whose ``kernel_details.csv`` rows for the case's Triton kernel are
+parsed by :func:`parse_ascend_csv`. Written against the documented formats; never run on an NPU here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+NCU_TIMEOUT_S = 240
+NVTX_RANGE = "kernelwatch_profile"
+
+# ncu metric -> (short name, unit, ideal for memory-bound, ideal for compute-bound)
+NCU_METRICS: dict[str, tuple[str, str, str | None, str | None]] = {
+    "gpu__time_duration.sum": ("duration_ns", "ns", None, None),
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput_pct", "%", ">80", None),
+    "dram__bytes_read.sum": ("dram_bytes_read", "byte", None, None),
+    "dram__bytes_write.sum": ("dram_bytes_write", "byte", None, None),
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("sm_throughput_pct", "%", None, ">80"),
+    "lts__t_sector_hit_rate.pct": ("l2_hit_rate_pct", "%", None, None),
+    "lts__t_sector_op_write_hit_rate.pct": ("l2_write_hit_rate_pct", "%", None, None),
+}
+
+# Ascend metric columns (ratios in [0, 1]) -> (ideal from the design documents)
+ASCEND_RATIOS: dict[str, str | None] = {
+    "aiv_vec_ratio": "<0.3",
+    "aiv_mte2_ratio": ">0.8",
+    "aiv_mte3_ratio": "<0.01",
+    "aiv_scalar_ratio": None,
+    "aiv_vec_wait_ratio": "<0.4",
+}
+ASCEND_PASSES = ("PipeUtilization", "ResourceConflictRatio", "L2Cache")
+
+
+class ProfileError(RuntimeError):
+    """A profiler output that cannot be read; the message names the file and what is wrong."""
+
+
+def meets(ideal: str | None, value: float | None) -> bool | None:
+    if ideal is None or value is None:
+        return None
+    bound = float(ideal[1:])
+    return value > bound if ideal[0] == ">" else value < bound
+
+
+def _number(text: str) -> float | None:
+    text = text.strip().replace(",", "")
+    if text.lower() in ("", "n/a", "nan", "-"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def metric(source: str, name: str, value: float | None, unit: str | None, ideal: str | None = None,
+           error: str | None = None) -> dict[str, Any]:
+    return {"source": source, "name": name, "value": value, "unit": unit, "ideal": ideal,
+            "meets_ideal": meets(ideal, value), "error": error}
+
+
+# ---------------------------------------------------------------------------------------------
+# Nsight Compute
+# ---------------------------------------------------------------------------------------------
+def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory") -> list[dict[str, Any]]:
+    """Metric rows of the first profiled kernel in ``ncu --csv`` output.
+
+    Tolerates the ``==PROF==``/``==WARNING==`` preamble, thousands separators, ``n/a`` and extra
+    columns that newer versions append.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ProfileError(f"{source}: no ncu CSV header (a line starting with \"ID\") found")
+    reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
+    needed = {"ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"}
+    missing = needed - set(reader.fieldnames or ())
+    if missing:
+        raise ProfileError(f"{source}: ncu CSV lacks column(s) {', '.join(sorted(missing))}")
+    rows = [r for r in reader if r.get("Metric Name")]
+    if not rows:
+        raise ProfileError(f"{source}: ncu CSV has a header but no metric rows (did the kernel name match?)")
+    first = rows[0]["ID"]
+    found: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["ID"] != first or r["Metric Name"] not in NCU_METRICS:
+            continue
+        short, unit, mem_ideal, cmp_ideal = NCU_METRICS[r["Metric Name"]]
+        ideal = mem_ideal if bound == "memory" else cmp_ideal
+        value = _number(r["Metric Value"])
+        found[short] = metric("ncu", short, value, r["Metric Unit"] or unit, ideal,
+                              None if value is not None else f"ncu reported {r['Metric Value']!r}")
+    for name, (short, unit, mem_ideal, cmp_ideal) in NCU_METRICS.items():
+        if short not in found:
+            found[short] = metric("ncu", short, None, unit, mem_ideal if bound == "memory" else cmp_ideal,
+                                  f"{name} absent from the ncu output")
+    return [found[NCU_METRICS[n][0]] for n in NCU_METRICS]
+
+
+def ncu_command(ncu: str, kernel_regex: str, target: list[str]) -> list[str]:
+    return [ncu, "--csv", "--clock-control", "none", "--metrics", ",".join(NCU_METRICS),
+            "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--kernel-name", f"regex:{kernel_regex}",
+            "--launch-count", "1", *target]
+
+
+def profile_cuda(kernel: str, case_key: str, device: str, extra_modules: tuple[str, ...], kernel_regex: str,
+                 bound: str) -> list[dict[str, Any]]:
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return [metric("ncu", "ncu", None, None, error="ncu is not on the PATH: no counters recorded")]
+    target = [sys.executable, "-m", "collector.profile_target", kernel, case_key, device, *extra_modules]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    try:
+        out = subprocess.run(ncu_command(ncu, kernel_regex, target), capture_output=True, text=True,
+                             timeout=NCU_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return [metric("ncu", "ncu", None, None, error=f"ncu did not finish in {NCU_TIMEOUT_S} s")]
+    text = out.stdout + "\n" + out.stderr
+    if "ERR_NVGPUCTRPERM" in text or "permission" in text.lower() and "counter" in text.lower():
+        return [metric("ncu", "ncu", None, None, error="no permission to read GPU performance counters")]
+    try:
+        return parse_ncu_csv(out.stdout, f"ncu for {case_key}", bound)
+    except ProfileError as exc:
+        tail = " | ".join(line for line in text.splitlines()[-3:] if line.strip())[:300]
+        return [metric("ncu", "ncu", None, None, error=f"{exc} (exit {out.returncode}: {tail})")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ascend (torch_npu profiler)
+# ---------------------------------------------------------------------------------------------
+NAME_COLUMNS = ("Name", "Op Name", "OP Type", "Type")  # a Triton kernel's name shows in either
+DURATION_COLUMNS = ("Duration(us)", "Task Duration(us)")
+BLOCK_COLUMNS = ("Block Dim", "Block Num")
+
+
+def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if name in row:
+            return row[name]
+    return None
+
+
+def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details.csv") -> dict[str, float | None]:
+    """Mean of each metric column over the rows whose name matches ``kernel_regex``.
+
+    Reads ``kernel_details.csv`` (torch_npu) and ``op_summary_*.csv`` (msprof) alike: ``Name`` or
+    ``Op Name``, ``Block Dim`` or ``Block Num``, an optional leading ``Step Id``. A metric column
+    that is absent maps to None (missing), never to 0.
+    """
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    fields = reader.fieldnames or []
+    name_columns = [c for c in NAME_COLUMNS if c in fields]
+    if not name_columns:
+        raise ProfileError(f"{source}: no Name, Op Name, OP Type or Type column "
+                           f"(columns: {', '.join(fields[:6]) or 'none'})")
+    pattern = re.compile(kernel_regex)
+    rows = [r for r in reader if any(pattern.search(r.get(c) or "") for c in name_columns)]
+    if not rows:
+        raise ProfileError(f"{source}: no row for a kernel matching {kernel_regex!r}")
+    wanted = [*ASCEND_RATIOS, "aiv_write_cache_hit", "aiv_write_cache_miss_allocate"]
+    out: dict[str, float | None] = {}
+    for column in wanted:
+        values = [_number(r[column]) for r in rows if column in r]
+        values = [v for v in values if v is not None]
+        out[column] = sum(values) / len(values) if values else None
+    durations = [_number(_pick(r, DURATION_COLUMNS) or "") for r in rows]
+    durations = [d for d in durations if d is not None]
+    out["duration_us"] = sum(durations) / len(durations) if durations else None
+    blocks = [_number(_pick(r, BLOCK_COLUMNS) or "") for r in rows]
+    out["block_dim"] = next((b for b in blocks if b is not None), None)
+    return out
+
+
+def ascend_metrics(parsed: dict[str, float | None]) -> list[dict[str, Any]]:
+    rows = []
+    for name, ideal in ASCEND_RATIOS.items():
+        value = parsed.get(name)
+        rows.append(metric("torch_npu", name, value, "ratio", ideal,
+                           None if value is not None else f"{name} absent from the profiler output"))
+    hit, miss = parsed.get("aiv_write_cache_hit"), parsed.get("aiv_write_cache_miss_allocate")
+    rate = hit / (hit + miss) if hit is not None and miss is not None and hit + miss > 0 else None
+    rows.append(metric("torch_npu", "l2_write_hit_rate", rate, "ratio", None,
+                       None if rate is not None else "L2Cache pass columns absent"))
+    rows.append(metric("torch_npu", "duration_us", parsed.get("duration_us"), "us"))
+    rows.append(metric("torch_npu", "block_dim", parsed.get("block_dim"), None))
+    return rows
+
+
+def profile_npu(run_once, kernel_regex: str) -> list[dict[str, Any]]:  # noqa: ANN001
+    """Three profiler passes over ``run_once`` (never run on an NPU in this project's own CI)."""
+    try:
+        import torch_npu
+    except ImportError:
+        return [metric("torch_npu", "torch_npu", None, None, error="torch_npu is not importable")]
+    merged: dict[str, float | None] = {}
+    for group in ASCEND_PASSES:
+        folder = Path(tempfile.mkdtemp(prefix=f"kw-npu-{group}-"))
+        try:
+            config = torch_npu.profiler._ExperimentalConfig(
+                profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
+                aic_metrics=getattr(torch_npu.profiler.AiCMetrics, group))
+            with torch_npu.profiler.profile(
+                    activities=[torch_npu.profiler.ProfilerActivity.NPU], experimental_config=config,
+                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(folder))):
+                run_once()
+            found = sorted(folder.rglob("ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
+            if not found:
+                raise ProfileError(f"{folder}: no ASCEND_PROFILER_OUTPUT/kernel_details.csv was written")
+            parsed = parse_ascend_csv(found[-1].read_text(), kernel_regex, str(found[-1]))
+            merged.update({k: v for k, v in parsed.items() if v is not None or k not in merged})
+        except (ProfileError, AttributeError, RuntimeError) as exc:
+            return [metric("torch_npu", "torch_npu", None, None, error=f"{group} pass: {exc}")]
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return ascend_metrics(merged)
+
+
+def profile_case(spec, case, backend, extra_modules: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN001
+    """Counters for one perf case's kernel on the worker's device; [] on the CPU."""
+    regex = spec.profile_kernel(case)
+    if backend.kind == "cuda":
+        return profile_cuda(spec.name, case.key, str(backend.device), extra_modules, regex, spec.bound)
+    if backend.kind == "npu":
+        from collector.profile_target import runner
+
+        return profile_npu(runner(spec, case, backend.device), regex)
+    return []
