@@ -72,20 +72,24 @@ def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
 @triton.jit
 def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
-    """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds."""
-    col_ok = cols[None, :] < sk
-    valid = row_mask[:, None] & col_ok
+    """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds.
+
+    The input load does not depend on the mask's values, so both loads are in flight together
+    (making x's load wait for the mask doubled the memory latency per tile: kernels/NOTES.md).
+    """
+    inb = row_mask[:, None] & (cols[None, :] < sk)
+    valid = inb
     if CAUSAL:
         q = row % sq
-        valid = valid & (cols[None, :] <= q[:, None])
+        valid = valid & (cols[None, :] <= q[:, None])  # arithmetic only: the masked half is never read
+    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=valid, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
     if HAS_MASK:
         b = row // (H * sq)
         q = row % sq
         m_offs = b[:, None].to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * mask_sq + cols[None, :]
-        masked = tl.load(m_ptr + m_offs, mask=row_mask[:, None] & col_ok, other=1)
+        masked = tl.load(m_ptr + m_offs, mask=inb, other=1)
         valid = valid & (masked == 0)
-    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=valid, other=0.0,
-                eviction_policy="evict_first").to(tl.float32)
     return tl.where(valid, x * scale2, float("-inf"))
 
 
