@@ -188,3 +188,99 @@ def profiler_metrics(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     with Session(engine) as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Dashboard and gate queries
+# ---------------------------------------------------------------------------------------------
+def kernel_names(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [k for (k,) in conn.execute(select(Case.kernel).distinct().order_by(Case.kernel))]
+
+
+def recent_runs(engine: Engine, fingerprint: str, last: int, kernel: str | None = None) -> list[dict[str, Any]]:
+    """The last ``last`` complete or partial runs on one hardware, oldest first (commit order).
+
+    With ``kernel``, only runs that measured that kernel (runs may cover a subset of kernels).
+    """
+    stmt = (
+        select(Run, Hardware)
+        .join(Hardware)
+        .where(Hardware.fingerprint == fingerprint, Run.status.in_(("complete", "partial")))
+    )
+    if kernel:
+        has_kernel = (
+            select(PerfResult.id)
+            .join(Case, Case.id == PerfResult.case_id)
+            .where(PerfResult.run_id == Run.id, Case.kernel == kernel)
+            .exists()
+        )
+        has_acc = (
+            select(AccuracyResult.id)
+            .join(Case, Case.id == AccuracyResult.case_id)
+            .where(AccuracyResult.run_id == Run.id, Case.kernel == kernel)
+            .exists()
+        )
+        stmt = stmt.where(or_(has_kernel, has_acc))
+    stmt = stmt.order_by(*(c.desc() for c in _commit_order())).limit(last)
+    with Session(engine) as conn:
+        rows = [_run_dict(r, h) for r, h in conn.execute(stmt)]
+    return rows[::-1]
+
+
+def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, implementations: tuple[str, ...] = (),
+              with_samples: bool = False) -> list[dict[str, Any]]:
+    """Perf results of some runs (one index probe per run), with their case's fields."""
+    if not run_ids:
+        return []
+    cols = [PerfResult.run_id, PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms,
+            PerfResult.min_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak, PerfResult.bytes,
+            PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
+            PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype, Case.params]
+    if with_samples:
+        cols.append(PerfResult.samples_ms)
+    stmt = select(*cols).join(Case, Case.id == PerfResult.case_id).where(PerfResult.run_id.in_(run_ids))
+    if kernel:
+        stmt = stmt.where(Case.kernel == kernel)
+    if implementations:
+        stmt = stmt.where(PerfResult.implementation.in_(implementations))
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def accuracy_rows(engine: Engine, run_ids: list[str], kernel: str | None = None) -> list[dict[str, Any]]:
+    if not run_ids:
+        return []
+    stmt = (
+        select(AccuracyResult.run_id, AccuracyResult.max_abs_err, AccuracyResult.max_rel_err, AccuracyResult.rtol,
+               AccuracyResult.atol, AccuracyResult.error_budget, AccuracyResult.nan_mismatches,
+               AccuracyResult.passed, AccuracyResult.error, Case.key.label("case"), Case.kernel, Case.variant,
+               Case.dtype)
+        .join(Case, Case.id == AccuracyResult.case_id)
+        .where(AccuracyResult.run_id.in_(run_ids))
+    )  # fmt: skip
+    if kernel:
+        stmt = stmt.where(Case.kernel == kernel)
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None) -> list[dict[str, Any]]:
+    if not run_ids:
+        return []
+    stmt = (
+        select(ProfilerMetric.run_id, ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
+               ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error,
+               Case.key.label("case"), Case.kernel)
+        .join(Case, Case.id == ProfilerMetric.case_id)
+        .where(ProfilerMetric.run_id.in_(run_ids))
+    )  # fmt: skip
+    if kernel:
+        stmt = stmt.where(Case.kernel == kernel)
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def find_runs_by_prefix(engine: Engine, prefix: str, limit: int = 2) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Run.id).where(Run.id.startswith(prefix)).limit(limit)).scalars())

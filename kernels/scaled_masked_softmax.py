@@ -71,7 +71,7 @@ def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
     """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds.
 
     The input load does not depend on the mask's values, so both loads are in flight together
@@ -83,7 +83,7 @@ def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, sc
         q = row % sq
         valid = valid & (cols[None, :] <= q[:, None])  # arithmetic only: the masked half is never read
     x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=valid, other=0.0,
-                eviction_policy="evict_first").to(tl.float32)
+                eviction_policy="evict_first").to(ACC)
     if HAS_MASK:
         b = row // (H * sq)
         q = row % sq
@@ -107,11 +107,12 @@ def _program_rows(pid, sq, H, ROWS: tl.constexpr):
 
 @triton.jit
 def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                        ACC: tl.constexpr):
     row, row_mask = _program_rows(tl.program_id(0), sq, H, ROWS)
     cols = tl.arange(0, BLOCK_N)
     z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                    HAS_MASK, CAUSAL)
+                    HAS_MASK, CAUSAL, ACC)
     m = tl.max(z, axis=1)
     m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
     e = tl.exp2(z - m[:, None])
@@ -124,14 +125,15 @@ def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq
 
 @triton.jit
 def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                               ACC: tl.constexpr):
     row, row_mask = _program_rows(tl.program_id(0), sq, H, 1)
-    m_run = tl.full([1], float("-inf"), tl.float32)
-    s_run = tl.zeros([1], tl.float32)
+    m_run = tl.full([1], float("-inf"), ACC)
+    s_run = tl.zeros([1], ACC)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                        HAS_MASK, CAUSAL)
+                        HAS_MASK, CAUSAL, ACC)
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         s_run = s_run * tl.exp2(m_run - m_safe) + tl.sum(tl.exp2(z - m_safe[:, None]), axis=1)
@@ -141,48 +143,54 @@ def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, 
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                        HAS_MASK, CAUSAL)
+                        HAS_MASK, CAUSAL, ACC)
         y = tl.exp2(z - m_safe[:, None]) * inv[:, None]
         out = y_ptr + row[:, None].to(tl.int64) * sk + cols[None, :]
         tl.store(out, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < sk))
 
 
 @triton.jit
-def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                        ACC: tl.constexpr):
     row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     ok = (row < n_rows)[:, None] & (cols[None, :] < sk)
     offs = row[:, None].to(tl.int64) * sk + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=ok, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(ACC)
     dot = tl.sum(y * dy, axis=1)
     dx = scale * y * (dy - dot[:, None])
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr):
+def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    dot = tl.zeros([BLOCK_N], tl.float32)
+    dot = tl.zeros([BLOCK_N], ACC)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < sk
-        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
+        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
         dot += y * dy
     total = tl.sum(dot, axis=0)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < sk
-        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
+        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
         tl.store(dx_ptr + row * sk + cols, (scale * y * (dy - total)).to(dx_ptr.dtype.element_ty), mask=ok)
 
 
 # ---------------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------------
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # fp64: gradcheck
+
+
+def _acc(dtype: torch.dtype):  # noqa: ANN202
+    """fp32 arithmetic for every dtype but fp64 (which exists so gradcheck can be exact)."""
+    return tl.float64 if dtype == torch.float64 else tl.float32
 
 
 def _check_input(x: torch.Tensor, rank: int, name: str) -> None:
@@ -192,7 +200,7 @@ def _check_input(x: torch.Tensor, rank: int, name: str) -> None:
         shape = "[b, h, sq, sk]" if rank == 4 else "[attn_batches, sq, sq]"
         raise ValueError(f"{name}: input must be {shape} ({rank}-d), got shape {tuple(x.shape)}")
     if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: dtype {x.dtype} is not supported (fp16, bf16, fp32)")
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported (fp16, bf16, fp32; fp64 for gradcheck)")
 
 
 def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -227,10 +235,10 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: b
     if single:
         grid = (n_rows // (sq * heads) * heads * triton.cdiv(sq, rows),)
         _softmax_fwd_kernel[grid](*args, ROWS=rows, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
-                                  num_warps=warps)
+                                  ACC=_acc(x.dtype), num_warps=warps)
     else:
         _softmax_fwd_looped_kernel[(n_rows,)](*args, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
-                                              num_warps=warps)
+                                              ACC=_acc(x.dtype), num_warps=warps)
     return y
 
 
@@ -245,9 +253,10 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.T
     rows, block_n, warps, single = _plan(vendor(y.device), sk)
     if single:
         _softmax_bwd_kernel[(triton.cdiv(n_rows, rows),)](y, dy, dx, n_rows, sk, float(scale), ROWS=rows,
-                                                           BLOCK_N=block_n, num_warps=warps)
+                                                           BLOCK_N=block_n, ACC=_acc(y.dtype), num_warps=warps)
     else:
-        _softmax_bwd_looped_kernel[(n_rows,)](y, dy, dx, n_rows, sk, float(scale), BLOCK_N=block_n, num_warps=warps)
+        _softmax_bwd_looped_kernel[(n_rows,)](y, dy, dx, n_rows, sk, float(scale), BLOCK_N=block_n,
+                                              ACC=_acc(y.dtype), num_warps=warps)
     return dx
 
 

@@ -1,0 +1,120 @@
+"""Fused RMSNorm + MatMul on the CPU through Triton's interpreter."""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from collector.accuracy import compare  # noqa: E402
+from kernels.fused_rmsnorm_matmul import (  # noqa: E402
+    FOLDED,
+    SPEC,
+    VARIANTS,
+    FusedRMSLinear,
+    fused_rmsnorm_matmul,
+    tolerance,
+)
+
+DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
+
+
+def _ref(x, w, g, b, eps=1e-6):  # noqa: ANN001, ANN202
+    x, w, g = x.double(), w.double(), g.double()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g) @ w.t()
+    return y + b.double() if b is not None else y
+
+
+def _inputs(m_shape, n, dtype, seed=0):  # noqa: ANN001, ANN202
+    gen = torch.Generator().manual_seed(seed)
+    k = m_shape[-1]
+    x = (torch.randn(m_shape, generator=gen) * 2).to(dtype)
+    w = (torch.randn(n, k, generator=gen) / math.sqrt(k)).to(dtype)
+    g = (1 + 0.5 * torch.rand(k, generator=gen)).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype)
+    return x, w, g, b
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name,dtype", DTYPES)
+@pytest.mark.parametrize("m_shape,n", [((1, 64), 16), ((17, 100), 33), ((2, 3, 48), 20)])
+def test_forward_matches_float64(variant, name, dtype, m_shape, n) -> None:  # noqa: ANN001
+    x, w, g, b = _inputs(m_shape, n, dtype)
+    y = fused_rmsnorm_matmul(x, w, g, b, variant=variant)
+    assert y.shape == (*m_shape[:-1], n) and y.dtype == dtype
+    tol = tolerance(name, m_shape[-1])
+    errs = compare(y, _ref(x, w, g, b), tol.rtol, tol.atol)
+    assert errs["nan_mismatches"] == 0 and errs["error_budget"] <= 1, errs
+
+
+def test_tolerance_grows_with_sqrt_k() -> None:
+    assert tolerance("fp16", 64 * 4).atol == pytest.approx(2 * tolerance("fp16", 64).atol)
+    assert tolerance("fp16", 8192).rtol == tolerance("fp16", 64).rtol
+
+
+def test_non_contiguous_x_and_no_bias() -> None:
+    x, w, g, _ = _inputs((40, 32), 24, torch.float32)
+    xt = x.t().contiguous().t()
+    assert not xt.is_contiguous()
+    torch.testing.assert_close(fused_rmsnorm_matmul(xt, w, g).double(), _ref(x, w, g, None), rtol=1e-4, atol=1e-5)
+
+
+def test_backward_for_x_weight_gamma_and_bias() -> None:
+    x, w, g, b = (t.requires_grad_() for t in _inputs((6, 40), 12, torch.float32))
+    dy = torch.randn(6, 12)
+    grads = torch.autograd.grad(fused_rmsnorm_matmul(x, w, g, b), (x, w, g, b), dy)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, g, b)]
+    ref = torch.autograd.grad(_ref(*leaves), leaves, dy.double())
+    for got, want in zip(grads, ref):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_module_holds_gamma_weight_bias_and_matches_the_function() -> None:
+    layer = FusedRMSLinear(48, 20)
+    assert {n for n, _ in layer.named_parameters()} == {"gamma", "weight", "bias"}
+    x = torch.randn(3, 48)
+    torch.testing.assert_close(layer(x).double(), _ref(x, layer.weight.detach(), layer.gamma.detach(),
+                                                       layer.bias.detach()), rtol=1e-4, atol=1e-5)
+    assert FusedRMSLinear(8, 4, bias=False).bias is None
+
+
+def test_folded_weight_cache_is_invalidated_by_in_place_updates() -> None:
+    x, w, g, _ = _inputs((5, 32), 8, torch.float32)
+    FOLDED.clear()
+    first = fused_rmsnorm_matmul(x, w, g)
+    assert torch.equal(fused_rmsnorm_matmul(x, w, g), first)  # served from the cache
+    with torch.no_grad():
+        g.mul_(2.0)
+    torch.testing.assert_close(fused_rmsnorm_matmul(x, w, g).double(), _ref(x, w, g, None), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        w.add_(0.5)
+    torch.testing.assert_close(fused_rmsnorm_matmul(x, w, g).double(), _ref(x, w, g, None), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "args,exc,message",
+    [
+        ((torch.randn(2, 8), torch.randn(4, 9), torch.randn(8)), ValueError, "K mismatch"),
+        ((torch.randn(2, 8), torch.randn(4, 8), torch.randn(9)), ValueError, "K mismatch"),
+        ((torch.randn(2, 8), torch.randn(4, 8).half(), torch.randn(8)), TypeError, "dtype"),
+        ((torch.randn(2, 8).int(), torch.randn(4, 8).int(), torch.randn(8).int()), TypeError, "not supported"),
+    ],
+)
+def test_bad_arguments_get_clear_errors(args, exc, message) -> None:  # noqa: ANN001
+    with pytest.raises(exc, match=message):
+        fused_rmsnorm_matmul(*args)
+    with pytest.raises(ValueError, match="bias shape"):
+        fused_rmsnorm_matmul(torch.randn(2, 8), torch.randn(4, 8), torch.randn(8), torch.randn(5))
+
+
+def test_spec_perf_cases_and_flops() -> None:
+    perf = SPEC.perf_cases()
+    shapes = {(c.p["shape"], c.p["n"]) for c in perf}
+    assert ((1024, 8192), 4096) in shapes and ((16, 8192), 8192) in shapes and ((4, 512, 4096), 4096) in shapes
+    big = next(c for c in perf if c.p["shape"] == (1024, 8192) and c.variant == "fold_gamma")
+    assert SPEC.flops(big) >= 2 * 1024 * 8192 * 4096
+    assert big.target.max_ratio_to == ("cublas_linear", 1.05)
