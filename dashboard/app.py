@@ -1,13 +1,25 @@
-"""KernelWatch dashboard entry point (placeholder until the pages land)."""
+"""KernelWatch dashboard: `kernelwatch dashboard` or `streamlit run dashboard/app.py`.
 
-import os
+Reads the database named by KERNELWATCH_DB read-only, through ``db.queries`` only.
+"""
 
-import streamlit as st
+import sys
+from pathlib import Path
 
-from db.engine import open_database
-from db.queries import list_runs
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-st.set_page_config(page_title="KernelWatch", layout="wide")
-st.title("KernelWatch")
-engine = open_database(os.environ.get("KERNELWATCH_DB"), readonly=True)
-st.dataframe(list_runs(engine, limit=50))
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="KernelWatch", page_icon="⏱", layout="wide")
+here = Path(__file__).parent / "views"  # not "pages/": that name turns on Streamlit's legacy multipage mode
+pages = [
+    st.Page(str(here / "overview.py"), title="Overview", url_path="overview", default=True),
+    st.Page(str(here / "performance.py"), title="Performance", url_path="performance"),
+    st.Page(str(here / "roofline.py"), title="Roofline", url_path="roofline"),
+    st.Page(str(here / "profiler.py"), title="Profiler", url_path="profiler"),
+    st.Page(str(here / "accuracy.py"), title="Accuracy", url_path="accuracy"),
+    st.Page(str(here / "compare.py"), title="Compare", url_path="compare"),
+]
+st.navigation(pages).run()

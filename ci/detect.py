@@ -1,0 +1,145 @@
+"""Regression detection: a candidate against its baseline, and change points in a case's history.
+
+Pure Python + NumPy/SciPy (no torch, no database), so the gate, the dashboard and the evaluation
+benchmark share it.
+
+* :func:`compare_case`: a case regresses when its slowdown is larger than a minimum effect AND
+  statistically supported twice over: within the two runs (one-sided Mann-Whitney U on the timing
+  samples) and against the case's own run-to-run noise on this hardware (an empirical p-value of the
+  candidate's log-ratio among the history's deviations from their rolling median). Cases with
+  heavy-tailed history (launch-bound cases with 2-6x outlier runs) thereby need a larger step.
+* :func:`benjamini_hochberg`: false-discovery control across the hundreds of cases of a run.
+* :func:`change_points`: binary segmentation of the log-median series with Welch's t-test
+  (E-divisive-means style, as Apache Otava's hunter does), reporting each step's size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+DEFAULT_MIN_EFFECT = 0.05
+DEFAULT_FDR = 0.05
+
+
+@dataclass(frozen=True)
+class Comparison:
+    case: str
+    ratio: float  # candidate median / baseline median (> 1 is slower)
+    p_within: float
+    p_history: float
+    p: float
+    min_effect: float
+    history: int
+
+    @property
+    def effect(self) -> float:
+        return self.ratio - 1.0
+
+
+def _log_deviations(history: list[float]) -> np.ndarray:
+    """|log(m_i / median of its neighbours)| for a series of per-run medians."""
+    x = np.log(np.asarray(history, dtype=float))
+    devs = []
+    for i in range(len(x)):
+        lo, hi = max(0, i - 5), min(len(x), i + 6)
+        window = np.delete(x[lo:hi], i - lo)
+        if len(window):
+            devs.append(abs(x[i] - np.median(window)))
+    return np.asarray(devs)
+
+
+def compare_case(case: str, baseline: list[float], candidate: list[float], history: list[float] | None = None,
+                 min_effect: float = DEFAULT_MIN_EFFECT) -> Comparison:
+    """Evidence that ``candidate`` samples are slower than ``baseline`` samples (milliseconds)."""
+    base = np.asarray([v for v in baseline if v > 0], dtype=float)
+    cand = np.asarray([v for v in candidate if v > 0], dtype=float)
+    if len(base) == 0 or len(cand) == 0:
+        raise ValueError(f"{case}: no timing samples to compare")
+    ratio = float(np.median(cand) / np.median(base))
+    if len(base) >= 3 and len(cand) >= 3 and not (np.all(base == base[0]) and np.all(cand == cand[0])):
+        p_within = float(stats.mannwhitneyu(cand, base, alternative="greater").pvalue)
+    else:
+        p_within = 0.0 if ratio > 1 + min_effect else 1.0
+    hist = [h for h in (history or []) if h and h > 0]
+    if len(hist) >= 5:
+        devs = _log_deviations(hist)
+        effect = math.log(ratio) if ratio > 0 else 0.0
+        p_history = float((1 + np.sum(devs >= effect)) / (len(devs) + 1))
+    else:
+        p_history = p_within  # without history, the samples are all the evidence there is
+    return Comparison(case, ratio, p_within, p_history, max(p_within, p_history), min_effect, len(hist))
+
+
+def benjamini_hochberg(pvalues: list[float], q: float = DEFAULT_FDR) -> list[bool]:
+    """Which hypotheses to reject so that the expected share of false discoveries is <= q."""
+    m = len(pvalues)
+    if m == 0:
+        return []
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    cutoff = -1
+    for rank, i in enumerate(order, start=1):
+        if pvalues[i] <= q * rank / m:
+            cutoff = rank
+    rejected = [False] * m
+    for rank, i in enumerate(order, start=1):
+        if rank <= cutoff:
+            rejected[i] = True
+    return rejected
+
+
+def regressions(comparisons: list[Comparison], q: float = DEFAULT_FDR) -> list[Comparison]:
+    """Comparisons past their minimum effect whose evidence survives FDR control."""
+    rejected = benjamini_hochberg([c.p for c in comparisons], q)
+    return [c for c, r in zip(comparisons, rejected) if r and c.effect > c.min_effect]
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # first point after the change
+    before: float  # median of the segment before (same unit as the series)
+    after: float
+    pvalue: float
+
+    @property
+    def change(self) -> float:
+        return self.after / self.before - 1.0
+
+
+def change_points(values: list[float], min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = 0.001,
+                  min_segment: int = 3) -> list[ChangePoint]:
+    """Steps in a series of per-run medians (positive numbers), in order of position."""
+    x = np.log(np.asarray(values, dtype=float))
+    found: list[ChangePoint] = []
+
+    def split(lo: int, hi: int) -> None:
+        n = hi - lo
+        if n < 2 * min_segment:
+            return
+        seg = x[lo:hi]
+        best, best_t = None, 0.0
+        for k in range(min_segment, n - min_segment + 1):
+            left, right = seg[:k], seg[k:]
+            diff = abs(np.mean(right) - np.mean(left))
+            spread = math.sqrt(np.var(left, ddof=1) / len(left) + np.var(right, ddof=1) / len(right)) or 1e-12
+            t = diff / spread
+            if t > best_t:
+                best, best_t = k, t
+        if best is None:
+            return
+        left, right = seg[:best], seg[best:]
+        if np.all(left == left[0]) and np.all(right == right[0]):
+            p = 0.0 if left[0] != right[0] else 1.0
+        else:
+            p = float(stats.ttest_ind(left, right, equal_var=False).pvalue)
+        before, after = float(np.exp(np.median(left))), float(np.exp(np.median(right)))
+        if p < alpha and abs(after / before - 1) >= min_effect:
+            found.append(ChangePoint(lo + best, before, after, p))
+            split(lo, lo + best)
+            split(lo + best, hi)
+
+    split(0, len(x))
+    return sorted(found, key=lambda c: c.index)
