@@ -51,8 +51,9 @@ def shape_of(params: dict[str, Any]) -> str:
     return str(shape)
 
 
-def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: bool = False) -> pd.DataFrame:
-    rows = queries.perf_rows(eng, [r["id"] for r in runs], kernel, with_samples=with_samples)
+def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: bool = False,
+               implementations: tuple[str, ...] = (), with_params: bool = True) -> pd.DataFrame:
+    rows = queries.perf_rows(eng, [r["id"] for r in runs], kernel, implementations, with_samples, with_params)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -61,7 +62,8 @@ def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: 
                           "hardware": r["hardware"], "fingerprint": r["fingerprint"], "device": r["device"],
                           "order": i} for i, r in enumerate(runs)])
     frame = frame.merge(meta, on="run_id")
-    frame["shape"] = frame["params"].map(shape_of)
+    if with_params:
+        frame["shape"] = frame["params"].map(shape_of)
     return frame.sort_values("order")
 
 

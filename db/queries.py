@@ -229,14 +229,16 @@ def recent_runs(engine: Engine, fingerprint: str, last: int, kernel: str | None 
 
 
 def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, implementations: tuple[str, ...] = (),
-              with_samples: bool = False) -> list[dict[str, Any]]:
+              with_samples: bool = False, with_params: bool = True) -> list[dict[str, Any]]:
     """Perf results of some runs (one index probe per run), with their case's fields."""
     if not run_ids:
         return []
     cols = [PerfResult.run_id, PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms,
             PerfResult.min_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak, PerfResult.bytes,
             PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
-            PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype, Case.params]
+            PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
+    if with_params:
+        cols.append(Case.params)
     if with_samples:
         cols.append(PerfResult.samples_ms)
     stmt = select(*cols).join(Case, Case.id == PerfResult.case_id).where(PerfResult.run_id.in_(run_ids))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_dashboard import HISTORY, dash_db  # noqa: F401 - the same database fixture
 from tests.conftest import IN_CI
+from tests.test_dashboard import HISTORY, dash_db  # noqa: F401 - the same database fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
@@ -94,7 +94,8 @@ def _traces(page) -> list[list[str]]:  # noqa: ANN001
 
 @pytest.mark.parametrize("name", PAGES)
 def test_every_page_renders_without_an_exception(browser, server, name) -> None:  # noqa: ANN001
-    page = _open(browser, f"{server}/{name}", name)
+    page = _open(browser, f"{server}/{'' if name == 'overview' else name}", name)
+    assert page.get_by_text("Page not found").count() == 0
     assert "KernelWatch" in page.title() or page.locator("h1").count() >= 1
     page.close()
 
