@@ -5,9 +5,10 @@ benchmark share it.
 
 * :func:`compare_case`: a case regresses when its slowdown is larger than a minimum effect AND
   statistically supported twice over: within the two runs (one-sided Mann-Whitney U on the timing
-  samples) and against the case's own run-to-run noise on this hardware (an empirical p-value of the
-  candidate's log-ratio among the history's deviations from their rolling median). Cases with
-  heavy-tailed history (launch-bound cases with 2-6x outlier runs) thereby need a larger step.
+  samples) and against the case's own run-to-run noise on this hardware: the share of the history's
+  deviations from their rolling median at least as large as the candidate's (when there are any),
+  else a normal tail fitted robustly (MAD) to those deviations. Cases with heavy-tailed history
+  (launch-bound cases with 2-6x outlier runs) thereby need a step larger than their outliers.
 * :func:`benjamini_hochberg`: false-discovery control across the hundreds of cases of a run.
 * :func:`change_points`: binary segmentation of the log-median series at the split that maximises
   the size-weighted mean distance, kept when Welch's t-test supports it (E-divisive-means style,
@@ -69,7 +70,12 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
     if len(hist) >= 5:
         devs = _log_deviations(hist)
         effect = math.log(ratio) if ratio > 0 else 0.0
-        p_history = float((1 + np.sum(devs >= effect)) / (len(devs) + 1))
+        exceed = int(np.sum(devs >= effect))
+        if exceed:  # the history itself has excursions this large: only their frequency is evidence
+            p_history = float((1 + exceed) / (len(devs) + 1))
+        else:  # nothing this large in the history: a normal tail fitted robustly to the history's spread
+            sigma = max(1.4826 * float(np.median(devs)), 1e-9)
+            p_history = float(stats.norm.sf(effect / sigma))
     else:
         p_history = p_within  # without history, the samples are all the evidence there is
     return Comparison(case, ratio, p_within, p_history, max(p_within, p_history), min_effect, len(hist))

@@ -136,6 +136,12 @@ def _register_optional_commands() -> None:
     from dashboard.cli import dashboard
 
     main.add_command(dashboard)
+    try:  # the gate needs SQLAlchemy; a collector-only GPU host may not have it
+        from ci.cli import bisect, gate, synth
+    except ImportError:
+        return
+    for command in (gate, bisect, synth):
+        main.add_command(command)
 
 
 _register_optional_commands()

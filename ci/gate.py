@@ -1,0 +1,139 @@
+"""The merge gate: does a candidate run break accuracy or regress performance against its baseline?
+
+Exit status: 0 all well, 1 an accuracy case fails or a case regresses significantly (or a case
+errored), 2 cannot decide (no baseline on this hardware, bad input).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hochberg, compare_case
+from db.artifact import hardware_fingerprint
+from db.export import export_run
+from db.models import Hardware, Run
+from db.queries import case_history
+
+HISTORY_RUNS = 30
+BUDGET_GROWTH_WARNING = 2.0
+
+
+class GateUndecided(RuntimeError):
+    """The gate cannot decide (exit 2); the message says why."""
+
+
+@dataclass
+class CaseVerdict:
+    case: str
+    kernel: str
+    status: str  # "pass", "regression", "accuracy", "error", "warning", "new"
+    message: str = ""
+    comparison: Comparison | None = None
+    budget: float | None = None
+    baseline_budget: float | None = None
+
+
+@dataclass
+class GateResult:
+    candidate: dict[str, Any]
+    baseline: dict[str, Any]
+    verdicts: list[CaseVerdict] = field(default_factory=list)
+    min_effect: float = DEFAULT_MIN_EFFECT
+    fdr: float = DEFAULT_FDR
+
+    @property
+    def failed(self) -> list[CaseVerdict]:
+        return [v for v in self.verdicts if v.status in ("regression", "accuracy", "error")]
+
+    @property
+    def warnings(self) -> list[CaseVerdict]:
+        return [v for v in self.verdicts if v.status == "warning"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+def baseline_run(engine: Engine, spec: str, fingerprint: str, exclude: str) -> dict[str, Any]:
+    """A run id (prefix) or a branch name: the newest complete run of that branch on this hardware."""
+    with Session(engine) as s:
+        hw_id = s.execute(select(Hardware.id).where(Hardware.fingerprint == fingerprint)).scalar_one_or_none()
+        by_id = s.execute(select(Run).where(Run.id.startswith(spec), Run.id != exclude).limit(2)).scalars().all()
+        if len(by_id) == 1:
+            run = by_id[0]
+            if run.hardware_id != hw_id:
+                raise GateUndecided(f"baseline run {run.id} was measured on other hardware than the candidate")
+        else:
+            if hw_id is None:
+                raise GateUndecided(f"no run of any branch on this hardware ({fingerprint}) to compare with")
+            run = s.execute(
+                select(Run).where(Run.branch == spec, Run.hardware_id == hw_id, Run.status == "complete",
+                                  Run.id != exclude).order_by(Run.started_at.desc()).limit(1)
+            ).scalar_one_or_none()
+            if run is None:
+                raise GateUndecided(f"no complete run of branch {spec!r} on this hardware ({fingerprint}); "
+                                    "run the collector on the baseline branch here first")
+        return {"id": run.id, "commit": run.commit_sha, "branch": run.branch}
+
+
+def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_effect: float = DEFAULT_MIN_EFFECT,
+           fdr: float = DEFAULT_FDR, min_effects: dict[str, float] | None = None) -> GateResult:
+    """Judge a candidate run document (``kernelwatch.run/1``) against its baseline."""
+    fingerprint = hardware_fingerprint(candidate["hardware"])
+    cand_id = candidate["run"]["id"]
+    base_ref = baseline_run(engine, baseline_spec, fingerprint, cand_id)
+    base = export_run(engine, base_ref["id"])
+    result = GateResult(candidate=candidate["run"], baseline=base_ref, min_effect=min_effect, fdr=fdr)
+    kernel_of = {c["key"]: c["kernel"] for c in candidate["cases"]}
+
+    base_acc = {a["case"]: a for a in base["accuracy"]}
+    for a in candidate["accuracy"]:
+        kernel = kernel_of[a["case"]]
+        if not a["passed"]:
+            reason = a["error"] or f"error budget {a['error_budget']:.3g} > 1"
+            result.verdicts.append(CaseVerdict(a["case"], kernel, "accuracy", reason, budget=a["error_budget"]))
+            continue
+        before = (base_acc.get(a["case"]) or {}).get("error_budget")
+        if before and a["error_budget"] is not None and a["error_budget"] > BUDGET_GROWTH_WARNING * before:
+            result.verdicts.append(CaseVerdict(
+                a["case"], kernel, "warning", f"error budget grew {a['error_budget'] / before:.1f}x "
+                f"({before:.3g} -> {a['error_budget']:.3g}), still within tolerance", budget=a["error_budget"],
+                baseline_budget=before))
+
+    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == "triton"}
+    comparisons: list[tuple[dict, Comparison]] = []
+    for p in candidate["perf"]:
+        if p["implementation"] != "triton":
+            continue
+        kernel = kernel_of[p["case"]]
+        if p["error"]:
+            result.verdicts.append(CaseVerdict(p["case"], kernel, "error", p["error"]))
+            continue
+        b = base_perf.get(p["case"])
+        if b is None or not b["samples_ms"] or not p["samples_ms"]:
+            result.verdicts.append(CaseVerdict(p["case"], kernel, "new", "no baseline measurement"))
+            continue
+        history = [h["median_ms"] for h in case_history(engine, p["case"], fingerprint)[-HISTORY_RUNS:]
+                   if h["id"] != cand_id and h["median_ms"]]
+        effect = (min_effects or {}).get(p["case"], (min_effects or {}).get(kernel, min_effect))
+        comparisons.append((p, compare_case(p["case"], b["samples_ms"], p["samples_ms"], history, effect)))
+    rejected = benjamini_hochberg([c.p for _, c in comparisons], fdr)
+    for (p, c), reject in zip(comparisons, rejected):
+        kernel = kernel_of[p["case"]]
+        if reject and c.effect > c.min_effect:
+            msg = (f"{c.effect:+.1%} slower (p={c.p:.2g} after checking {c.history} runs of history; "
+                   f"minimum effect {c.min_effect:.0%})")
+            result.verdicts.append(CaseVerdict(p["case"], kernel, "regression", msg, comparison=c))
+        else:
+            result.verdicts.append(CaseVerdict(p["case"], kernel, "pass", f"{c.effect:+.1%} (p={c.p:.2g})",
+                                               comparison=c))
+    return result
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,89 @@
+"""Gate reports: Markdown (pull-request comment or CI step summary), JUnit XML, single-file HTML."""
+
+from __future__ import annotations
+
+import html
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from ci.gate import GateResult
+
+ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "warning": "⚠️", "pass": "✅", "new": "🆕"}
+
+
+def markdown(result: GateResult) -> str:
+    c, b = result.candidate, result.baseline
+    verdict = "FAIL" if result.failed else "PASS"
+    lines = [f"## KernelWatch gate: {verdict}", "",
+             f"Candidate `{c['commit']['sha'][:12]}` ({c['commit']['branch']}, run `{c['id'][:8]}`) against "
+             f"baseline `{b['commit'][:12]}` ({b['branch']}, run `{b['id'][:8]}`); minimum effect "
+             f"{result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.", ""]
+    counts = defaultdict(int)
+    for v in result.verdicts:
+        counts[v.status] += 1
+    lines.append(" · ".join(f"{ICONS[s]} {s}: {n}" for s, n in sorted(counts.items())))
+    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
+        if rows:
+            lines += ["", f"### {title}", "", "| case | what | details |", "| --- | --- | --- |"]
+            lines += [f"| `{v.case}` | {v.status} | {v.message} |" for v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def junit(result: GateResult) -> str:
+    suites = ET.Element("testsuites", name="kernelwatch-gate")
+    by_kernel = defaultdict(list)
+    for v in result.verdicts:
+        by_kernel[v.kernel].append(v)
+    for kernel, verdicts in sorted(by_kernel.items()):
+        failures = sum(v.status in ("regression", "accuracy") for v in verdicts)
+        errors = sum(v.status == "error" for v in verdicts)
+        suite = ET.SubElement(suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures),
+                              errors=str(errors))
+        for v in verdicts:
+            case = ET.SubElement(suite, "testcase", classname=kernel, name=v.case)
+            if v.status in ("regression", "accuracy"):
+                ET.SubElement(case, "failure", message=v.message, type=v.status).text = v.message
+            elif v.status == "error":
+                ET.SubElement(case, "error", message=v.message, type="error").text = v.message
+            elif v.status == "warning":
+                ET.SubElement(case, "system-out").text = f"warning: {v.message}"
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def _ratio_chart(result: GateResult) -> go.Figure:
+    rows = [v for v in result.verdicts if v.comparison is not None]
+    rows.sort(key=lambda v: v.comparison.ratio)
+    colors = ["#d62728" if v.status == "regression" else "#2ca02c" for v in rows]
+    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[v.case for v in rows], orientation="h",
+                           marker={"color": colors}, name="candidate / baseline time"))
+    fig.add_vline(x=1.0, line_dash="dot")
+    fig.add_vline(x=1.0 + result.min_effect, line_dash="dash", line_color="red")
+    fig.update_layout(title="time ratio per case (candidate / baseline)", height=max(300, 18 * len(rows) + 120))
+    return fig
+
+
+def html_report(result: GateResult) -> str:
+    """One file, no server: the Plotly library is embedded."""
+    chart = _ratio_chart(result).to_html(include_plotlyjs=True, full_html=False, div_id="ratios")
+    rows = "".join(
+        f"<tr class='{v.status}'><td>{html.escape(v.case)}</td><td>{v.status}</td>"
+        f"<td>{html.escape(v.message)}</td></tr>"
+        for v in sorted(result.verdicts, key=lambda v: (v.status == "pass", v.case)))
+    md = html.escape(markdown(result))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>KernelWatch gate</title><style>"
+            "body{font-family:sans-serif;margin:2em} td{padding:2px 8px} .regression,.accuracy,.error{background:#fdd}"
+            ".warning{background:#ffd}</style></head><body>"
+            f"<h1>KernelWatch gate: {'FAIL' if result.failed else 'PASS'}</h1><pre>{md}</pre>{chart}"
+            f"<table><tr><th>case</th><th>verdict</th><th>details</th></tr>{rows}</table></body></html>")
+
+
+def write_reports(result: GateResult, folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": folder / "gate.md", "junit": folder / "gate-junit.xml", "html": folder / "gate.html"}
+    paths["markdown"].write_text(markdown(result), encoding="utf-8")
+    paths["junit"].write_text(junit(result), encoding="utf-8")
+    paths["html"].write_text(html_report(result), encoding="utf-8")
+    return paths
