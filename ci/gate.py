@@ -17,7 +17,7 @@ from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hoc
 from db.artifact import hardware_fingerprint
 from db.export import export_run
 from db.models import Hardware, Run
-from db.queries import case_history
+from db.queries import perf_rows, recent_runs
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
@@ -81,6 +81,18 @@ def baseline_run(engine: Engine, spec: str, fingerprint: str, exclude: str) -> d
         return {"id": run.id, "commit": run.commit_sha, "branch": run.branch}
 
 
+def _histories(engine: Engine, fingerprint: str, exclude: str) -> dict[str, list[float]]:
+    """Per case, the kernel's medians over the last HISTORY_RUNS runs on this hardware (one query)."""
+    runs = [r for r in recent_runs(engine, fingerprint, HISTORY_RUNS + 1) if r["id"] != exclude][-HISTORY_RUNS:]
+    order = {r["id"]: i for i, r in enumerate(runs)}
+    rows = perf_rows(engine, list(order), implementations=("triton",), with_params=False)
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["median_ms"]:
+            out.setdefault(r["case"], []).append((order[r["run_id"]], r["median_ms"]))
+    return {case: [m for _, m in sorted(points)] for case, points in out.items()}
+
+
 def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_effect: float = DEFAULT_MIN_EFFECT,
            fdr: float = DEFAULT_FDR, min_effects: dict[str, float] | None = None) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline."""
@@ -106,6 +118,7 @@ def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_ef
                 baseline_budget=before))
 
     base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == "triton"}
+    histories = _histories(engine, fingerprint, cand_id)
     comparisons: list[tuple[dict, Comparison]] = []
     for p in candidate["perf"]:
         if p["implementation"] != "triton":
@@ -118,8 +131,7 @@ def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_ef
         if b is None or not b["samples_ms"] or not p["samples_ms"]:
             result.verdicts.append(CaseVerdict(p["case"], kernel, "new", "no baseline measurement"))
             continue
-        history = [h["median_ms"] for h in case_history(engine, p["case"], fingerprint)[-HISTORY_RUNS:]
-                   if h["id"] != cand_id and h["median_ms"]]
+        history = histories.get(p["case"], [])
         effect = (min_effects or {}).get(p["case"], (min_effects or {}).get(kernel, min_effect))
         comparisons.append((p, compare_case(p["case"], b["samples_ms"], p["samples_ms"], history, effect)))
     rejected = benjamini_hochberg([c.p for _, c in comparisons], fdr)
