@@ -14,6 +14,7 @@ once do not both try to create it.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, make_url, text
@@ -47,6 +48,24 @@ def redact(url: str | URL) -> str:
         return "<unparseable URL>"
 
 
+def _set_wal(cursor) -> None:  # noqa: ANN001
+    """Switch to WAL. Changing the journal mode ignores busy_timeout in SQLite, so processes that open a
+    new database at the same moment can see "database is locked" here: wait and retry instead."""
+    import sqlite3
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def _sqlite_engine(url: URL, readonly: bool) -> Engine:
     path = url.database
     if not path or path == ":memory:":
@@ -69,7 +88,7 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cur.execute("PRAGMA foreign_keys = ON")
         if not readonly:
-            cur.execute("PRAGMA journal_mode = WAL")
+            _set_wal(cur)
             cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
 

@@ -100,30 +100,28 @@ def test_reingest_changes_nothing(db_url: str, make_doc) -> None:  # noqa: ANN00
     assert snapshot(engine) == before
 
 
-def _ingest_many(url: str, docs: list[str], errors) -> None:  # noqa: ANN001
+def _ingest_many(url: str, docs: list[str], error_file: str) -> None:
     try:
         engine = open_database(url)
         ingest_documents(engine, [(f"doc{i}", parse_artifact(d)) for i, d in enumerate(docs)])
-    except Exception as exc:  # noqa: BLE001
-        errors.put(repr(exc))
+    except Exception as exc:  # noqa: BLE001 - written to a file: a Queue would block the child's exit
+        Path(error_file).write_text(repr(exc))
+        raise
 
 
-def test_four_processes_ingesting_fifty_runs_each_lose_nothing(db_url: str) -> None:
+def test_four_processes_ingesting_fifty_runs_each_lose_nothing(db_url: str, tmp_path: Path) -> None:
     from db.synthetic import SyntheticHistory
 
     docs = [dumps(d) for d in SyntheticHistory(runs=200, cases=6, samples=5).documents()]
     ctx = mp.get_context("spawn")
-    errors = ctx.Queue()
-    procs = [ctx.Process(target=_ingest_many, args=(db_url, docs[i::4], errors)) for i in range(4)]
+    files = [tmp_path / f"error-{i}.txt" for i in range(4)]
+    procs = [ctx.Process(target=_ingest_many, args=(db_url, docs[i::4], str(files[i]))) for i in range(4)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=300)
-    found = []
-    while not errors.empty():
-        found.append(errors.get())
-    assert found == []
-    assert all(p.exitcode == 0 for p in procs)
+    assert [f.read_text() for f in files if f.exists()] == []
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     snap = snapshot(open_database(db_url))
     assert snap["counts"]["run"] == 200
     assert snap["counts"]["perf_result"] == 200 * 6 * 3
