@@ -1,0 +1,48 @@
+"""Run metadata: git facts (or 'unknown' outside a checkout), versions, the CPU hardware fingerprint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from collector.metadata import UNKNOWN, git_info, hardware_info, software_versions
+from db.artifact import hardware_fingerprint
+
+
+def test_outside_a_git_checkout_everything_is_unknown_not_a_crash(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv("KERNELWATCH_GIT_META", raising=False)
+    info = git_info(tmp_path)
+    assert info == {"sha": UNKNOWN, "branch": UNKNOWN, "time": None, "subject": None, "dirty": None}
+
+
+def test_inside_a_checkout_sha_branch_subject_and_dirty(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    for var in ("KERNELWATCH_GIT_META", "GITHUB_HEAD_REF", "GITHUB_REF_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    run("init", "-q", "-b", "feature/x")
+    (tmp_path / "f.txt").write_text("1")
+    run("add", "f.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "add a file")
+    info = git_info(tmp_path)
+    assert len(info["sha"]) == 40 and info["branch"] == "feature/x" and info["subject"] == "add a file"
+    assert info["dirty"] is False and info["time"]
+    (tmp_path / "f.txt").write_text("2")
+    assert git_info(tmp_path)["dirty"] is True
+
+
+def test_git_facts_can_come_from_a_file_where_the_tree_has_no_git(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    meta = tmp_path / "git.json"
+    meta.write_text(json.dumps({"sha": "a" * 40, "branch": "main", "time": None, "subject": "s", "dirty": False}))
+    monkeypatch.setenv("KERNELWATCH_GIT_META", str(meta))
+    assert git_info(tmp_path)["sha"] == "a" * 40
+
+
+def test_versions_and_cpu_fingerprint() -> None:
+    versions = software_versions()
+    assert versions["python"] and versions["torch"] and versions["triton"]
+    assert "torch_npu" in versions and "cann" in versions and "cuda" in versions
+    hw = hardware_info("cpu")
+    assert hw["vendor"] == "cpu" and hw["toolkit"] == "triton-interpreter" and hw["compute_units"] >= 1
+    assert hardware_fingerprint(hw) == hardware_fingerprint(dict(hw, peak_gbps=123.0))  # identity only
+    assert hardware_fingerprint(hw) != hardware_fingerprint(dict(hw, device_count=2))
