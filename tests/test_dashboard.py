@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,9 @@ def dash_db(tmp_path_factory) -> str:  # noqa: ANN001
 
 @pytest.fixture
 def page(dash_db: str, monkeypatch):  # noqa: ANN001, ANN201
+    # AppTest leaves the page script installed as __main__; a later multiprocessing "spawn" child
+    # would then re-run that page as its main module. Put the real __main__ back afterwards.
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.setenv("KERNELWATCH_DB", dash_db)
     import streamlit as st
 
