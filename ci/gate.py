@@ -6,7 +6,6 @@ errored), 2 cannot decide (no baseline on this hardware, bad input).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +145,3 @@ def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_ef
                                                comparison=c))
     return result
 
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
