@@ -7,7 +7,7 @@ others back; results are merged back into the suite's own order whatever order t
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,27 +62,3 @@ class Dispatcher:
         if missing:
             raise RuntimeError(f"{len(missing)} items have no result, first {missing[0]!r}")
         return [(i, self._results[i]) for i in self.items]
-
-
-def shard(items: Iterable[Hashable], n: int) -> list[list[Hashable]]:
-    """A static round-robin split (for hosts that pin one process per device up front)."""
-    if n < 1:
-        raise ValueError("need at least one shard")
-    shards: list[list[Hashable]] = [[] for _ in range(n)]
-    for i, item in enumerate(items):
-        shards[i % n].append(item)
-    return shards
-
-
-def merge(order: list[Hashable], shard_results: Iterable[dict[Hashable, Any]]) -> list[tuple[Hashable, Any]]:
-    """Merge per-shard results back into ``order``; an item missing or present twice is an error."""
-    merged: dict[Hashable, Any] = {}
-    for results in shard_results:
-        for item, result in results.items():
-            if item in merged:
-                raise RuntimeError(f"{item!r} came back from two shards")
-            merged[item] = result
-    missing = [i for i in order if i not in merged]
-    if missing:
-        raise RuntimeError(f"{len(missing)} items came back from no shard, first {missing[0]!r}")
-    return [(i, merged[i]) for i in order]

@@ -14,8 +14,6 @@ from sqlalchemy import Engine
 from db import queries
 from db.engine import open_database
 
-SYNTHETIC_NOTE = "synthetic data: generated, not measured"
-
 
 @st.cache_resource(show_spinner=False)
 def _engine(url: str | None) -> Engine:

@@ -68,12 +68,6 @@ def list_runs(engine: Engine, hardware: str | None = None, limit: int | None = N
         return [_run_dict(r, h) for r, h in conn.execute(stmt)]
 
 
-def get_run(engine: Engine, run_id: str) -> dict[str, Any] | None:
-    with Session(engine) as conn:
-        row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
-    return None if row is None else _run_dict(*row)
-
-
 def list_hardware(engine: Engine) -> list[dict[str, Any]]:
     cols = [c for c in Hardware.__table__.columns]
     with Session(engine) as conn:
@@ -177,19 +171,6 @@ def case_history(
     ]
 
 
-def profiler_metrics(engine: Engine, run_id: str) -> list[dict[str, Any]]:
-    stmt = (
-        select(Case.key, Case.kernel, ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
-               ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error)
-        .join(Case, Case.id == ProfilerMetric.case_id)
-        .where(ProfilerMetric.run_id == run_id)
-        .order_by(Case.key, ProfilerMetric.name)
-    )  # fmt: skip
-    with Session(engine) as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
-
 # ---------------------------------------------------------------------------------------------
 # Dashboard and gate queries
 # ---------------------------------------------------------------------------------------------
@@ -281,8 +262,3 @@ def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
         stmt = stmt.where(Case.kernel == kernel)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
-def find_runs_by_prefix(engine: Engine, prefix: str, limit: int = 2) -> list[str]:
-    with engine.connect() as conn:
-        return list(conn.execute(select(Run.id).where(Run.id.startswith(prefix)).limit(limit)).scalars())

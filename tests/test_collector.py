@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from collector.schedule import Dispatcher, merge, shard
+from collector.schedule import Dispatcher
 from db.artifact import load_artifact
 
 PLANTED = ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted", "--device", "cpu",
@@ -94,18 +94,6 @@ def test_dispatcher_refuses_duplicates_and_reports_missing() -> None:
     d.complete(0, 1)
     with pytest.raises(RuntimeError, match="1 items have no result"):
         d.results()
-
-
-def test_shard_and_merge_lose_and_duplicate_nothing() -> None:
-    items = [f"c{i}" for i in range(23)]
-    shards = shard(items, 4)
-    assert sorted(sum(shards, [])) == sorted(items) and max(map(len, shards)) - min(map(len, shards)) <= 1
-    merged = merge(items, [{i: i.upper() for i in s} for s in reversed(shards)])
-    assert merged == [(i, i.upper()) for i in items]
-    with pytest.raises(RuntimeError, match="two shards"):
-        merge(items, [{i: 0 for i in s} for s in shards] + [{"c0": 1}])
-    with pytest.raises(RuntimeError, match="no shard"):
-        merge(items, [{i: 0 for i in s} for s in shards[1:]])
 
 
 @pytest.mark.slow
