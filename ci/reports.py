@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import os
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -78,6 +79,27 @@ def html_report(result: GateResult) -> str:
             ".warning{background:#ffd}</style></head><body>"
             f"<h1>KernelWatch gate: {'FAIL' if result.failed else 'PASS'}</h1><pre>{md}</pre>{chart}"
             f"<table><tr><th>case</th><th>verdict</th><th>details</th></tr>{rows}</table></body></html>")
+
+
+def publish(result: GateResult, folder: Path, summary: str | None = None) -> list[str]:
+    """Write the reports and append the Markdown to ``$GITHUB_STEP_SUMMARY``; one line per outcome.
+
+    A report that cannot be written is a warning: it never changes the verdict or the exit status.
+    """
+    lines = []
+    try:
+        paths = write_reports(result, folder)
+        lines.append(f"reports: {', '.join(str(p) for p in paths.values())}")
+    except OSError as exc:
+        lines.append(f"warning: reports not written to {folder}: {exc.strerror or exc}")
+    summary = summary if summary is not None else os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(markdown(result))
+        except OSError as exc:
+            lines.append(f"warning: step summary not written to {summary}: {exc.strerror or exc}")
+    return lines
 
 
 def write_reports(result: GateResult, folder: Path) -> dict[str, Path]:

@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from collector.profile_target import NVTX_RANGE, runner
+
 NCU_TIMEOUT_S = 240
-NVTX_RANGE = "kernelwatch_profile"
 
 # ncu metric -> (short name, unit, ideal for memory-bound, ideal for compute-bound)
 NCU_METRICS: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -237,7 +238,5 @@ def profile_case(spec, case, backend, extra_modules: tuple[str, ...]) -> list[di
     if backend.kind == "cuda":
         return profile_cuda(spec.name, case.key, str(backend.device), extra_modules, regex, spec.bound)
     if backend.kind == "npu":
-        from collector.profile_target import runner
-
         return profile_npu(runner(spec, case, backend.device), regex)
     return []

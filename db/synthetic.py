@@ -76,6 +76,12 @@ class SyntheticHistory:
             for h in range(self.hardware):
                 yield self.document(index, h, cases)
 
+    def sourced_documents(self):  # noqa: ANN201 - a generator of (source, validated document)
+        from db.artifact import validate
+
+        for i, doc in enumerate(self.documents()):
+            yield f"synthetic run {i}", validate(doc)
+
     def document(self, index: int, h: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
         rng = random.Random(f"{self.seed}-{index}-{h}")
         hw = HARDWARE[h % len(HARDWARE)]

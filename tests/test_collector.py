@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import main
 from collector.schedule import Dispatcher
 from db.artifact import load_artifact
+from kernelwatch.cli import main
 
 PLANTED = ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted", "--device", "cpu",
            "--no-progress"]

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-from collector.cli import main
 from db.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact
 from db.engine import DatabaseError, current_revision, head_revision, open_database
 from db.export import export_run
 from db.ingest import IngestError, ingest_documents
 from db.models import AccuracyResult, Base, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.queries import case_history, latest_complete_runs, list_runs, run_results
+from kernelwatch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = (Hardware, Run, Case, AccuracyResult, PerfResult, ProfilerMetric)
@@ -157,7 +157,7 @@ def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path
     path.write_text(dumps(doc))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     engine = open_database(db_url)
-    proc = subprocess.Popen([sys.executable, "-m", "collector", "ingest", str(path), "--db", db_url], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", db_url], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not _writer_is_inside_its_transaction(db_url, engine):

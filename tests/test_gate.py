@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import main
 from db.artifact import dumps, parse_artifact
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.synthetic import Step, SyntheticHistory
+from kernelwatch.cli import main
 
 RUNS = 24
 
@@ -100,6 +100,9 @@ def test_bad_input_cannot_decide(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     bad.write_text("{")
     result = cli.invoke(main, ["gate", "--artifact", str(bad), "--baseline", "main", "--db", db_url])
     assert result.exit_code == 2 and "bad.json" in result.output
+    assert "no database at" in cli.invoke(main, ["gate", "--candidate", "ffff", "--baseline", "main", "--db",
+                                                 db_url]).output or db_url.startswith("postgresql")
+    open_database(db_url).dispose()
     missing = cli.invoke(main, ["gate", "--candidate", "ffff", "--baseline", "main", "--db", db_url])
     assert missing.exit_code == 2 and "no run with id 'ffff'" in missing.output
 

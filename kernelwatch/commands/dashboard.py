@@ -9,19 +9,20 @@ from pathlib import Path
 
 import click
 
-from collector.cli_common import clean_errors, db_option
+import dashboard
+from kernelwatch.options import clean_errors, db_option
 
-APP = Path(__file__).with_name("app.py")
+APP = Path(dashboard.__file__).with_name("app.py")
 
 
-@click.command()
+@click.command("dashboard")
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to bind. The default keeps the dashboard on this machine.")
 @click.option("--headless/--open-browser", default=True, show_default=True)
 @db_option
 @clean_errors
-def dashboard(port: int, address: str, headless: bool, db_url: str | None) -> None:
+def command(port: int, address: str, headless: bool, db_url: str | None) -> None:
     """Serve the dashboard (read-only on the database where the database allows it)."""
     from db.engine import open_database, resolve_url
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from collector.cli_common import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for value in values for v in value.split(",") if v)
 
 
-@click.command()
+@click.command("collect")
 @click.option("--kernels", "-k", multiple=True, metavar="NAME[,NAME]",
               help="Kernels to run (default: all). Repeat or separate with commas.")
 @click.option("--suite", "suites", default="accuracy,perf", show_default=True, metavar="accuracy,perf",
@@ -37,7 +37,7 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @db_option
 @clean_errors
-def collect(kernels, suites, device, devices, match, case_timeout, trigger, ci_job, seed, profile, out,
+def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_job, seed, profile, out,
             extra_kernels, no_progress, db_url) -> None:  # noqa: ANN001
     """Run accuracy and perf suites and write one run.
 

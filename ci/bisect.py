@@ -1,0 +1,62 @@
+"""Where a change entered one case's history on one hardware, and the commits to re-run to pin it."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from ci.detect import ChangePoint, change_points
+from db.queries import case_history, list_hardware
+
+MIN_HISTORY = 6
+
+
+@dataclass(frozen=True)
+class Step:
+    point: ChangePoint
+    good: str  # last commit before the change
+    bad: str  # first commit after it
+    commits: list[str] = field(default_factory=list)  # to re-run, oldest first
+
+
+def find_hardware(engine: Engine, hardware: str) -> dict:
+    """The one hardware whose fingerprint starts with, or whose name contains, ``hardware``."""
+    matches = [h for h in list_hardware(engine)
+               if h["fingerprint"].startswith(hardware) or hardware.lower() in h["device_name"].lower()]
+    if len(matches) != 1:
+        names = ", ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in matches) or "none"
+        raise LookupError(f"--hardware {hardware!r} must match exactly one hardware; matches: {names}")
+    return matches[0]
+
+
+def steps(engine: Engine, case: str, fingerprint: str, implementation: str = "triton",
+          min_effect: float = 0.05) -> tuple[int, list[Step]]:
+    """(number of runs in the history, the steps found in it)."""
+    history = case_history(engine, case, fingerprint, implementation)
+    if len(history) < MIN_HISTORY:
+        raise LookupError(f"{case} has {len(history)} runs on this hardware: at least {MIN_HISTORY} are needed")
+    found = []
+    for p in change_points([h["median_ms"] for h in history], min_effect=min_effect):
+        good, bad = history[p.index - 1]["commit_sha"], history[p.index]["commit_sha"]
+        found.append(Step(p, good, bad, commits_between(good, bad) or [bad]))
+    return len(history), found
+
+
+def commits_between(good: str, bad: str) -> list[str]:
+    """``git rev-list good..bad`` oldest first, or [] outside a checkout that has both."""
+    try:
+        out = subprocess.run(["git", "rev-list", "--reverse", f"{good}..{bad}", "--"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def rerun_command(sha: str, case: str) -> str:
+    """The shell command that re-measures ``case`` at ``sha``; every value quoted for the shell."""
+    kernel = case.split("/", 1)[0]
+    return (f"git checkout {shlex.quote(sha[:12])} && kernelwatch collect --kernels {shlex.quote(kernel)} "
+            f"--suite perf --match {shlex.quote(case)}")

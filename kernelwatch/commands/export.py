@@ -1,0 +1,30 @@
+"""`kernelwatch export RUN_ID -o FILE`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kernelwatch.options import clean_errors, db_option
+
+
+@click.command("export")
+@click.argument("run_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="File to write ('-' for stdout).")
+@db_option
+@clean_errors
+def command(run_id: str, output: Path, db_url: str | None) -> None:
+    """Write one stored run (id or unique id prefix) as a kernelwatch.run/1 artifact."""
+    from db.artifact import dumps, write_artifact
+    from db.engine import open_database
+    from db.export import export_run, find_run_id
+
+    engine = open_database(db_url, readonly=True)
+    doc = export_run(engine, find_run_id(engine, run_id))
+    if str(output) == "-":
+        click.echo(dumps(doc), nl=False)
+    else:
+        write_artifact(doc, output)
+        click.echo(f"wrote {output}")

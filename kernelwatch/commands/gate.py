@@ -1,0 +1,63 @@
+"""`kernelwatch gate`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kernelwatch.options import db_option
+
+
+@click.command("gate")
+@click.option("--candidate", default=None, metavar="RUN_ID", help="A stored run (id or unique prefix).")
+@click.option("--artifact", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A run artifact that need not be in the database.")
+@click.option("--baseline", required=True, metavar="BRANCH|RUN_ID",
+              help="A run id, or a branch whose newest complete run on the same hardware is the baseline.")
+@click.option("--min-effect", type=float, default=0.05, show_default=True,
+              help="Smallest slowdown that counts as a regression (0.05 = 5%).")
+@click.option("--case-min-effect", multiple=True, metavar="KERNEL_OR_CASE=FRACTION",
+              help="Per kernel or per case minimum effect, e.g. mse_loss=0.1.")
+@click.option("--fdr", type=float, default=0.05, show_default=True, help="False discovery rate across cases.")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-report"),
+              show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
+@db_option
+def command(candidate: str | None, artifact: Path | None, baseline: str, min_effect: float,
+            case_min_effect: tuple[str, ...], fdr: float, report_dir: Path, db_url: str | None) -> None:
+    """Fail a merge on broken accuracy or a significant slowdown.
+
+    Exit 0: all well. Exit 1: an accuracy case fails, a case errored, or a case regressed by more than
+    the minimum effect with statistical support (its samples, its history on this hardware, FDR
+    controlled). Exit 2: cannot decide (no baseline on this hardware, bad input).
+    """
+    from ci.gate import GateUndecided, decide
+    from ci.reports import markdown, publish
+    from db.artifact import ArtifactError, load_artifact
+    from db.engine import DatabaseError, open_database
+    from db.export import RunNotFound, export_run, find_run_id
+
+    try:
+        if (candidate is None) == (artifact is None):
+            raise GateUndecided("give exactly one of --candidate RUN_ID or --artifact FILE")
+        efforts = {}
+        for item in case_min_effect:
+            name, _, value = item.partition("=")
+            try:
+                efforts[name] = float(value)
+            except ValueError:
+                raise GateUndecided(f"--case-min-effect {item!r}: expected NAME=FRACTION") from None
+        doc = load_artifact(artifact) if artifact else None
+        engine = open_database(db_url, readonly=True)
+        if doc is None:
+            doc = export_run(engine, find_run_id(engine, candidate))
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts)
+    except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
+        msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
+        click.echo(f"kernelwatch gate: cannot decide: {msg}", err=True)
+        sys.exit(2)
+    click.echo(markdown(result))
+    for line in publish(result, report_dir):
+        click.echo(line, err=line.startswith("warning"))
+    sys.exit(result.exit_code)

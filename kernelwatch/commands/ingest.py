@@ -1,0 +1,27 @@
+"""`kernelwatch ingest FILE...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kernelwatch.options import clean_errors, db_option
+
+
+@click.command("ingest")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+@clean_errors
+def command(files: tuple[Path, ...], db_url: str | None) -> None:
+    """Load run artifacts (kernelwatch.run/1 JSON) into the database.
+
+    Every file is validated completely before anything is written, and all of them are written in
+    one transaction: either every run is stored or none is. Re-ingesting a run already stored
+    changes nothing; the same run id with different content is an error.
+    """
+    from db.engine import open_database
+    from db.ingest import ingest_files
+
+    for outcome in ingest_files(open_database(db_url), files):
+        click.echo(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})")

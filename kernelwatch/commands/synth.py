@@ -1,0 +1,39 @@
+"""`kernelwatch synth`."""
+
+from __future__ import annotations
+
+import click
+
+from kernelwatch.options import clean_errors, db_option
+
+
+@click.command("synth")
+@click.option("--runs", type=click.IntRange(1, 100_000), default=30, show_default=True)
+@click.option("--cases", type=click.IntRange(1, 100_000), default=12, show_default=True)
+@click.option("--hardware", type=click.IntRange(1, 2), default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--step", "steps", multiple=True, metavar="AT:FACTOR[:MATCH]",
+              help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).")
+@db_option
+@clean_errors
+def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, ...], db_url: str | None) -> None:
+    """Fill a database with SYNTHETIC history (labelled so everywhere) for demos and scale tests."""
+    import math
+
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.synthetic import Step, SyntheticHistory
+
+    parsed = []
+    for s in steps:
+        parts = s.split(":")
+        try:
+            step = Step(int(parts[0]), float(parts[1]), parts[2] if len(parts) > 2 else "")
+        except (ValueError, IndexError):
+            raise click.BadParameter(f"{s!r}: expected AT:FACTOR[:MATCH]", param_hint="--step") from None
+        if not (math.isfinite(step.factor) and step.factor > 0) or step.at < 0:
+            raise click.BadParameter(f"{s!r}: AT must be >= 0 and FACTOR a positive number", param_hint="--step")
+        parsed.append(step)
+    history = SyntheticHistory(runs=runs, cases=cases, hardware=hardware, seed=seed, steps=parsed)
+    out = ingest_documents(open_database(db_url), list(history.sourced_documents()))
+    click.echo(f"{sum(o.status == 'ingested' for o in out)} synthetic runs ingested ({len(out)} generated)")
