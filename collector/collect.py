@@ -1,5 +1,10 @@
 """One collector run: choose cases, run them in isolated device workers, assemble the artifact.
 
+Accuracy inputs come from each case's fixed gating seed (``collector.accuracy``). With
+``explore_seeds`` > 0 every accuracy case is also run on that many fresh seeds, as separate work
+items ("explore", key) dealt after all gating items; their results are kept apart from the gating
+results and an errored exploration never makes the run partial.
+
 The parent process never touches the device. Each device gets a worker process; a case that
 raises is recorded by its worker, a case that kills its worker or outlives the per-case limit is
 recorded here, the worker is replaced, and the suite goes on. The run ends ``complete`` when no
@@ -40,7 +45,8 @@ class Options:
     ci_job: str | None = None
     extra_modules: tuple[str, ...] = ()
     match: str | None = None
-    seed: int | None = None
+    seed: int | None = None  # base of the exploration seeds (fresh when None)
+    explore_seeds: int = 0
     profile: bool = False
     progress: bool = True
     command: str | None = None
@@ -66,6 +72,7 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
     chosen = [specs[k] for k in (opts.kernels or tuple(sorted(specs)))]
     items: list[WorkItem] = []
     cases: dict[WorkItem, Any] = {}
+    explore: list[WorkItem] = []
     for spec in chosen:
         for suite in opts.suites:
             for case in spec.accuracy_cases() if suite == "accuracy" else spec.perf_cases():
@@ -75,14 +82,18 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
                 if item not in cases:
                     items.append(item)
                     cases[item] = (spec, case)
-    return items, cases
+                    if suite == "accuracy" and opts.explore_seeds > 0:
+                        explore.append(("explore", case.key))
+                        cases[explore[-1]] = (spec, case)
+    return items + explore, cases
 
 
 class WorkerHandle:
     """One device's worker process, restarted when a case kills it."""
 
-    def __init__(self, ctx, index: int, device: str, opts: Options, run_seed: int) -> None:  # noqa: ANN001
-        self.ctx, self.index, self.device, self.opts, self.run_seed = ctx, index, device, opts, run_seed
+    def __init__(self, ctx, index: int, device: str, opts: Options, explore_base: int) -> None:  # noqa: ANN001
+        self.ctx, self.index, self.device, self.opts = ctx, index, device, opts
+        self.explore = (explore_base, opts.explore_seeds)
         self.process = None
         self.conn = None
         self.deadline = 0.0
@@ -92,7 +103,7 @@ class WorkerHandle:
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(
             target=worker_main, name=f"kernelwatch-{self.device}",
-            args=(child, self.device, self.opts.extra_modules, self.run_seed, self.opts.profile), daemon=True)
+            args=(child, self.device, self.opts.extra_modules, self.explore, self.opts.profile), daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
@@ -151,7 +162,7 @@ def _progress(total: int, enabled: bool):  # noqa: ANN202
 
 def run_collection(opts: Options) -> dict[str, Any]:
     """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written)."""
-    from collector.accuracy import error_result
+    from collector.accuracy import error_result, explore_seed
     from collector.metadata import git_info
     from collector.perf import error_results
 
@@ -166,7 +177,12 @@ def run_collection(opts: Options) -> dict[str, Any]:
         print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)",
               file=sys.stderr)
     items, cases = select_items(Options(**{**opts.__dict__, "suites": suites}))
-    run_seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
+    if opts.explore_seeds < 0:
+        raise ValueError(f"--explore-seeds must be 0 or more, got {opts.explore_seeds}")
+    explore_base = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
+    if opts.explore_seeds:
+        notes.append(f"exploration: {opts.explore_seeds} fresh seeds per accuracy case, base {explore_base} "
+                     "(reported apart from the gating results)")
     started = dt.datetime.now(dt.timezone.utc)
     commit = git_info()
 
@@ -177,7 +193,7 @@ def run_collection(opts: Options) -> dict[str, Any]:
     else:
         devices = [f"{device}:{i}" for i in range(device_count(device) if opts.all_devices else 1)]
     ctx = mp.get_context("spawn")
-    handles = [WorkerHandle(ctx, i, d, opts, run_seed) for i, d in enumerate(devices)]
+    handles = [WorkerHandle(ctx, i, d, opts, explore_base) for i, d in enumerate(devices)]
     results: dict[WorkItem, Any] = {}
     errored: set[WorkItem] = set()
     status = "complete"
@@ -223,17 +239,26 @@ def run_collection(opts: Options) -> dict[str, Any]:
                     continue
                 h.kill()
                 spec, case = cases[item]
-                result = (error_result(case, run_seed, message) if item[0] == "accuracy"
-                          else error_results(spec, case, message))
+                if item[0] == "accuracy":
+                    result = error_result(case, message)
+                elif item[0] == "explore":
+                    result = error_result(case, message, explore_seed(case, explore_base, 1))
+                else:
+                    result = error_results(spec, case, message)
                 dispatcher.complete(h.index, result)
                 errored.add(item)
                 bar.update(1)
         bar.close()
         results = dict(dispatcher.results())
     except KeyboardInterrupt:
-        status = "failed" if not dispatcher.partial_results() else "partial"
-        notes.append("interrupted: cases not run are missing")
         results = dict(dispatcher.partial_results())
+        missing = [i for i in items if i[0] != "explore" and i not in results]
+        if not results:
+            status = "failed"
+        elif missing:
+            status = "partial"
+        notes.append("interrupted: cases not run are missing" if missing else
+                     "interrupted during exploration: every gating case ran, some exploration did not")
     except RuntimeError as exc:
         status = "failed"
         notes.append(str(exc))
@@ -241,7 +266,7 @@ def run_collection(opts: Options) -> dict[str, Any]:
         signal.signal(signal.SIGTERM, previous_term)
         for h in handles:
             h.stop()
-    if status == "complete" and errored:
+    if status == "complete" and any(item[0] != "explore" for item in errored):
         status = "partial"
     if not described:
         described = {"hardware": _unknown_hardware(device), "versions": {}}
@@ -260,6 +285,8 @@ def _unknown_hardware(device: str) -> dict[str, Any]:
 
 def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict[str, Any], started: dt.datetime,
              status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> dict[str, Any]:
+    """The run document. Exploration results go to ``doc["explore"]`` (not part of ``kernelwatch.run/1``:
+    the caller takes them out before validating) until accuracy rows carry their kind."""
     hw = {k: described["hardware"].get(k) for k in (
         "vendor", "device_name", "device_count", "compute_units", "memory_bytes", "driver", "toolkit",
         "peak_gbps", "peak_gbps_datasheet", "peak_tflops", "peak_tflops_datasheet")}
@@ -294,6 +321,8 @@ def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict
                                  "dtype": case.dtype, "params": case.json_params()})
         if item[0] == "accuracy":
             doc["accuracy"].append({"case": case.key, **result})
+        elif item[0] == "explore":
+            doc.setdefault("explore", []).append({"case": case.key, **result})
         else:
             perf, profiler = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
             doc["perf"].extend({"case": case.key, **r} for r in perf)

@@ -21,13 +21,14 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
-def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], run_seed: int,
+def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], explore: tuple[int, int],
                 profile: bool) -> None:
+    """``explore`` = (base, seeds) of the exploration items ("explore", key); see collector.accuracy."""
     if device.startswith("cpu"):
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from collector.accuracy import check_case, error_result
+    from collector.accuracy import check_case, error_result, explore_case, explore_seed
     from collector.backends import Backend
     from collector.perf import BaselineCache, error_results, perf_case
     from kernels import discover
@@ -39,6 +40,7 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
     for spec in specs.values():
         for case in spec.accuracy_cases():
             index[("accuracy", case.key)] = (spec, case)
+            index[("explore", case.key)] = (spec, case)
         for case in spec.perf_cases():
             index[("perf", case.key)] = (spec, case)
     baselines = BaselineCache()
@@ -57,10 +59,13 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
 
         try:
             if suite == "accuracy":
-                result: Any = check_case(spec, case, backend.device, run_seed)
+                result: Any = check_case(spec, case, backend.device)
+                errored = False
+            elif suite == "explore":
+                result = explore_case(spec, case, backend.device, *explore)
                 errored = False
             else:
-                result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(run_seed, case))
+                result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(case))
                 errored = any(r["implementation"] == "triton" and r["error"] for r in result)
                 if profile and not errored:
                     from collector.profiling import profile_case
@@ -71,7 +76,9 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
             if os.environ.get("KERNELWATCH_DEBUG"):
                 traceback.print_exc()
             if suite == "accuracy":
-                result = error_result(case, run_seed, message)
+                result = error_result(case, message)
+            elif suite == "explore":
+                result = error_result(case, message, explore_seed(case, explore[0], 1))
             else:
                 result = error_results(spec, case, message)
             errored = True

@@ -28,7 +28,10 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
               help="Seconds one case may take (compilation included) before it is recorded as an error.")
 @click.option("--trigger", type=click.Choice(["manual", "pr", "nightly"]), default="manual", show_default=True)
 @click.option("--ci-job", default=None, envvar="KERNELWATCH_CI_JOB", help="CI job reference (URL or id).")
-@click.option("--seed", type=int, default=None, help="Run seed for the accuracy inputs (default: fresh each run).")
+@click.option("--explore-seeds", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Also run every accuracy case on N fresh seeds, reported apart: never part of the verdict.")
+@click.option("--seed", type=int, default=None,
+              help="Base of the exploration seeds (default: fresh each run). Gating inputs never depend on it.")
 @click.option("--profile", is_flag=True, help="Also record profiler counters per perf case (ncu / torch_npu).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the run artifact here instead of (or, with --db, besides) the database.")
@@ -37,13 +40,17 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @db_option
 @clean_errors
-def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_job, seed, profile, out,
-            extra_kernels, no_progress, db_url) -> None:  # noqa: ANN001
+def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_job, explore_seeds, seed, profile,
+            out, extra_kernels, no_progress, db_url) -> None:  # noqa: ANN001
     """Run accuracy and perf suites and write one run.
 
     Without --out the run goes to the database; with --out it is written as a kernelwatch.run/1
     artifact (load it later with `kernelwatch ingest`); give both to do both. The exit status
     is 0 when the run is complete, 3 when some cases errored (partial run) and 1 when it failed.
+
+    Accuracy inputs are a pure function of each case (its gating seed), so one commit always gets
+    the same verdict. --explore-seeds N draws N fresh seeds per accuracy case as well; what they
+    find is printed (and written beside --out as NAME.explore.json) and never changes the exit status.
     """
     from collector.collect import Options, reproduce_command, run_collection
     from db.artifact import validate, write_artifact
@@ -55,10 +62,12 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
         raise click.BadParameter(f"unknown suite {name!r}: use accuracy, perf", param_hint="--suite")
     opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
                    case_timeout_s=case_timeout, trigger=trigger, ci_job=ci_job, extra_modules=tuple(extra_kernels),
-                   match=match, seed=seed, profile=profile, progress=not no_progress,
+                   match=match, seed=seed, explore_seeds=explore_seeds, profile=profile, progress=not no_progress,
                    command=reproduce_command(sys.argv[1:]))
     try:
-        doc = validate(run_collection(opts))
+        raw = run_collection(opts)
+        explored = raw.pop("explore", [])
+        doc = validate(raw)
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     if out is not None:
@@ -76,4 +85,24 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
                f"{len(doc['perf'])} perf results")
     for a in failed[:20]:
         click.echo(f"  FAIL {a['case']}: budget {a['error_budget']} {a['error'] or ''}".rstrip())
+    if explored:
+        _report_exploration(explored, explore_seeds, out)
     sys.exit({"complete": 0, "partial": 3}.get(doc["run"]["status"], 1))
+
+
+def _report_exploration(rows: list[dict], seeds: int, out: Path | None) -> None:
+    """Exploration apart from the verdict: a count, the worst budget, each failing case and its seed."""
+    import json
+
+    bad = [r for r in rows if not r["passed"]]
+    budgets = [r["error_budget"] for r in rows if r["error_budget"] is not None]
+    worst = f"{max(budgets):.3g}" if budgets else "n/a"
+    click.echo(f"exploration (not part of the verdict): {len(rows) - len(bad)}/{len(rows)} cases passed on "
+               f"{seeds} fresh seeds each; worst budget {worst}")
+    for r in bad[:20]:
+        click.echo(f"  EXPLORE FAIL {r['case']}: budget {r['error_budget']} at seed {r['seed']} "
+                   f"{r['error'] or ''}".rstrip())
+    if out is not None:
+        path = out.with_name(out.stem + ".explore.json")
+        path.write_text(json.dumps(rows, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+        click.echo(f"wrote {path}")
