@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -12,24 +13,68 @@ import plotly.graph_objects as go
 
 from ci.gate import GateResult
 
-ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "warning": "⚠️", "pass": "✅", "new": "🆕"}
+ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "warning": "⚠️",
+         "noisy": "〰️", "pass": "✅", "new": "🆕"}
+# Characters with inline meaning inside a table cell: escapes, code, emphasis, links, HTML and entities,
+# cell borders, strike-through, GitHub's math. Block markers (#, -, +, >) cannot start a cell's line.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|&~$])")
+_LINKISH = re.compile(r"(://|www\.|@)", re.IGNORECASE)
+
+
+def md_text(value: object) -> str:
+    """Text from an artifact or the database as inert Markdown inside a line or a table cell: the
+    characters with inline meaning backslash-escaped, line breaks flattened, and URL-like runs broken
+    (GitHub autolinks bare URLs, ``www.`` and e-mail addresses even when their characters are escaped)."""
+    text = " ".join(str(value).split())
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return _LINKISH.sub(lambda m: m.group(0)[0] + "&#8203;" + m.group(0)[1:], text)
+
+
+def md_code(value: object) -> str:
+    """A code span that holds any text: a backtick fence longer than any run inside, padded with spaces,
+    and pipes escaped (a GFM table splits cells on them even inside code spans)."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}" if longest else f"{fence}{text}{fence}"
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.4g} us"
 
 
 def markdown(result: GateResult) -> str:
     c, b = result.candidate, result.baseline
-    verdict = "FAIL" if result.failed else "PASS"
-    lines = [f"## KernelWatch gate: {verdict}", "",
-             f"Candidate `{c['commit']['sha'][:12]}` ({c['commit']['branch']}, run `{c['id'][:8]}`) against "
-             f"baseline `{b['commit'][:12]}` ({b['branch']}, run `{b['id'][:8]}`); minimum effect "
-             f"{result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.", ""]
-    counts = defaultdict(int)
+    lines = [f"## KernelWatch gate: {result.verdict}", "",
+             f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
+             f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
+             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}); minimum effect {result.min_effect:.0%}, "
+             f"false discovery rate {result.fdr:.0%}.", ""]
+    if result.undecided:
+        lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]
+    lines += [f"Note: {md_text(n)}" for n in result.notes]
+    counts: dict[str, int] = defaultdict(int)
     for v in result.verdicts:
         counts[v.status] += 1
-    lines.append(" · ".join(f"{ICONS[s]} {s}: {n}" for s, n in sorted(counts.items())))
+    lines.append(" · ".join(f"{ICONS.get(s, '')} {s}: {n}" for s, n in sorted(counts.items())))
     for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
         if rows:
-            lines += ["", f"### {title}", "", "| case | what | details |", "| --- | --- | --- |"]
-            lines += [f"| `{v.case}` | {v.status} | {v.message} |" for v in rows]
+            lines += ["", f"### {title}", "", "| case | what | before | now | details |",
+                      "| --- | --- | --- | --- | --- |"]
+            for v in rows:
+                before, now = ((_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms)) if v.suite == "perf" else
+                               tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget)))
+                lines.append(f"| {md_code(v.case)} | {v.status} | {before} | {now} | {md_text(v.message)} |")
+    if result.explored:
+        bad = [a for a in result.explored if not a["passed"]]
+        budgets = [a["error_budget"] for a in result.explored if a["error_budget"] is not None]
+        lines += ["", "### Exploration (fresh seeds; not part of the verdict)", "",
+                  f"{len(result.explored) - len(bad)} of {len(result.explored)} cases passed"
+                  + (f"; worst budget {max(budgets):.3g}" if budgets else "") + "."]
+        if bad:
+            lines += ["", "| case | budget | seed | error |", "| --- | --- | --- | --- |"]
+            lines += [f"| {md_code(a['case'])} | {a['error_budget'] if a['error_budget'] is not None else '-'} | "
+                      f"{a['seed']} | {md_text(a['error'] or '')} |" for a in bad[:50]]
     return "\n".join(lines) + "\n"
 
 
@@ -39,18 +84,18 @@ def junit(result: GateResult) -> str:
     for v in result.verdicts:
         by_kernel[v.kernel].append(v)
     for kernel, verdicts in sorted(by_kernel.items()):
-        failures = sum(v.status in ("regression", "accuracy") for v in verdicts)
+        failures = sum(v.status in ("regression", "accuracy", "missing", "unmeasured") for v in verdicts)
         errors = sum(v.status == "error" for v in verdicts)
         suite = ET.SubElement(suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures),
                               errors=str(errors))
         for v in verdicts:
             case = ET.SubElement(suite, "testcase", classname=kernel, name=v.case)
-            if v.status in ("regression", "accuracy"):
+            if v.status in ("regression", "accuracy", "missing", "unmeasured"):
                 ET.SubElement(case, "failure", message=v.message, type=v.status).text = v.message
             elif v.status == "error":
                 ET.SubElement(case, "error", message=v.message, type="error").text = v.message
-            elif v.status == "warning":
-                ET.SubElement(case, "system-out").text = f"warning: {v.message}"
+            elif v.status in ("warning", "noisy"):
+                ET.SubElement(case, "system-out").text = f"{v.status}: {v.message}"
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
@@ -58,8 +103,9 @@ def _ratio_chart(result: GateResult) -> go.Figure:
     rows = [v for v in result.verdicts if v.comparison is not None]
     rows.sort(key=lambda v: v.comparison.ratio)
     colors = ["#d62728" if v.status == "regression" else "#2ca02c" for v in rows]
-    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[v.case for v in rows], orientation="h",
-                           marker={"color": colors}, name="candidate / baseline time"))
+    # Plotly renders a subset of HTML in labels (<a href> becomes a link): case names go in escaped.
+    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[html.escape(v.case, quote=False) for v in rows],
+                           orientation="h", marker={"color": colors}, name="candidate / baseline time"))
     fig.add_vline(x=1.0, line_dash="dot")
     fig.add_vline(x=1.0 + result.min_effect, line_dash="dash", line_color="red")
     fig.update_layout(title="time ratio per case (candidate / baseline)", height=max(300, 18 * len(rows) + 120))
@@ -75,9 +121,10 @@ def html_report(result: GateResult) -> str:
         for v in sorted(result.verdicts, key=lambda v: (v.status == "pass", v.case)))
     md = html.escape(markdown(result))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>KernelWatch gate</title><style>"
-            "body{font-family:sans-serif;margin:2em} td{padding:2px 8px} .regression,.accuracy,.error{background:#fdd}"
-            ".warning{background:#ffd}</style></head><body>"
-            f"<h1>KernelWatch gate: {'FAIL' if result.failed else 'PASS'}</h1><pre>{md}</pre>{chart}"
+            "body{font-family:sans-serif;margin:2em} td{padding:2px 8px} "
+            ".regression,.accuracy,.error,.missing,.unmeasured{background:#fdd} .warning,.noisy{background:#ffd}"
+            "</style></head><body>"
+            f"<h1>KernelWatch gate: {result.verdict}</h1><pre>{md}</pre>{chart}"
             f"<table><tr><th>case</th><th>verdict</th><th>details</th></tr>{rows}</table></body></html>")
 
 

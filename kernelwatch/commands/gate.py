@@ -15,12 +15,14 @@ from kernelwatch.options import db_option
 @click.option("--artifact", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A run artifact that need not be in the database.")
 @click.option("--baseline", required=True, metavar="BRANCH|RUN_ID",
-              help="A run id, or a branch whose newest complete run on the same hardware is the baseline.")
+              help="A branch (its newest complete run on the candidate's hardware, never the candidate itself), "
+                   "a run id or a unique run-id prefix.")
 @click.option("--min-effect", type=float, default=0.05, show_default=True,
-              help="Smallest slowdown that counts as a regression (0.05 = 5%).")
+              help="Smallest slowdown that counts as a regression (0.05 = 5%), in (0, 10).")
 @click.option("--case-min-effect", multiple=True, metavar="KERNEL_OR_CASE=FRACTION",
-              help="Per kernel or per case minimum effect, e.g. mse_loss=0.1.")
-@click.option("--fdr", type=float, default=0.05, show_default=True, help="False discovery rate across cases.")
+              help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 (a kernel or case of the candidate).")
+@click.option("--fdr", type=float, default=0.05, show_default=True,
+              help="False discovery rate across cases, in (0, 1).")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-report"),
               show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
 @db_option
@@ -28,11 +30,12 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
             case_min_effect: tuple[str, ...], fdr: float, report_dir: Path, db_url: str | None) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
 
-    Exit 0: all well. Exit 1: an accuracy case fails, a case errored, or a case regressed by more than
-    the minimum effect with statistical support (its samples, its history on this hardware, FDR
-    controlled). Exit 2: cannot decide (no baseline on this hardware, bad input).
+    Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the
+    baseline measured is missing or unmeasured, or a case regressed by more than the minimum effect with
+    statistical support (its samples and its between-run noise on this hardware, FDR controlled).
+    Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
-    from ci.gate import GateUndecided, decide
+    from ci.gate import GateUndecided, check_values, decide
     from ci.reports import markdown, publish
     from db.artifact import ArtifactError, load_artifact
     from db.engine import DatabaseError, open_database
@@ -43,11 +46,16 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
             raise GateUndecided("give exactly one of --candidate RUN_ID or --artifact FILE")
         efforts = {}
         for item in case_min_effect:
-            name, _, value = item.partition("=")
+            name, sep, value = item.rpartition("=")  # case keys hold "=" themselves
+            if name in efforts:
+                raise GateUndecided(f"--case-min-effect {name}: given twice")
             try:
+                if not sep or not name:
+                    raise ValueError
                 efforts[name] = float(value)
             except ValueError:
                 raise GateUndecided(f"--case-min-effect {item!r}: expected NAME=FRACTION") from None
+        check_values(min_effect, fdr, efforts)
         doc = load_artifact(artifact) if artifact else None
         engine = open_database(db_url, readonly=True)
         if doc is None:
@@ -60,4 +68,6 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     click.echo(markdown(result))
     for line in publish(result, report_dir):
         click.echo(line, err=line.startswith("warning"))
+    if result.undecided:
+        click.echo(f"kernelwatch gate: cannot decide: {result.undecided}", err=True)
     sys.exit(result.exit_code)
