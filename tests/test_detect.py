@@ -1,0 +1,173 @@
+"""The statistics of ci/detect.py, each test naming the defect it catches.
+
+benchmarks/mutation_table.py breaks the code on purpose (dropping FDR control, ignoring the history,
+min instead of max p, no outlier clipping, p_within forced to 0, the ratio inverted) and checks that
+some test here fails for each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ci.detect import (
+    JITTER_MS,
+    LAUNCH_BOUND_MS,
+    MIN_HISTORY,
+    OUTLIER_RATE,
+    PRIOR_FACTOR,
+    REL_NOISE,
+    Comparison,
+    benjamini_hochberg,
+    change_points,
+    compare_case,
+    noise_floor,
+    outlier_p,
+    regressions,
+)
+
+
+def _samples(center_ms: float, cv: float, n: int = 50, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(center_ms * (1 + cv * rng.standard_normal(n)))
+
+
+# ---------------------------------------------------------------------------------------------
+# compare_case
+# ---------------------------------------------------------------------------------------------
+def test_ratio_is_candidate_over_baseline() -> None:
+    """Defect: the ratio inverted (a slowdown read as a speed-up)."""
+    c = compare_case("k", _samples(0.2, 0.01), _samples(0.3, 0.01, seed=1))
+    assert c.ratio == pytest.approx(1.5, rel=0.01) and c.effect == pytest.approx(0.5, rel=0.03)
+    assert c.baseline_ms == pytest.approx(0.2, rel=0.01) and c.candidate_ms == pytest.approx(0.3, rel=0.01)
+    assert c.p < 1e-9
+
+
+def test_a_speed_up_is_never_evidence_of_a_slowdown() -> None:
+    c = compare_case("k", _samples(0.3, 0.01), _samples(0.2, 0.01, seed=1))
+    assert c.ratio < 1 and c.p > 0.5 and not regressions([c])
+
+
+def test_the_between_run_noise_vetoes_tight_samples() -> None:
+    """Defect: the smaller p-value taken instead of the larger. Two runs of a 25 us case 6% apart with
+    tight samples (p_within ~ 1e-17) and no history: the doubled noise floor (4.1%) says p ~ 0.07."""
+    c = compare_case("k", _samples(0.025, 0.002), _samples(0.0265, 0.002, seed=1))
+    assert c.p_within < 1e-10 and c.basis == "floor"
+    assert c.sigma == pytest.approx(noise_floor(0.025, PRIOR_FACTOR), rel=1e-3)
+    assert c.p == max(c.p_within, c.p_between) and 0.03 < c.p < 0.2
+    assert not regressions([c])
+
+
+def test_overlapping_samples_veto_a_tight_history() -> None:
+    """Defect: p_within forced to 0 (the samples' own evidence ignored). A 0.5 ms case with a tight history
+    (between-run sd 0.3%) and two runs whose very noisy samples (CV 40%) differ by 8% in their medians:
+    the history alone would call it a regression, the samples do not support it."""
+    base = _samples(0.5, 0.4, n=20, seed=3)
+    cand = [v * 1.08 for v in _samples(0.5, 0.4, n=20, seed=3)][::-1]
+    history = list(0.5 * (1 + 0.003 * np.random.default_rng(4).standard_normal(20)))
+    c = compare_case("k", base, cand, history)
+    assert c.basis == "history" and c.p_between < 1e-6
+    assert c.p_within > 0.1 and c.p == c.p_within
+    assert not regressions([c])
+
+
+def test_history_with_excursions_this_large_explains_a_slowdown() -> None:
+    """Defect: the history ignored. A 0.2 ms case whose history has 4 runs in 24 that were 12-20% off;
+    a +12% candidate is one more of those, not a regression (with the floor alone it would be z ~ 10)."""
+    rng = np.random.default_rng(5)
+    history = list(0.2 * (1 + 0.003 * rng.standard_normal(24)))
+    for i, f in zip((3, 9, 15, 20), (1.12, 1.2, 1.15, 1.18)):
+        history[i] *= f
+    c = compare_case("k", _samples(0.2, 0.002), _samples(0.224, 0.002, seed=1), history)
+    assert c.history == 24 and c.basis == "history"
+    assert c.p_between == pytest.approx((1 + 3) / (24 + 1), abs=0.05)  # 3-4 excursions at least as large
+    assert not regressions([c])
+
+
+def test_a_clean_history_supports_a_real_slowdown() -> None:
+    rng = np.random.default_rng(6)
+    history = list(0.2 * (1 + 0.003 * rng.standard_normal(24)))
+    c = compare_case("k", _samples(0.2, 0.002), _samples(0.22, 0.002, seed=1), history)
+    assert c.p < 1e-6 and regressions([c]) == [c]
+
+
+def test_short_history_falls_back_to_the_floor() -> None:
+    c = compare_case("k", _samples(0.2, 0.002), _samples(0.2, 0.002, seed=1), [0.2] * (MIN_HISTORY - 1))
+    assert c.basis == "floor" and c.history == MIN_HISTORY - 1
+
+
+def test_noise_floor_and_outlier_model() -> None:
+    assert noise_floor(0.005) == pytest.approx(math.hypot(JITTER_MS / 0.005, REL_NOISE))
+    assert noise_floor(100.0) == pytest.approx(REL_NOISE, rel=1e-3)
+    assert outlier_p(1.5) == outlier_p(2.0) == pytest.approx(OUTLIER_RATE)
+    assert outlier_p(6.0) == 0.0 and 0 < outlier_p(3.0) < OUTLIER_RATE
+    launch = compare_case("k", _samples(0.005, 0.01), _samples(0.0125, 0.01, seed=1))  # a 2.5x outlier run
+    assert LAUNCH_BOUND_MS > 0.005 and launch.launch_bound and launch.p >= outlier_p(2.5) > 0.05
+    big = compare_case("k", _samples(0.5, 0.01), _samples(1.25, 0.01, seed=1))
+    assert not big.launch_bound and big.p < 1e-9
+
+
+def test_no_samples_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no timing samples"):
+        compare_case("k", [], [1.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# False discovery control
+# ---------------------------------------------------------------------------------------------
+def test_benjamini_hochberg_matches_the_step_up_rule() -> None:
+    p = [0.01, 0.04, 0.03, 0.5, 0.002]
+    # sorted: 0.002 (<= .01), 0.01 (<= .02), 0.03 (<= .03), 0.04 (> .04? no: 0.04 <= 0.04), 0.5
+    assert benjamini_hochberg(p, 0.05) == [True, True, True, False, True]
+    assert benjamini_hochberg([], 0.05) == []
+
+
+def test_many_marginal_p_values_are_not_all_discoveries() -> None:
+    """Defect: FDR control dropped (each p compared with q alone). Of 100 cases, 10 have p in 0.01-0.04,
+    as many as chance gives under the null; BH rejects none (p_(i) > 0.05 i / 100), a bare p < 0.05 all 10."""
+    ps = [0.01 + 0.003 * i for i in range(10)] + [0.5 + 0.005 * i for i in range(90)]
+    comps = [Comparison(f"c{i}", 1.2, p, p, p, 0.05, 0) for i, p in enumerate(ps)]
+    assert regressions(comps, 0.05) == []
+    strong = Comparison("strong", 1.2, 1e-6, 1e-6, 1e-6, 0.05, 0)
+    assert regressions([*comps, strong], 0.05) == [strong]
+
+
+def test_the_minimum_effect_applies_after_fdr() -> None:
+    small = Comparison("small", 1.03, 1e-9, 1e-9, 1e-9, 0.05, 0)
+    assert regressions([small]) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# change_points
+# ---------------------------------------------------------------------------------------------
+def _series(n: int, step_at: int | None, step: float, noise: float, seed: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    x = 0.1 * (1 + noise * rng.standard_normal(n))
+    if step_at is not None:
+        x[step_at:] *= 1 + step
+    return list(x)
+
+
+def test_a_clear_step_is_found_where_it_is() -> None:
+    found = change_points(_series(40, 22, 0.10, 0.005, 1))
+    assert [c.index for c in found] == [22] and found[0].change == pytest.approx(0.10, abs=0.01)
+
+
+def test_flat_noise_has_no_change_point() -> None:
+    for seed in range(20):
+        assert change_points(_series(60, None, 0.0, 0.01, seed)) == []
+
+
+def test_outlier_runs_neither_hide_nor_fake_a_step() -> None:
+    """Defect: no outlier clipping. One 6x run (launch-bound cases have them) must not pull the split away
+    from a real 15% step, nor become a step of its own."""
+    series = _series(40, 25, 0.15, 0.005, 2)
+    series[8] *= 6.0
+    found = change_points(series)
+    assert [c.index for c in found] == [25], found
+    flat = _series(40, None, 0.0, 0.005, 3)
+    for i in (5, 17, 30):
+        flat[i] *= 4.0
+    assert change_points(flat) == []
