@@ -22,10 +22,10 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hochberg, compare_case
-from db.artifact import hardware_fingerprint
 from db.export import export_run
 from db.models import Hardware, Run
 from db.queries import perf_rows, recent_runs
+from db.schema import RunDocument, hardware_fingerprint, to_data
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
@@ -334,19 +334,22 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: dict[str, Any], b
     return len(compared)
 
 
-def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_effect: float = DEFAULT_MIN_EFFECT,
-           fdr: float = DEFAULT_FDR, min_effects: dict[str, float] | None = None) -> GateResult:
+def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spec: str,
+           min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
+           min_effects: dict[str, float] | None = None) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
 
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
     set (exit 2) still lists what errored or is missing.
     """
+    if isinstance(candidate, RunDocument):
+        candidate = to_data(candidate)
     min_effects = check_options(candidate, min_effect, fdr, min_effects)
     fingerprint = hardware_fingerprint(candidate["hardware"])
     cand_run = candidate["run"]
     base_ref = baseline_run(engine, baseline_spec, fingerprint, cand_run["id"],
                             candidate["hardware"].get("device_name") or "this hardware")
-    base = export_run(engine, base_ref["id"])
+    base = to_data(export_run(engine, base_ref["id"]))
     result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr))
     result.explored = [a for a in candidate["accuracy"] if a.get("kind", "gate") != "gate"]
     kernel_of = {c["key"]: c["kernel"] for c in candidate["cases"]}

@@ -2,8 +2,8 @@
 
 Accuracy inputs come from each case's fixed gating seed (``collector.accuracy``). With
 ``explore_seeds`` > 0 every accuracy case is also run on that many fresh seeds, as separate work
-items ("explore", key) dealt after all gating items; their results are kept apart from the gating
-results and an errored exploration never makes the run partial.
+items ("explore", key) dealt after all gating items; they become accuracy rows of kind "explore",
+which the gate reports and never judges, and an errored exploration never makes the run partial.
 
 The parent process never touches the device. Each device gets a worker process; a case that
 raises is recorded by its worker, a case that kills its worker or outlives the per-case limit is
@@ -21,14 +21,25 @@ import shlex
 import signal
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
 from collector.schedule import Dispatcher
 from collector.worker import WorkItem, worker_main
-from db.artifact import SCHEMA, format_time
+from db.schema import (
+    SCHEMA,
+    AccuracyResult,
+    CaseInfo,
+    Commit,
+    Hardware,
+    PerfResult,
+    ProfilerMetric,
+    RunDocument,
+    RunInfo,
+    format_time,
+    new_run_id,
+)
 
 SUITES = ("accuracy", "perf")
 STARTUP_GRACE_S = 120.0  # importing torch and initialising a device, on top of the first case's limit
@@ -160,7 +171,7 @@ def _progress(total: int, enabled: bool):  # noqa: ANN202
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
 
 
-def run_collection(opts: Options) -> dict[str, Any]:
+def run_collection(opts: Options) -> RunDocument:
     """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written)."""
     from collector.accuracy import error_result, explore_seed
     from collector.metadata import git_info
@@ -182,7 +193,7 @@ def run_collection(opts: Options) -> dict[str, Any]:
     explore_base = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
     if opts.explore_seeds:
         notes.append(f"exploration: {opts.explore_seeds} fresh seeds per accuracy case, base {explore_base} "
-                     "(reported apart from the gating results)")
+                     "(accuracy rows of kind explore; never part of the verdict)")
     started = dt.datetime.now(dt.timezone.utc)
     commit = git_info()
 
@@ -284,50 +295,32 @@ def _unknown_hardware(device: str) -> dict[str, Any]:
 
 
 def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict[str, Any], started: dt.datetime,
-             status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> dict[str, Any]:
-    """The run document. Exploration results go to ``doc["explore"]`` (not part of ``kernelwatch.run/1``:
-    the caller takes them out before validating) until accuracy rows carry their kind."""
-    hw = {k: described["hardware"].get(k) for k in (
-        "vendor", "device_name", "device_count", "compute_units", "memory_bytes", "driver", "toolkit",
-        "peak_gbps", "peak_gbps_datasheet", "peak_tflops", "peak_tflops_datasheet")}
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": {
-            "id": str(uuid.uuid4()),
-            "commit": commit,
-            "trigger": opts.trigger,
-            "ci_job": opts.ci_job,
-            "device": device,
-            "command": opts.command,
-            "versions": described.get("versions", {}),
-            "started_at": format_time(started),
-            "finished_at": format_time(dt.datetime.now(dt.timezone.utc)),
-            "status": status,
-            "synthetic": False,
-            "notes": "; ".join(notes) or None,
-        },
-        "hardware": hw,
-        "cases": [],
-        "accuracy": [],
-        "perf": [],
-        "profiler": [],
-    }
-    seen_cases = set()
+             status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> RunDocument:
+    """The run as a typed document (``db.schema``); a field the schema refuses is a bug here."""
+    hw = Hardware(**{k: described["hardware"].get(k) for k in Hardware.model_fields})
+    run = RunInfo(id=new_run_id(), commit=Commit(**commit), trigger=opts.trigger, ci_job=opts.ci_job, device=device,
+                  command=opts.command, versions=described.get("versions", {}), started_at=format_time(started),
+                  finished_at=format_time(dt.datetime.now(dt.timezone.utc)), status=status, synthetic=False,
+                  notes="; ".join(notes) or None)
+    case_infos: dict[str, CaseInfo] = {}
+    accuracy: list[AccuracyResult] = []
+    perf: list[PerfResult] = []
+    profiler: list[ProfilerMetric] = []
     for item, result in results.items():
         spec, case = cases[item]
-        if case.key not in seen_cases:
-            seen_cases.add(case.key)
-            doc["cases"].append({"key": case.key, "kernel": case.kernel, "variant": case.variant,
-                                 "dtype": case.dtype, "params": case.json_params()})
+        if case.key not in case_infos:
+            case_infos[case.key] = CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
+                                            params=case.json_params())
         if item[0] == "accuracy":
-            doc["accuracy"].append({"case": case.key, **result})
+            accuracy.append(AccuracyResult(case=case.key, **result))
         elif item[0] == "explore":
-            doc.setdefault("explore", []).append({"case": case.key, **result})
+            accuracy.append(AccuracyResult(case=case.key, kind="explore", **result))
         else:
-            perf, profiler = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
-            doc["perf"].extend({"case": case.key, **r} for r in perf)
-            doc["profiler"].extend({"case": case.key, **m} for m in profiler)
-    return doc
+            rows, metrics = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
+            perf.extend(PerfResult(case=case.key, **r) for r in rows)
+            profiler.extend(ProfilerMetric(case=case.key, **m) for m in metrics)
+    return RunDocument(schema=SCHEMA, run=run, hardware=hw, cases=list(case_infos.values()), accuracy=accuracy,
+                       perf=perf, profiler=profiler)
 
 
 def reproduce_command(argv: list[str]) -> str:

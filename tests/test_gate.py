@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import dumps, parse_artifact
+from db.artifact import dumps, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.synthetic import Step, SyntheticHistory
@@ -24,7 +24,7 @@ def _history(db_url: str, steps=(), seed: int = 0, runs: int = RUNS, **kwargs) -
     docs = list(SyntheticHistory(runs=runs + 1, cases=10, samples=30, seed=seed, steps=list(steps), **kwargs)
                 .documents())
     ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs[:-1])])
-    return docs[-1]
+    return to_data(docs[-1])
 
 
 def _gate(cli, db_url: str, doc: dict, tmp_path: Path, *extra: str):  # noqa: ANN001, ANN202
@@ -265,7 +265,7 @@ def _ingest(db_url: str, *docs: dict) -> None:
 
 
 def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    docs = list(SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents())
+    docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents()]
     first, second, candidate = docs
     _ingest(db_url, first)
     path = tmp_path / "c.json"
@@ -290,7 +290,7 @@ def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_pa
 
 
 def test_a_branch_whose_only_run_is_the_candidate_says_so(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    (candidate,) = SyntheticHistory(runs=1, cases=4, samples=30, base_ms=BASE_MS).documents()
+    (candidate,) = map(to_data, SyntheticHistory(runs=1, cases=4, samples=30, base_ms=BASE_MS).documents())
     _ingest(db_url, candidate)
     result = cli.invoke(main, ["gate", "--candidate", candidate["run"]["id"], "--baseline", "synthetic/main",
                                "--db", db_url])
@@ -299,7 +299,7 @@ def test_a_branch_whose_only_run_is_the_candidate_says_so(db_url, tmp_path, cli)
 
 
 def test_a_branch_measured_only_on_other_hardware_names_it(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    docs = list(SyntheticHistory(runs=2, cases=4, samples=30, hardware=2, base_ms=BASE_MS).documents())
+    docs = [to_data(d) for d in SyntheticHistory(runs=2, cases=4, samples=30, hardware=2, base_ms=BASE_MS).documents()]
     _ingest(db_url, *[d for d in docs if d["hardware"]["vendor"] == "ascend"])
     path = tmp_path / "c.json"
     path.write_text(dumps(docs[0]))
@@ -311,7 +311,7 @@ def test_a_branch_measured_only_on_other_hardware_names_it(db_url, tmp_path, cli
 
 def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:  # noqa: ANN001
     db_url = f"sqlite:///{tmp_path / 'kw.db'}"
-    docs = list(SyntheticHistory(runs=3, cases=2, samples=5).documents())
+    docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=2, samples=5).documents()]
     for i, d in enumerate(docs):
         d["run"]["id"] = f"abcdef0{i}-0000-4000-8000-000000000000"
     _ingest(db_url, *docs[:2])

@@ -49,11 +49,11 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
     is 0 when the run is complete, 3 when some cases errored (partial run) and 1 when it failed.
 
     Accuracy inputs are a pure function of each case (its gating seed), so one commit always gets
-    the same verdict. --explore-seeds N draws N fresh seeds per accuracy case as well; what they
-    find is printed (and written beside --out as NAME.explore.json) and never changes the exit status.
+    the same verdict. --explore-seeds N draws N fresh seeds per accuracy case as well: stored as
+    accuracy rows of kind "explore", printed apart, never part of the exit status or the gate's verdict.
     """
     from collector.collect import Options, reproduce_command, run_collection
-    from db.artifact import validate, write_artifact
+    from db.artifact import write_artifact
 
     suite_list = _split((suites,))
     bad = [s for s in suite_list if s not in ("accuracy", "perf")]
@@ -65,9 +65,7 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
                    match=match, seed=seed, explore_seeds=explore_seeds, profile=profile, progress=not no_progress,
                    command=reproduce_command(sys.argv[1:]))
     try:
-        raw = run_collection(opts)
-        explored = raw.pop("explore", [])
-        doc = validate(raw)
+        doc = run_collection(opts)
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     if out is not None:
@@ -79,30 +77,19 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
 
         (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
         click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
-    acc = doc["accuracy"]
-    failed = [a for a in acc if not a["passed"]]
-    click.echo(f"run {doc['run']['id']}: {doc['run']['status']}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
-               f"{len(doc['perf'])} perf results")
+    acc = [a for a in doc.accuracy if a.kind == "gate"]
+    failed = [a for a in acc if not a.passed]
+    click.echo(f"run {doc.run.id}: {doc.run.status}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
+               f"{len(doc.perf)} perf results")
     for a in failed[:20]:
-        click.echo(f"  FAIL {a['case']}: budget {a['error_budget']} {a['error'] or ''}".rstrip())
+        click.echo(f"  FAIL {a.case}: budget {a.error_budget} {a.error or ''}".rstrip())
+    explored = [a for a in doc.accuracy if a.kind == "explore"]
     if explored:
-        _report_exploration(explored, explore_seeds, out)
-    sys.exit({"complete": 0, "partial": 3}.get(doc["run"]["status"], 1))
-
-
-def _report_exploration(rows: list[dict], seeds: int, out: Path | None) -> None:
-    """Exploration apart from the verdict: a count, the worst budget, each failing case and its seed."""
-    import json
-
-    bad = [r for r in rows if not r["passed"]]
-    budgets = [r["error_budget"] for r in rows if r["error_budget"] is not None]
-    worst = f"{max(budgets):.3g}" if budgets else "n/a"
-    click.echo(f"exploration (not part of the verdict): {len(rows) - len(bad)}/{len(rows)} cases passed on "
-               f"{seeds} fresh seeds each; worst budget {worst}")
-    for r in bad[:20]:
-        click.echo(f"  EXPLORE FAIL {r['case']}: budget {r['error_budget']} at seed {r['seed']} "
-                   f"{r['error'] or ''}".rstrip())
-    if out is not None:
-        path = out.with_name(out.stem + ".explore.json")
-        path.write_text(json.dumps(rows, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
-        click.echo(f"wrote {path}")
+        bad = [a for a in explored if not a.passed]
+        budgets = [a.error_budget for a in explored if a.error_budget is not None]
+        click.echo(f"exploration (kind explore; not part of the verdict): {len(explored) - len(bad)}/{len(explored)} "
+                   f"cases passed on {explore_seeds} fresh seeds each; worst budget "
+                   + (f"{max(budgets):.3g}" if budgets else "n/a"))
+        for a in bad[:20]:
+            click.echo(f"  EXPLORE FAIL {a.case}: budget {a.error_budget} at seed {a.seed} {a.error or ''}".rstrip())
+    sys.exit({"complete": 0, "partial": 3}.get(doc.run.status, 1))
