@@ -12,7 +12,8 @@ budget over the seeds must stay at or below ``--limit`` (0.8 leaves 20% of the t
 Prints the worst budget per case (with the seed that produced it and the gating seed's budget),
 then per kernel / variant / dtype; exits 1 when any case is over the limit or raised, 0 otherwise.
 With ``--jsonl`` every (case, seed) result is appended as it is measured, and a rerun skips what the
-file already holds (the CPU interpreter needs hours for the full suite).
+file already holds (the CPU interpreter needs hours for the full suite). ``--from FILE`` (repeatable)
+prints the table of such files without measuring anything.
 """
 
 from __future__ import annotations
@@ -36,14 +37,24 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=0.8)
     parser.add_argument("--jsonl", type=Path, default=None, help="append results here; skip what it holds")
     parser.add_argument("--top", type=int, default=40, help="cases shown in the per-case table")
+    parser.add_argument("--from", dest="sources", type=Path, action="append", default=[],
+                        help="report the rows of this --jsonl file (repeatable) and measure nothing")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
     return args
 
 
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def main() -> int:
     args = _parse()
+    if args.sources:
+        rows = [r for path in args.sources for r in _read(path)
+                if (not args.match or args.match in r["case"]) and r["seed_index"] < args.seeds]
+        return report(rows, args.limit, args.top, args.seeds)
     if args.device.startswith("cpu"):
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -62,10 +73,7 @@ def main() -> int:
         return 2
     done: dict[tuple[str, int], dict] = {}
     if args.jsonl and args.jsonl.exists():
-        for line in args.jsonl.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done[(r["case"], r["seed_index"])] = r
+        done = {(r["case"], r["seed_index"]): r for r in _read(args.jsonl)}
     sink = args.jsonl.open("a") if args.jsonl else None
     rows: list[dict] = []
     started = time.monotonic()

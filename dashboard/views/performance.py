@@ -55,7 +55,7 @@ for fp in hardware:
                     key=f"perf-{fp}")
     steps = [(case, p) for case, ps in changes.items() for p in ps]
     if steps:
-        st.write("Change points (per-run medians, binary segmentation with Welch's t-test):")
+        st.write("Change points (per-run medians, binary segmentation, each split tested with a Mann-Whitney U):")
         ordered = {c: frame[frame["case"] == c].sort_values("order")["commit"].tolist() for c, _ in steps}
         st.dataframe([{"case": c, "time change": f"{p.change:+.1%}", "p": f"{p.pvalue:.1e}",
                        "first commit after": ordered[c][p.index][:12]} for c, p in steps], hide_index=True)
