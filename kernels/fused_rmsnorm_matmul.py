@@ -66,6 +66,23 @@ def _prune(configs, named_args, **kwargs):  # noqa: ANN001, ANN003
 # Triton kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _round_to_bf16(v):
+    """fp32 -> the nearest bf16 value, ties to even, returned as fp32 (so a later cast is exact).
+
+    On a GPU ``v.to(tl.bfloat16)`` rounds to nearest even. Triton's CPU interpreter (3.9) truncates
+    fp32 -> bf16 instead (its ``cast_impl`` passes no rounding mode), an error of up to one ulp with
+    the sign of -v: measured on the interpreter, prologue_gamma's worst bf16 budget over 20 seeds went
+    from 1.13 to 0.76 (shape 2x5x96) once x*gamma and the output were rounded here. Bit trick: add
+    0x7FFF plus the lowest kept bit, then clear the 16 dropped bits (the carry rounds up into the
+    exponent correctly, up to inf). NaN passes through unchanged; subnormals are not expected here (the
+    interpreter's own cast flushes them).
+    """
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _fused_rmsnorm_matmul_kernel(
     x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
     HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
@@ -100,7 +117,10 @@ def _fused_rmsnorm_matmul_kernel(
             sumsq += tl.sum(af * af, axis=1)
         if PROLOGUE_GAMMA:
             g = tl.load(g_ptr + k0 + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-            a = (a.to(tl.float32) * g[None, :]).to(a.dtype)
+            if UPCAST:
+                a = _round_to_bf16(a.to(tl.float32) * g[None, :])
+            else:
+                a = (a.to(tl.float32) * g[None, :]).to(a.dtype)
         if UPCAST:  # Triton's CPU interpreter multiplies bf16 tiles wrongly; fp32 products are exact
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
         elif IEEE:
@@ -117,6 +137,8 @@ def _fused_rmsnorm_matmul_kernel(
     acc = acc * rstd[:, None]
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if UPCAST:
+        acc = _round_to_bf16(acc)
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -300,18 +322,40 @@ class FusedRMSLinear(torch.nn.Module):
 # Spec
 # ---------------------------------------------------------------------------------------------
 NAME = "fused_rmsnorm_matmul"
-BASE_TOL = {"fp32": (1e-4, 1e-5), "fp16": (2e-3, 1e-3), "bf16": (1.6e-2, 8e-3)}
+RTOL = {"fp32": 1e-4, "fp16": 2e-3, "bf16": 1.6e-2}  # >= 4 x the output rounding 2^-24, 2^-11, 2^-8
+UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
+OPERAND_SIGMAS = 4.0  # lambda below
+OPERAND_NORM = 2.0  # S below
+ACCUMULATION_ATOL = 1e-5  # fp32 accumulation over K = 64, grown with sqrt(K)
 
 
 def tolerance(dtype: str, k: int) -> Tolerance:
-    """rtol fixed by the output dtype; atol = base * sqrt(K / 64).
+    """Elementwise tolerance of y = r (x * gamma) . w_n + b from the error model of the kernel.
 
-    Each output is a sum of K rounded products. Independent rounding errors add like a random walk,
-    so the typical accumulated error grows with sqrt(K) (FlagGems' atol = 1e-4 * K is the linear,
-    worst-case bound). Inputs are drawn so outputs are O(1): weights ~ N(0, 1/K).
+    With t_k = r x_k gamma_k w_nk the exact terms of one output:
+
+    1. output rounding to ``dtype``: |e| <= u_out |y| (round to nearest), covered by ``rtol`` (RTOL,
+       at least 4 u_out);
+    2. one operand rounding: gamma is applied to an operand of the dot before it enters the tensor
+       cores in ``dtype`` (prologue_gamma rounds x * gamma, fold_gamma and rstd_prepass round
+       W * gamma, once per weight), so the dot sums t_k (1 + d_k), |d_k| <= u = 2^-p, d_k independent
+       with mean 0 and sd <= u / sqrt(3) (round to nearest: an error uniform in half an ulp). The error
+       sum_k t_k d_k is near normal with sd <= u / sqrt(3) * ||t||_2. PyTorch's unfused rms_norm ->
+       linear rounds its normalised operand the same once; fp32 operands make this term vanish;
+    3. fp32 accumulation of K products: ACCUMULATION_ATOL * sqrt(K / 64) (random-walk growth).
+
+    ||t||_2 does not grow with K: RMSNorm makes sum_k (r x_k)^2 = K and the spec draws w ~ N(0, 1/K),
+    so ||t||_2^2 ~ mean of gamma^2 (1.58 for gamma ~ U[1, 1.5]): over 20 seeds of every accuracy case
+    its median is 1.24 and its maximum 2.1 (largest at K = 64-128), hence S = OPERAND_NORM = 2.
+    atol = lambda S u / sqrt(3) + term 3, lambda = OPERAND_SIGMAS = 4: bf16 0.0180, fp16 0.00226.
+
+    The first version scaled atol with sqrt(K / 64) from 8e-3 (bf16) and 1e-3 (fp16): right for term 3,
+    but term 2, the one that matters in half precision, is flat in K. At K = 64 it sat at the noise of
+    any implementation with one operand rounding (PyTorch's unfused rms_norm -> linear reached budget
+    0.78 over 20 seeds on the CPU, fold_gamma 0.91, rstd_prepass fp16 1.09), at K = 520 above it.
     """
-    rtol, atol = BASE_TOL[dtype]
-    return Tolerance(rtol, atol * math.sqrt(max(k, 64) / 64))
+    operand = OPERAND_SIGMAS * OPERAND_NORM * UNIT_ROUNDOFF[dtype] / math.sqrt(3)
+    return Tolerance(RTOL[dtype], operand + ACCUMULATION_ATOL * math.sqrt(max(k, 64) / 64))
 
 
 ACCURACY_POINTS = (  # (x shape, N, bias, layout)
