@@ -10,7 +10,7 @@ from kernelwatch.options import clean_errors, db_option
 
 
 @click.command("ingest")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
 @clean_errors
 def command(files: tuple[Path, ...], db_url: str | None) -> None:
