@@ -151,6 +151,11 @@ def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
             raise ArtifactError(f"{source}: run.id: {doc.run.id} also appears, with different content, in {first[0]}")
 
 
+def load_files(paths: Iterable[str | Path]) -> list[tuple[str, RunDocument]]:
+    """Read and validate every file (no database needed): (source, document) pairs, or the first error."""
+    return [(printable(str(p)), load_artifact(p)) for p in paths]
+
+
 def ingest_files(engine: Engine, paths: Iterable[str | Path]) -> list[IngestOutcome]:
     """Validate every file completely first, then write all of them in one transaction."""
-    return ingest_documents(engine, [(str(p), load_artifact(p)) for p in paths])
+    return ingest_documents(engine, load_files(paths))
