@@ -168,7 +168,9 @@ Short = _name(SHORT_LEN)
 Tag = _name(TAG_LEN)
 Text = _text(TEXT_LEN)
 ShortText = _text(SHORT_LEN)
-Timestamp = Annotated[str, Field(max_length=64), AfterValidator(_timestamp)]
+Timestamp = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_timestamp)]
+RunId = Annotated[str, Field(json_schema_extra={"pattern": f"^{_UUID.pattern}$", "maxLength": 36}),
+                  AfterValidator(_uuid)]
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
 BigCount = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Seed = Annotated[int, Field(ge=-INT64_MAX, le=INT64_MAX)]
@@ -232,7 +234,7 @@ class Commit(Record):
 class RunInfo(Record):
     """One collector invocation."""
 
-    id: Annotated[str, AfterValidator(_uuid)]
+    id: RunId
     commit: Commit
     trigger: Literal["pr", "nightly", "manual"]
     ci_job: _text(KEY_LEN) | None

@@ -575,3 +575,71 @@ def test_one_bad_file_among_good_ones_stores_none(database: Database, tmp_path: 
     assert result.exit_code == 1
     assert result.stderr == f"kernelwatch: error: {bad}: {bad_entry.message}\n"
     assert database.checksum() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The limits are the columns' limits, and the published JSON Schema states them
+# ---------------------------------------------------------------------------------------------
+TABLES = {  # record of the artifact -> the tables its fields are stored in, first match wins
+    "RunInfo": ("run",), "Commit": ("run",), "Hardware": ("hardware", "run"), "CaseInfo": ("kernel_case",),
+    "AccuracyResult": ("accuracy_result",), "PerfResult": ("perf_result",), "ProfilerMetric": ("profiler_metric",),
+}
+RENAMED = {("Commit", "sha"): "commit_sha", ("Commit", "time"): "commit_time", ("Commit", "subject"): "commit_subject"}
+NOT_A_COLUMN = {("RunInfo", "commit"), ("AccuracyResult", "case"), ("PerfResult", "case"), ("ProfilerMetric", "case")}
+
+
+def _published(prop: dict) -> dict:
+    """The non-null branch of an optional property."""
+    branches = [b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"]
+    assert len(branches) == 1, prop
+    return branches[0]
+
+
+def test_every_limit_of_the_model_fits_its_column() -> None:
+    """A string no longer than its VARCHAR, an integer inside its INTEGER / BIGINT, an enum value inside
+    its column: what the model lets through, PostgreSQL stores (and SQLite stores the same)."""
+    from sqlalchemy import BigInteger, Integer, String
+
+    from db.models import Base
+    from db.schema import json_schema
+
+    defs = json_schema()["$defs"]
+    checked = 0
+    for record, tables in TABLES.items():
+        for field, prop in defs[record]["properties"].items():
+            if (record, field) in NOT_A_COLUMN:
+                continue
+            name = RENAMED.get((record, field), field)
+            column = next((Base.metadata.tables[t].c[name] for t in tables if name in Base.metadata.tables[t].c), None)
+            assert column is not None, f"{record}.{field} is stored nowhere"
+            bound = _published(prop)
+            if isinstance(column.type, String) and column.type.length:
+                longest = max(map(len, bound["enum"])) if "enum" in bound else bound.get("maxLength")
+                assert longest is not None and longest <= column.type.length, (record, field, longest, column.type)
+                checked += 1
+            elif isinstance(column.type, Integer):
+                top = 2**63 - 1 if isinstance(column.type, BigInteger) else 2**31 - 1
+                assert -top <= bound["minimum"] and bound["maximum"] <= top, (record, field, bound, column.type)
+                checked += 1
+    assert checked >= 30
+
+
+def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """`kernelwatch schema` is usable by a CI author's own validator: the shipped history passes, and the
+    corpus entries a JSON Schema can express (types, bounds, lengths, enums, unknown fields) fail."""
+    jsonschema = pytest.importorskip("jsonschema")
+
+    result = cli.invoke(main, ["schema"])
+    assert result.exit_code == 0
+    validator = jsonschema.Draft202012Validator(json.loads(result.stdout))
+    history = sorted((ROOT / "ci" / "history").glob("*.json"))
+    assert history and all(validator.is_valid(json.loads(p.read_text())) for p in history)
+    expressible = ["memory-bytes-10**30", "perf-bytes-2**63", "device-count-2**40", "nan-mismatches-2**31",
+                   "negative-median", "10000-character-device-name", "256-character-case-key", "string-for-number",
+                   "boolean-for-integer", "unknown-nested-field", "missing-run-status", "unknown-schema-version",
+                   "unknown-trigger", "run-id-with-newline", "65-versions", "empty-vendor"]
+    for name in expressible:
+        bad = next(b for b in CORPUS if b.name == name)
+        folder = tmp_path / name
+        folder.mkdir()
+        assert not validator.is_valid(json.loads(bad.make(folder).read_text())), name
