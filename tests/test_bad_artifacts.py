@@ -643,3 +643,14 @@ def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli
         folder = tmp_path / name
         folder.mkdir()
         assert not validator.is_valid(json.loads(bad.make(folder).read_text())), name
+
+
+def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Database, cli) -> None:  # noqa: ANN001
+    """SQLite's LIKE ignores case and PostgreSQL's does not; % and _ are wildcards in both."""
+    run_id = GOOD["run"]["id"]
+    upper = cli.invoke(main, ["show", run_id[:8].upper(), "--db", database.url, "--format", "json"])
+    assert upper.exit_code == 0, upper.output
+    assert {r["case"] for r in json.loads(upper.stdout)} == {c["key"] for c in GOOD["cases"]}
+    for prefix in ("%", "_", run_id[:4] + "%"):
+        result = cli.invoke(main, ["show", prefix, "--db", database.url])
+        assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: no run with id {prefix!r}\n")
