@@ -107,6 +107,16 @@ def odd_file_name(folder: Path) -> Path:
     return folder / "esc\x1b[31m\nnewline.json"  # missing, and its name must reach the terminal escaped
 
 
+def name_too_long(folder: Path) -> Path:
+    return folder / ("n" * 300 + ".json")
+
+
+def symlink_loop(folder: Path) -> Path:
+    (folder / "a.json").symlink_to(folder / "b.json")
+    (folder / "b.json").symlink_to(folder / "a.json")
+    return folder / "a.json"
+
+
 def nested(depth: int, open_: str = "[", close: str = "]", inner: str = "1") -> str:
     return open_ * depth + inner + close * depth
 
@@ -314,6 +324,8 @@ CORPUS: list[Bad] = [
     Bad("folder-instead-of-file", folder_instead_of_file, "is a folder, not an artifact file"),
     Bad("missing-file", missing_file, "no such file"),
     Bad("escape-and-newline-in-file-name", odd_file_name, "no such file"),
+    Bad("file-name-too-long", name_too_long, "cannot read (File name too long)"),
+    Bad("symlink-loop", symlink_loop, "cannot read (Too many levels of symbolic links)"),
 ]
 
 
@@ -654,3 +666,32 @@ def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Databa
     for prefix in ("%", "_", run_id[:4] + "%"):
         result = cli.invoke(main, ["show", prefix, "--db", database.url])
         assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: no run with id {prefix!r}\n")
+
+
+def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Database, tmp_path: Path,
+                                                                 cli) -> None:  # noqa: ANN001
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(BASE))
+    changed = copy.deepcopy(BASE)
+    changed["perf"][0]["error"] = "another outcome"
+    second.write_text(json.dumps(changed))
+    before = database.checksum()
+    result = cli.invoke(main, ["ingest", str(first), str(second), "--db", database.url])
+    assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: {second}: run.id: {BASE['run']['id']} "
+                                                    f"also appears, with different content, in {first}\n")
+    assert database.checksum() == before
+
+
+def test_an_artifact_nobody_may_read_is_one_line(sqlite_db: Database, tmp_path: Path) -> None:
+    from tests.test_readonly import _without_permission_bypass
+
+    prefix = _without_permission_bypass()
+    path = tmp_path / "secret.json"
+    path.write_text(json.dumps(BASE))
+    path.chmod(0o000)
+    before = sqlite_db.checksum()
+    proc = subprocess.run([*prefix, sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", sqlite_db.url],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"kernelwatch: error: {path}: cannot read (Permission denied)\n"
+    assert sqlite_db.checksum() == before

@@ -10,7 +10,8 @@ from kernelwatch.options import clean_errors, db_option
 
 
 @click.command("ingest")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+# No checks by click: the loader names a missing, unreadable or folder path in the one-line form of every refusal.
+@click.argument("files", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @db_option
 @clean_errors
 def command(files: tuple[Path, ...], db_url: str | None) -> None:
