@@ -36,8 +36,8 @@ class DatabaseError(RuntimeError):
 def resolve_url(url: str | None = None) -> str:
     """``--db`` beats ``KERNELWATCH_DB`` beats ``sqlite:///kernelwatch.db``; a bare path means SQLite."""
     url = url or os.environ.get(ENV_VAR) or DEFAULT_DB
-    if "://" not in url:
-        url = f"sqlite:///{Path(url).expanduser().absolute()}"
+    if "://" not in url:  # a path: percent-encoded, or a ? or # in it would start the URL's query
+        url = URL.create("sqlite", database=str(Path(url).expanduser().absolute())).render_as_string()
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
@@ -73,7 +73,7 @@ def _readonly_uri(path: Path, shown: str) -> str:
     needs the ``-shm`` index beside the file and cannot create it there (SQLite then says
     "attempt to write a readonly database"). Such a database is opened ``immutable`` (no locks, no
     ``-shm``), which is safe because nobody can write to that folder either, unless an unfinished
-    ``-wal`` log holds committed data the immutable reader would not see: that is refused.
+    ``-wal`` log (or a rollback ``-journal``) holds data the immutable reader would not see: refused.
     """
     uri = f"file:{quote(str(path))}?mode=ro"
     try:
@@ -86,10 +86,11 @@ def _readonly_uri(path: Path, shown: str) -> str:
     except sqlite3.OperationalError as exc:
         if os.access(path.parent, os.W_OK):
             raise DatabaseError(f"cannot open database {shown}: {exc}") from None
-        wal = path.with_name(path.name + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise DatabaseError(f"cannot read {shown}: its folder is read-only and it has an unfinished write-ahead "
-                                f"log ({wal.name}); open it once where it can be written") from None
+        for log in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-journal")):
+            if log.exists() and log.stat().st_size > 0:
+                raise DatabaseError(f"cannot read {shown}: its folder is read-only and it has an unfinished "
+                                    f"{'write-ahead log' if log.name.endswith('wal') else 'rollback journal'} "
+                                    f"({log.name}); open it once where it can be written") from None
         return uri + "&immutable=1"
     except sqlite3.Error as exc:
         raise DatabaseError(f"cannot open database {shown}: {exc}") from None

@@ -420,3 +420,18 @@ def test_unwritable_reports_are_a_warning_never_a_verdict(candidate: str, locked
         assert lines[0].startswith("warning: reports not written to ") and lines[0].endswith(why[0])
         assert lines[1].startswith("warning: step summary not written to ") and lines[1].endswith(why[1])
     assert not (locked["folder"] / "report").exists() and not (locked["folder"] / "summary.md").exists()
+
+
+def test_a_database_path_with_url_characters_is_that_path(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """A bare path holding ? # % is the file of that name, for writers and readers (not the file `we`)."""
+    folder = tmp_path / "we?ird#%20"
+    folder.mkdir()
+    path = folder / "k?w#.db"
+    assert cli.invoke(main, ["synth", "--runs", "2", "--cases", "2", "--db", str(path)]).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["we?ird#%20"] and path.exists()
+    runs = cli.invoke(main, ["runs", "--format", "json", "--db", str(path)])
+    assert runs.exit_code == 0 and len(json.loads(runs.stdout)) == 2
+    missing = cli.invoke(main, ["runs", "--db", str(folder / "none?.db")])
+    assert (missing.exit_code, missing.stderr) == (
+        2, f"kernelwatch: error: no database at {folder / 'none?.db'}: run `kernelwatch collect` or "
+           f"`kernelwatch ingest` first\n")
