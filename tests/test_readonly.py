@@ -116,6 +116,30 @@ def test_a_foreign_sqlite_file_is_refused_untouched(command: str, foreign: Path,
     conn.close()
 
 
+NOT_DATABASES = {  # what --db names -> how it is made, the refusal after the prefix ({url}, {path})
+    "a-folder": (lambda p: p.mkdir(), "no database at {path}: it is not a file"),
+    "an-empty-file": (lambda p: p.write_bytes(b""),
+                      "{url} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"),
+    "a-text-file": (lambda p: p.write_text("hello\n"), "cannot open database {url}: file is not a database"),
+}
+
+
+@pytest.mark.parametrize("what", NOT_DATABASES)
+@pytest.mark.parametrize("command", READERS)
+def test_a_path_that_is_no_database_is_refused_untouched(command: str, what: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    make, message = NOT_DATABASES[what]
+    folder = tmp_path / "there"
+    folder.mkdir()
+    path = folder / "kw.db"
+    make(path)
+    files = listing(folder)
+    before = sha(path) if path.is_file() else None
+    code, out, err = read(cli, command, f"sqlite:///{path}", tmp_path)
+    assert (code, out) == (2, "")
+    assert err == _prefix(command) + message.format(url=f"sqlite:///{path}", path=path) + "\n"
+    assert listing(folder) == files and (before is None or sha(path) == before)
+
+
 @pytest.fixture
 def release_db(tmp_path: Path) -> Path:
     """A database written by KernelWatch 0.1.0 (schema revision 0001, WAL mode)."""
