@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from db.artifact import load_artifact
+from db.journal import load_run
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import IDENTITY, ArtifactError, RunDocument, content_hash, hardware_fingerprint, parse_time
 
@@ -133,5 +133,8 @@ def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
 
 
 def ingest_files(engine: Engine, paths: Iterable[str | Path]) -> list[IngestOutcome]:
-    """Validate every file completely first, then write all of them in one transaction."""
-    return ingest_documents(engine, [(str(p), load_artifact(p)) for p in paths])
+    """Validate every file completely first, then write all of them in one transaction.
+
+    A file is an artifact, or a collector's journal (``db.journal``): the run it recovers is stored.
+    """
+    return ingest_documents(engine, [(str(p), load_run(p)) for p in paths])
