@@ -342,7 +342,7 @@ def run_collection(opts: Options) -> RunDocument:
         if journal is not None:
             journal.header(_run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),
                            _hardware(described), len(items))
-        progress = Progress(len(items), opts.progress)
+        progress = Progress(len(items), opts.progress, total_cost=sum(cost_of(i, cases) for i in items))
         t_suites = time.monotonic()
 
         def finish_item(h: WorkerHandle, item: WorkItem, result: Any, failed: bool, phases: dict[str, float]) -> None:
@@ -362,7 +362,7 @@ def run_collection(opts: Options) -> RunDocument:
                 errored.add(item)
             if journal is not None:
                 journal.result(record)
-            progress.update(item[1])
+            progress.update(item[1], cost_of(item, cases))
 
         while not dispatcher.finished:
             for h in live:

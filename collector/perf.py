@@ -68,10 +68,13 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # n
             samples = backend.time_samples(fn)
         with backend.phase("perf.call"):
             calls = [round(v, SAMPLE_DIGITS) for v in backend.call_samples(fn)]
-        with backend.phase("perf.memory"):
-            peak = backend.peak_memory(fn)
     except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
         return _empty(impl, _one_line(exc), backend.label)
+    with backend.phase("perf.memory"):
+        try:
+            peak = backend.peak_memory(fn)
+        except Exception:  # noqa: BLE001 - an allocator without statistics loses the number, not the timings
+            peak = None
     return {"implementation": impl, **summarise(samples), "error": None, "call_ms": statistics.median(calls),
             "call_samples_ms": calls, "peak_mem_bytes": peak, "device": backend.label}
 

@@ -23,11 +23,17 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    """``update(item_name)`` per finished item; ``close()`` at the end."""
+    """``update(item_name, cost)`` per finished item; ``close()`` at the end.
+
+    The time left is elapsed x (cost left / cost done), with the scheduler's cost estimates, since
+    the largest items run first.
+    """
 
     def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 every: int | None = None, interval_s: float = LOG_INTERVAL_S) -> None:
+                 every: int | None = None, interval_s: float = LOG_INTERVAL_S, total_cost: float | None = None) -> None:
         self.total, self.enabled = total, enabled
+        self.total_cost = total_cost if total_cost else float(total)  # the time left is estimated from costs
+        self.done_cost = 0.0
         self.stream = stream if stream is not None else sys.stderr
         self.every = every or max(1, math.ceil(total / LOG_LINES))
         self.interval_s = interval_s
@@ -41,8 +47,9 @@ class Progress:
             self.bar = tqdm(total=total, unit="case", dynamic_ncols=True, file=self.stream,
                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
 
-    def update(self, name: str = "") -> None:
+    def update(self, name: str = "", cost: float = 1.0) -> None:
         self.done += 1
+        self.done_cost += cost
         if not self.enabled:
             return
         if self.bar is not None:
@@ -55,7 +62,7 @@ class Progress:
 
     def _line(self, now: float, name: str) -> None:
         elapsed = now - self.started
-        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        left = elapsed / self.done_cost * max(0.0, self.total_cost - self.done_cost) if self.done_cost > 0 else 0.0
         pct = 100.0 * self.done / self.total if self.total else 100.0
         last = f", last {name}" if name else ""
         print(f"kernelwatch: {self.done}/{self.total} items ({pct:.0f}%), {_clock(elapsed)} elapsed, "

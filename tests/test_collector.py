@@ -50,13 +50,31 @@ def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli
 
 def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,off_by_one_percent")
+    monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'kw.db'}"
     result = cli.invoke(main, [*PLANTED, "--db", db, "--seed", "7"])
     assert result.exit_code == 0, result.output
+    assert not (tmp_path / ".kw-journal").exists(), "the journal goes once the run is in the database"
     runs = json.loads(cli.invoke(main, ["runs", "--db", db, "--format", "json"]).output)
     assert len(runs) == 1 and runs[0]["status"] == "complete"
     rows = json.loads(cli.invoke(main, ["show", runs[0]["id"], "--db", db, "--format", "json"]).output)
     assert {r["case"].split("/")[1]: r["passed"] for r in rows} == {"correct": True, "off_by_one_percent": False}
+
+
+def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("PLANTED_VARIANTS", "correct")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")  # no database can be made under a file (root ignores permissions)
+    result = cli.invoke(main, [*PLANTED, "--db", f"sqlite:///{tmp_path / 'a-file' / 'kw.db'}"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (journal,) = (tmp_path / ".kw-journal").iterdir()
+    assert f"the run is kept in {Path('.kw-journal') / journal.name}" in result.stderr
+    db = f"sqlite:///{tmp_path / 'kw.db'}"
+    result = cli.invoke(main, ["collect", "--resume", str(journal), "--db", db])
+    assert result.exit_code == 0, result.output  # the run had ended: its own status, complete
+    assert not journal.exists()
+    runs = json.loads(cli.invoke(main, ["runs", "--db", db, "--format", "json"]).output)
+    assert [r["status"] for r in runs] == ["complete"]
 
 
 def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001

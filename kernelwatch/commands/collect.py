@@ -40,10 +40,13 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
     start = time.monotonic()
     try:
         _store(doc, out, db_url)
-    except BaseException:
+    except BaseException as exc:
         if journal.exists():
             click.echo(f"kernelwatch: the run is kept in {journal}: store it with "
                        f"`kernelwatch collect --resume {journal}` (with --out or --db)", err=True)
+        if isinstance(exc, OSError):  # e.g. a database path that cannot be made
+            raise click.ClickException(f"cannot store the run: {exc.strerror or exc}"
+                                       f"{f' ({exc.filename})' if exc.filename else ''}") from None
         raise
     remove_journal(journal)
     return time.monotonic() - start
