@@ -253,7 +253,7 @@ def _error_result(item: WorkItem, cases: dict[WorkItem, Any], run_seed: int, mes
 def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device: str, errored: bool,
                 seconds: float, phases: dict[str, float]) -> dict[str, Any]:
     """The journal record of one finished item: its case and result rows as the artifact holds them."""
-    spec, case = cases[item]
+    _, case = cases[item]
     record: dict[str, Any] = {
         "suite": item[0], "key": item[1], "device": device, "errored": errored, "seconds": round(seconds, 6),
         "finished_at": format_time(dt.datetime.now(dt.timezone.utc)), "phases": phases,
@@ -426,10 +426,8 @@ def run_collection(opts: Options) -> RunDocument:
     wall["total"] = time.monotonic() - t_start
     phases_s = {k: round(v, 3) for k, v in wall.items()}
     phases_s.update({f"worker.{k}": round(v, 3) for k, v in sorted(worker_phases.items())})
-    ordered = [records[i] for i in items if i in records]
-    run = _run_info(opts, run_id, device, commit, described, started, dt.datetime.now(dt.timezone.utc), status,
-                    notes, phases_s)
-    doc = build_document(run.model_dump(mode="json"), _hardware(described).model_dump(mode="json"), ordered)
+    doc = assemble(opts, device, commit, described, started, status, [records[i] for i in items if i in records],
+                   notes, run_id, phases_s)
     if journal is not None:
         if journal.lines:
             journal.end(doc.run.status, doc.run.finished_at, doc.run.notes, doc.run.phases_s)

@@ -280,6 +280,35 @@ def test_progress_is_a_line_per_n_items_in_a_log() -> None:
     assert quiet.getvalue() == ""
 
 
+def test_progress_is_a_bar_on_a_terminal() -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from collector.progress import Progress
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    with os.fdopen(follower, "w") as terminal:
+        progress = Progress(3, stream=terminal)
+        for i in range(3):
+            progress.update(f"case{i}")
+        progress.close()
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and everything has been read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    drawn = b"".join(chunks).decode()
+    assert "\r" in drawn and "3/3" in drawn and "kernelwatch:" not in drawn
+
+
 def test_an_old_journal_is_never_overwritten(tmp_path: Path, cli) -> None:  # noqa: ANN001
     out = tmp_path / "run.json"
     journal = tmp_path / "run.json.journal"
