@@ -271,7 +271,7 @@ def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device:
 
 def _ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
     def fmt(value: Any, unit: str) -> str:
-        return "?" if value is None else f"{value:g} {unit}"
+        return "?" if value is None else f"{value} {unit}"
 
     parts = [f"{label} copy {fmt(c.get('peak_gbps'), 'GB/s')}, read {fmt(c.get('peak_read_gbps'), 'GB/s')}, "
              f"{fmt(c.get('peak_tflops'), 'TFLOP/s')}" for label, c in ceilings.items()]
