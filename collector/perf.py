@@ -24,8 +24,6 @@ import torch
 from collector.backends import Backend
 from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
 
-SAMPLE_DIGITS = 6  # stored samples are rounded to 1 ns; the summary is computed from the rounded values
-
 
 def _quantile(sorted_samples: list[float], q: float) -> float:
     pos = q * (len(sorted_samples) - 1)
@@ -36,12 +34,12 @@ def _quantile(sorted_samples: list[float], q: float) -> float:
 def summarise(samples: list[float]) -> dict[str, Any]:
     """Median, p20, p80 (linear interpolation between order statistics) and min of the samples.
 
-    Every sample is stored, and the summary is computed from exactly the stored (rounded) values, so
-    whoever recomputes a statistic from ``samples_ms`` gets the stored one.
+    Every sample is stored as measured (no rounding, no truncation), so whoever recomputes a
+    statistic from ``samples_ms`` gets the stored one.
     """
     if not samples:
         raise ValueError("no samples to summarise")
-    stored = [round(v, SAMPLE_DIGITS) for v in samples]
+    stored = [float(v) for v in samples]
     s = sorted(stored)
     return {"median_ms": statistics.median(s), "p20_ms": _quantile(s, 0.2), "p80_ms": _quantile(s, 0.8),
             "min_ms": s[0], "samples_ms": stored}
@@ -67,7 +65,7 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # n
         with backend.phase("perf.timing"):
             samples = backend.time_samples(fn)
         with backend.phase("perf.call"):
-            calls = [round(v, SAMPLE_DIGITS) for v in backend.call_samples(fn)]
+            calls = backend.call_samples(fn)
     except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
         return _empty(impl, _one_line(exc), backend.label)
     with backend.phase("perf.memory"):
