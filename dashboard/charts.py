@@ -261,16 +261,25 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
     return fig
 
 
-def budget_heatmap(table: pd.DataFrame, title: str) -> go.Figure:
-    """Rows kernel/dtype, columns hardware, cells the worst error budget of each hardware's newest accuracy run."""
-    z = [[None if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in row]
-         for row in table.to_numpy().tolist()]
-    text = [["no run" if v is None else f"{v:.2g}" for v in row] for row in z]
-    fig = go.Figure(go.Heatmap(z=z, x=[esc(c) for c in table.columns], y=[esc(i) for i in table.index],
-                               colorscale="RdYlGn_r", zmin=0, zmax=1.0, colorbar={"title": "worst budget"},
+def budget_heatmap(table: pd.DataFrame, title: str, zmax: float = 1.5) -> go.Figure:
+    """Rows kernel/dtype, columns hardware, cells the worst error budget of each hardware's newest accuracy run.
+
+    Colours saturate at ``zmax``; the text of a cell is its real value ("error" for a case that raised).
+    """
+    def cell(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "no run"
+        return "error" if v == math.inf else f"{v:.2g}"
+
+    raw = table.to_numpy().tolist()
+    z = [[None if cell(v) == "no run" else min(float(v), zmax) for v in row] for row in raw]
+    text = [[cell(v) for v in row] for row in raw]
+    columns = [c if len(c) <= 36 else c[:35] + "…" for c in map(str, table.columns)]
+    fig = go.Figure(go.Heatmap(z=z, x=[esc(c) for c in columns], y=[esc(i) for i in table.index],
+                               colorscale="RdYlGn_r", zmin=0, zmax=zmax, colorbar={"title": "worst budget"},
                                text=text, texttemplate="%{text}", hoverongaps=False,
                                hovertemplate="%{y} on %{x}: worst budget %{text}<extra></extra>"))
-    fig.update_layout(title=_title(title, False), height=max(280, 40 * len(table.index) + 140),
+    fig.update_layout(title=_title(title, False), height=max(320, 34 * len(table.index) + 260),
                       margin={"t": 60, "l": 220, "r": 20, "b": 60})
-    fig.update_xaxes(side="bottom")
+    fig.update_xaxes(side="bottom", tickangle=-20, automargin=True)
     return fig

@@ -16,14 +16,18 @@ import re
 # text reads exactly as the value and none of it is syntax (links, images, emphasis, code, HTML,
 # entities, tables, directives, maths).
 _PUNCT = re.compile(r"([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
+# GitHub-flavoured Markdown also turns bare "https://...", "www...." and "name@host.tld" into links after the
+# escapes are resolved (Streamlit's renderer does): a zero-width space breaks each such run.
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=://|@)|(?<=www)(?=\.)")
 
 
 def md(value: object, limit: int = 300) -> str:
-    """``value`` as Markdown that displays as exactly its text (on one line, at most ``limit`` characters)."""
+    """``value`` as Markdown that displays as its text (on one line, at most ``limit`` characters), with a
+    zero-width space where a bare URL or e-mail address would otherwise become a link."""
     text = " ".join(str(value).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return _PUNCT.sub(r"\\\1", text)
+    return _PUNCT.sub(r"\\\1", _AUTOLINK.sub("\u200b", text))
 
 
 def plot(value: object) -> str:

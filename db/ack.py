@@ -53,18 +53,19 @@ def find_hardware(session: Session, hardware: str) -> Hardware:
 
 
 def resolve_commit(session: Session, hardware_id: int, commit: str) -> str:
-    """A full commit sha: the one commit of this hardware's runs that starts with ``commit``, or ``commit``
-    itself when no run has it yet (a candidate that is not ingested); several matches are refused."""
+    """A full commit sha: the one commit starting with ``commit`` among this hardware's runs, else among all
+    runs (a commit measured elsewhere still has a place in time), else ``commit`` itself (a candidate not
+    ingested yet, at least 7 digits). Several matches are refused."""
     sha = commit.strip().lower()
     if not _SHA.match(sha):
         raise AckError(f"--commit {commit[:60]!r} must be a commit sha (4 to 64 hex digits)")
-    found = session.execute(select(Run.commit_sha).where(Run.hardware_id == hardware_id,
-                                                         Run.commit_sha.startswith(sha, autoescape=True))
-                            .distinct().limit(3)).scalars().all()
-    if len(found) > 1:
-        raise AckError(f"--commit {sha!r} is ambiguous on this hardware: {', '.join(s[:12] for s in found)}")
-    if found:
-        return found[0]
+    for where, scope in (((Run.hardware_id == hardware_id),), "on this hardware"), ((), "in this database"):
+        found = session.execute(select(Run.commit_sha).where(Run.commit_sha.startswith(sha, autoescape=True), *where)
+                                .distinct().limit(3)).scalars().all()
+        if len(found) > 1:
+            raise AckError(f"--commit {sha!r} is ambiguous {scope}: {', '.join(s[:12] for s in found)}")
+        if found:
+            return found[0]
     if len(sha) < 7:
         raise AckError(f"--commit {sha!r} matches no run on this hardware; give at least 7 hex digits")
     return sha
