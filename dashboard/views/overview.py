@@ -1,11 +1,13 @@
 """Overview: per hardware, each kernel's newest run: accuracy, speedups, targets, regressions, trend."""
 
+import os
 from urllib.parse import urlencode
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from ci.detect import DEFAULT_MIN_EFFECT as MIN_EFFECT
 from ci.detect import change_points
 from dashboard import common, data
 from dashboard.safe import md
@@ -35,19 +37,20 @@ def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
 
 
 eng, params = common.start("KernelWatch — overview")
-latest = queries.latest_complete_runs(eng)
+latest = queries.latest_runs(eng)
 if not latest:
     st.info("No complete runs yet: run `make demo`, `kernelwatch collect`, or `kernelwatch ingest ci/history/*.json`.")
     st.stop()
 latest.sort(key=data.hardware_rank)
 acc_sources = queries.latest_accuracy_runs(eng)
 st.caption("Each hardware's newest runs per kernel. For what changed and how to reproduce it, see Triage.")
-for run in latest:
-    tag = " — SYNTHETIC (generated, not measured)" if run["synthetic"] else ""
-    st.subheader(md(run["hardware"]) + tag, divider="gray")
-    history = queries.recent_runs(eng, run["fingerprint"], HISTORY)
+@st.cache_data(ttl=300, show_spinner=False, max_entries=64)
+def summary(url: str | None, fingerprint: str, newest_run: str, acc_runs: tuple[str, ...]) -> list[dict]:
+    """One row per kernel of one hardware; cached per (database, hardware, newest run, accuracy runs)."""
+    eng = data.engine()
+    history = queries.recent_runs(eng, fingerprint, HISTORY)
     perf = data.perf_frame(eng, history, None, implementations=("triton", "torch_compile"), with_params=False)
-    sources = {s["kernel"]: s for s in acc_sources if s["fingerprint"] == run["fingerprint"]}
+    sources = {s["kernel"]: s for s in queries.latest_accuracy_runs(eng) if s["fingerprint"] == fingerprint}
     order = {r["id"]: i for i, r in enumerate(history)}
     commit = {r["id"]: r["commit"] for r in history} | {s["id"]: s["commit"] for s in sources.values()}
     kernels = sorted(set(sources) | (set(perf["kernel"]) if not perf.empty else set()))
@@ -71,8 +74,11 @@ for run in latest:
             medians = trit.pivot_table(index="case", columns="order", values="median_ms", aggfunc="first")
             for series in medians.to_numpy():
                 series = series[~np.isnan(series)]
-                if len(series) >= 6 and (series > 0).all():
-                    regressions += sum(1 for p in change_points(list(series)) if p.change > 0)
+                # A change point needs two segment medians MIN_EFFECT apart, both inside [min, max]: a series
+                # that never spreads that far has none, and the search is skipped (exactly, not a heuristic).
+                if len(series) >= 6 and (series > 0).all() and series.max() / series.min() - 1 >= MIN_EFFECT:
+                    regressions += sum(1 for p in change_points(list(series), min_effect=MIN_EFFECT)
+                                       if p.change > 0)
         rows.append({
             "kernel": kernel,
             "run": f"{commit[newest][:8]} ({newest[:8]})",
@@ -84,8 +90,16 @@ for run in latest:
             "targets met": f"{int(sum(met))}/{len(met)}" if met else None,
             "regressions": regressions if not kp.empty else None,
             "trend (x eager)": [t for t in trend if t is not None] or None,
-            "details": f"performance?{urlencode({'kernel': kernel, 'hardware': run['fingerprint']})}",
+            "details": f"performance?{urlencode({'kernel': kernel, 'hardware': fingerprint})}",
         })
+    return rows
+
+
+for run in latest:
+    tag = " — SYNTHETIC (generated, not measured)" if run["synthetic"] else ""
+    st.subheader(md(run["hardware"]) + tag, divider="gray")
+    acc_runs = tuple(sorted(s["id"] for s in acc_sources if s["fingerprint"] == run["fingerprint"]))
+    rows = summary(os.environ.get("KERNELWATCH_DB"), run["fingerprint"], run["id"], acc_runs)
     common.table(shortfalls(pd.DataFrame(rows)), column_config={
         "kernel": st.column_config.TextColumn(width=160),
         "run": st.column_config.TextColumn(width=140),

@@ -146,15 +146,14 @@ for fp in hardware:
     st.plotly_chart(fig, key=f"perf-{fp}")
     newest = wide.reset_index()
     newest = newest[newest["order"] == newest["order"].max()]
+    kernel_rows = frame[frame["implementation"] == data.KERNEL_IMPL].set_index(["run_id", "case"])
+    documented = frame.dropna(subset=["target"]).drop_duplicates("case").set_index("case")["target"]
     table = pd.DataFrame({
         "case": [data.short_case(c, kernel) for c in newest["case"]],
         "kernel µs": newest["time_us"], "x eager": newest["vs_eager"], "x torch.compile": newest["vs_compile"],
-        "target": [data.fmt(frame[(frame["case"] == c) & (frame["implementation"] == data.KERNEL_IMPL)]
-                            ["target"].dropna().iloc[0] if frame[(frame["case"] == c)]["target"].notna().any()
-                            else None) for c in newest["case"]],
-        "target met": [data.fmt(v) for v in (
-            frame[(frame["case"] == c) & (frame["implementation"] == data.KERNEL_IMPL) & (frame["run_id"] == r)]
-            ["target_met"].iloc[0] for c, r in zip(newest["case"], newest["run_id"]))],
+        "target": [data.fmt(documented.get(c)) for c in newest["case"]],
+        "target met": [data.fmt(kernel_rows["target_met"].get((r, c)))
+                       for r, c in zip(newest["run_id"], newest["case"])],
         "open": [f"case?{urlencode({'case': c, 'hardware': fp})}" for c in newest["case"]],
     })
     st.caption("The newest run's cases in this view: red = target missed, amber = slower than torch.compile.")
