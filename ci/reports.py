@@ -15,12 +15,15 @@ from ci.gate import GateResult
 
 ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "warning": "⚠️", "pass": "✅", "new": "🆕",
          "acknowledged": "☑️"}
-_INLINE = re.compile(r"([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")  # every ASCII punctuation character
+# The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
+# brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
+# nothing in the middle of a line, so the text stays readable where the report is printed as it is.
+_INLINE = re.compile(r"([\\`*_\[\]<|&~$])")
 _AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=(?:://|@)|(?<=www)\.)")
 
 
 def md_text(value: object) -> str:
-    """Any text as inert Markdown on one line (a table cell): every ASCII punctuation character
+    """Any text as inert Markdown inside a line (a table cell): the characters with inline meaning
     backslash-escaped (CommonMark renders each as itself), line breaks flattened, and a zero-width space
     where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes."""
     text = " ".join(str(value).split())
