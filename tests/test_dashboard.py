@@ -422,7 +422,7 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
     assert "https://example.com" not in texts(at) and not raw_markup(texts(at))
     table = at.dataframe[0].value
     assert {"mse_loss/" + c for c in table["case"][:2]} == {SHELL_CASE, MD_CASE}
-    assert set(table["verdict"][:2]) == {"slower"}
+    assert all(v.startswith("slower") for v in table["verdict"][:2])  # 1.5x on two runs of history
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("git", "kernelwatch"):  # stand-ins that print their arguments, one per line
