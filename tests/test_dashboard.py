@@ -74,8 +74,11 @@ def build(url: str) -> None:
     ingest_documents(engine, [(str(p), load_artifact(p)) for p in HISTORY])
     synth = SyntheticHistory(runs=20, cases=9, hardware=2, steps=[Step(12, 1.25, "mse_loss")])
     ingest_documents(engine, [(f"synthetic {i}", d) for i, d in enumerate(synth.documents())])
-    copies = stepped_copies(load_artifact(REPEAT), 3, STEP, STEP_CASE)
-    ingest_documents(engine, [(f"stepped {i}", d) for i, d in enumerate(copies)])
+    copies = [to_data(d) for d in stepped_copies(load_artifact(REPEAT), 3, STEP, STEP_CASE)]
+    for doc in copies:  # the copies also record wall time per call (the collector's newer field)
+        for p in doc["perf"]:
+            p["call_ms"] = p["median_ms"] * 1.4
+    ingest_documents(engine, [(f"stepped {i}", parse_artifact(dumps(d))) for i, d in enumerate(copies)])
     ingest_documents(engine, [(f"hostile {i}", d) for i, d in enumerate(hostile_documents())])
     ingest_documents(engine, [("cpu", cpu_document())])
     engine.dispose()
@@ -228,6 +231,30 @@ def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -
     codes = [c.value for c in at.code]
     assert f"kernelwatch bisect {STEP_CASE} --hardware {h200[:12]}" in codes
     assert any("SYNTHETIC" in w.value for w in at.warning)
+
+
+def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> None:  # noqa: ANN001
+    at = page("case", case=STEP_CASE, hardware=fingerprint(dash_db, "NVIDIA H200"))
+    times = specs(at)[0]
+    wall = {t["name"]: t for t in times["data"] if "wall time per call" in (t.get("name") or "")}
+    assert set(wall) == {"kernel (Triton): wall time per call", "eager PyTorch: wall time per call",
+                         "torch.compile: wall time per call"}
+    assert len(wall["kernel (Triton): wall time per call"]["x"]) == 3  # only the three runs that recorded it
+    runs = at.dataframe[0].value
+    assert runs["kernel wall µs/call"].notna().sum() == 3
+
+
+def test_floor_ceiling_uses_a_measured_read_ceiling_for_read_only_streams() -> None:
+    from dashboard.data import floor_ceiling
+
+    fwd = {"direction": "fwd", "reduction": "mean", "shape": [4096]}
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "mse_loss", fwd)
+    assert factor == pytest.approx(4250 / 4600) and "read ceiling" in text  # 108% of copy -> 99.8% of read
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": None}, "mse_loss", fwd)
+    assert factor == 1.0 and "over 100% are possible" in text
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "scaled_masked_softmax",
+                                 {"direction": "fwd"})
+    assert factor == 1.0 and "max(bytes / measured copy GB/s" in text  # reads and writes: the copy rate
 
 
 def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db) -> None:  # noqa: ANN001
