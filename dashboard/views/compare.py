@@ -102,7 +102,7 @@ if frame.empty:
 else:
     frame["budget delta"] = frame["budget B"] - frame["budget A"]
     common.table(highlight(frame), height=min(38 + 35 * len(frame), 740), column_config={
-        "case": st.column_config.TextColumn(width=430), "impl": st.column_config.TextColumn(width=100),
+        "case": st.column_config.TextColumn(width=470), "impl": st.column_config.TextColumn(width=70),
         **{c: st.column_config.NumberColumn(format="%.4g", width=80) for c in ("A µs", "B µs")},
         "B/A time": st.column_config.NumberColumn(format="%.3f", width=80),
         "p (B slower)": st.column_config.NumberColumn(format="%.1e", width=90),
