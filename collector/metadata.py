@@ -111,12 +111,12 @@ def _memory_bytes() -> int | None:
         return None
 
 
-def hardware_info(device_type: str) -> dict[str, Any]:
-    """The hardware block of a run artifact (peaks are filled in by the backend's measurement)."""
+def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
+    """The hardware block of a run artifact for device ``index`` (peaks come from the backend's measurement)."""
     import torch
 
     if device_type == "cuda":
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(index)
         bw, tf = DATASHEET.get(props.name, (None, None))
         return {"vendor": "nvidia", "device_name": props.name, "device_count": torch.cuda.device_count(),
                 "compute_units": props.multi_processor_count, "memory_bytes": props.total_memory,
@@ -125,11 +125,11 @@ def hardware_info(device_type: str) -> dict[str, Any]:
     if device_type == "npu":
         import torch_npu  # noqa: F401
 
-        props = torch.npu.get_device_properties(0)
+        props = torch.npu.get_device_properties(index)
         vector = getattr(props, "vector_core_num", None)
         cube = getattr(props, "cube_core_num", None)
         cann = _cann_version()
-        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(0),
+        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(index),
                 "device_count": torch.npu.device_count(),
                 "compute_units": (vector or 0) + (cube or 0) or None, "memory_bytes": props.total_memory,
                 "driver": None, "toolkit": f"CANN {cann}" if cann else None,

@@ -17,8 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from db.artifact import load_artifact
 from db.engine import DatabaseError
+from db.journal import load_run
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import (
     IDENTITY,
@@ -152,8 +152,11 @@ def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
 
 
 def load_files(paths: Iterable[str | Path]) -> list[tuple[str, RunDocument]]:
-    """Read and validate every file (no database needed): (source, document) pairs, or the first error."""
-    return [(printable(str(p)), load_artifact(p)) for p in paths]
+    """Read and validate every file (no database needed): (source, document) pairs, or the first error.
+
+    A file is an artifact, or a collector's journal (``db.journal``): the run it recovers is loaded.
+    """
+    return [(printable(str(p)), load_run(p)) for p in paths]
 
 
 def ingest_files(engine: Engine, paths: Iterable[str | Path]) -> list[IngestOutcome]:

@@ -17,6 +17,9 @@ from kernelwatch.options import clean_errors, db_option
 def command(files: tuple[Path, ...], db_url: str | None) -> None:
     """Load run artifacts (kernelwatch.run/1 JSON) into the database.
 
+    A collector's journal (OUT.journal or .kw-journal/RUN-ID.jsonl, left by a collect that was
+    killed) is accepted too: the run it recovers, a partial one, is stored.
+
     Every file is validated completely before the database is even opened, and all of them are
     written in one transaction: either every run is stored or none is. Re-ingesting a run already
     stored changes nothing; the same run id with different content is an error.
