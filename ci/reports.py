@@ -14,29 +14,28 @@ import plotly.graph_objects as go
 from ci.gate import GateResult
 
 ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "warning": "⚠️",
-         "noisy": "〰️", "pass": "✅", "new": "🆕"}
-# Characters with inline meaning inside a table cell: escapes, code, emphasis, links, HTML and entities,
-# cell borders, strike-through, GitHub's math. Block markers (#, -, +, >) cannot start a cell's line.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<|&~$])")
-_LINKISH = re.compile(r"(://|www\.|@)", re.IGNORECASE)
+         "noisy": "〰️", "pass": "✅", "new": "🆕", "acknowledged": "☑️"}
+# The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
+# brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
+# nothing in the middle of a line, so the text stays readable where the report is printed as it is.
+_INLINE = re.compile(r"([\\`*_\[\]<|&~$])")
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=(?:://|@)|(?<=www)\.)")
 
 
 def md_text(value: object) -> str:
-    """Text from an artifact or the database as inert Markdown inside a line or a table cell: the
-    characters with inline meaning backslash-escaped, line breaks flattened, and URL-like runs broken
-    (GitHub autolinks bare URLs, ``www.`` and e-mail addresses even when their characters are escaped)."""
+    """Any text as inert Markdown inside a line (a table cell): the characters with inline meaning
+    backslash-escaped (CommonMark renders each as itself), line breaks flattened, and a zero-width space
+    where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes."""
     text = " ".join(str(value).split())
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    return _LINKISH.sub(lambda m: m.group(0)[0] + "&#8203;" + m.group(0)[1:], text)
+    return _INLINE.sub(r"\\\1", _AUTOLINK.sub("\u200b", text))
 
 
 def md_code(value: object) -> str:
-    """A code span that holds any text: a backtick fence longer than any run inside, padded with spaces,
-    and pipes escaped (a GFM table splits cells on them even inside code spans)."""
+    """Any text as one code span: a backtick fence longer than any backtick run inside, padded with spaces,
+    pipes escaped (a GFM table splits cells on them even inside code spans), line breaks flattened."""
     text = " ".join(str(value).split()).replace("|", "\\|")
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    return f"{fence} {text} {fence}" if longest else f"{fence}{text}{fence}"
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
 
 def _fmt_ms(value: float | None) -> str:
@@ -56,15 +55,17 @@ def markdown(result: GateResult) -> str:
     counts: dict[str, int] = defaultdict(int)
     for v in result.verdicts:
         counts[v.status] += 1
-    lines.append(" · ".join(f"{ICONS.get(s, '')} {s}: {n}" for s, n in sorted(counts.items())))
-    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
+    lines.append(" · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in sorted(counts.items())))
+    acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
+    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings),
+                        ("Acknowledged (expected, not failing)", acknowledged)):
         if rows:
             lines += ["", f"### {title}", "", "| case | what | before | now | details |",
                       "| --- | --- | --- | --- | --- |"]
             for v in rows:
                 before, now = ((_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms)) if v.suite == "perf" else
                                tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget)))
-                lines.append(f"| {md_code(v.case)} | {v.status} | {before} | {now} | {md_text(v.message)} |")
+                lines.append(f"| {md_code(v.case)} | {md_text(v.status)} | {before} | {now} | {md_text(v.message)} |")
     if result.explored:
         bad = [a for a in result.explored if not a["passed"]]
         budgets = [a["error_budget"] for a in result.explored if a["error_budget"] is not None]
