@@ -3,9 +3,10 @@
 Exit status (``GateResult.exit_code``):
 
 * 0: every gating case was measured and is well;
-* 1: a case fails: an accuracy case over its tolerance, a significant slowdown, a case that errored,
-  a case the baseline measured and the candidate did not (missing), or a result without a measurement
-  (a perf row with no samples, an accuracy row with no trials);
+* 1: a case fails: an accuracy case over its tolerance, a significant slowdown (unless ``kernelwatch
+  ack`` acknowledged it, see :func:`acknowledge`), a case that errored, a case the baseline measured and
+  the candidate did not (missing), or a result without a measurement (a perf row with no samples, an
+  accuracy row with no trials);
 * 2: cannot decide: bad options, no baseline, or nothing comparable measured at all.
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
