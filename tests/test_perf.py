@@ -7,13 +7,17 @@ an inverted speedup or an inverted target ratio each fail a test here.
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import os
 
-from collector.perf import finish as finish_rows
-from collector.perf import summarise
-from kernels.mse_loss import SPEC as MSE
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: later tests launch them
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from collector.perf import finish as finish_rows  # noqa: E402
+from collector.perf import summarise  # noqa: E402
+from kernels.mse_loss import SPEC as MSE  # noqa: E402
+from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target  # noqa: E402
 
 PEAKS = {"peak_gbps": 4000.0, "peak_tflops": 700.0}
 
