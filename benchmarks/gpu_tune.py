@@ -72,7 +72,7 @@ def rmsnorm(backend: Backend, peak_tflops: float) -> None:
             "eager": lambda: frm.eager_rmsnorm_linear(x, w, g, None, 1e-6),
         }.items():
             res[name] = med(backend, fn)
-        best = frm._fused_autotuned.cache
+        best = frm.autotuned_kernel().cache
         cfgs = {str(key[:3]): str(cfg) for key, cfg in best.items()}
         print(f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: " + ", ".join(
             f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())
