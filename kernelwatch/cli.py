@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("kernelwatch.commands.synth", "Fill a database with SYNTHETIC history."),
     "dashboard": ("kernelwatch.commands.dashboard", "Serve the dashboard on loopback."),
     "db": ("kernelwatch.commands.db", "Manage the results database schema."),
+    "doctor": ("kernelwatch.commands.doctor", "Check what a run on this host needs; one line per missing piece."),
 }
 
 

@@ -1,0 +1,102 @@
+"""CI workflow templates and the CANN environment wrapper (real bash, a stand-in set_env.sh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from importlib.metadata import requires
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / "ci" / "workflows").glob("*.yml"))
+WRAPPER = ROOT / "ci" / "ascend-env.sh"
+FORWARDED = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_AICPU_PATH", "TOOLCHAIN_HOME",
+             "LD_LIBRARY_PATH", "PYTHONPATH", "PATH")
+
+
+def _steps(path: Path) -> list[dict]:
+    doc = yaml.safe_load(path.read_text())
+    return [step for job in doc["jobs"].values() for step in job["steps"]]
+
+
+def test_there_are_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"nightly-ascend.yml", "nightly-nvidia.yml", "pull-request.yml"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_run_step_uses_bash_and_the_doctor_runs_first(path: Path) -> None:
+    """shell: bash gives `-o pipefail`, so `kernelwatch gate ... | tee` fails the job when the gate fails."""
+    steps = _steps(path)
+    runs = [s for s in steps if "run" in s]
+    assert runs and all(s.get("shell") == "bash" for s in runs), [s.get("name") for s in runs if "shell" not in s]
+    assert all("shell" not in s for s in steps if "uses" in s)  # not allowed on action steps
+    commands = [s["run"] for s in runs if "kernelwatch " in s["run"]]
+    assert "kernelwatch doctor" in commands[0], "the doctor must be the first kernelwatch command"
+
+
+def test_every_ascend_step_sources_cann_and_never_installs_community_triton() -> None:
+    steps = _steps(ROOT / "ci" / "workflows" / "nightly-ascend.yml")
+    for step in steps:
+        if "run" not in step:
+            continue
+        for line in filter(None, (ln.strip() for ln in step["run"].splitlines())):
+            assert line.startswith("ci/ascend-env.sh"), f"{step.get('name')}: {line!r} runs without set_env.sh"
+    install = next(s["run"] for s in steps if "pip install" in s.get("run", ""))
+    assert ".[postgres,npu]" in install and "triton]" not in install and "triton>" not in install
+
+
+def test_dependencies_keep_community_triton_off_npu_hosts() -> None:
+    """The installed distribution's metadata: triton only through the `triton` extra, the npu extra pinned."""
+    reqs = [r.replace(" ", "") for r in requires("kernelwatch") or []]
+    base = [r for r in reqs if "extra==" not in r]
+    assert base and not any(r.startswith("triton") for r in base)
+    assert any(r.startswith("triton>=") and 'extra=="triton"' in r for r in reqs)
+    npu = sorted(r.split(";")[0] for r in reqs if 'extra=="npu"' in r)
+    assert npu == ["torch-npu==2.7.1", "triton-ascend==3.2.0"]
+    assert "triton" in (ROOT / "Makefile").read_text().split("pip install -q -e")[1].splitlines()[0]
+
+
+def _set_env(tmp_path: Path, lines: list[str]) -> Path:
+    script = tmp_path / "set_env.sh"
+    script.write_text("\n".join(lines) + "\n")
+    return script
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(WRAPPER), *args], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_wrapper_sources_set_env_and_runs_the_command(tmp_path: Path) -> None:
+    home = tmp_path / "cann"
+    script = _set_env(tmp_path, [f"export ASCEND_HOME_PATH={home}", f"export ASCEND_TOOLKIT_HOME={home}",
+                                 f"export ASCEND_OPP_PATH={home}/opp", f"export ASCEND_AICPU_PATH={home}",
+                                 f"export TOOLCHAIN_HOME={home}/toolkit", f"export LD_LIBRARY_PATH={home}/lib64",
+                                 f"export PYTHONPATH={home}/python", f"export PATH={home}/bin:$PATH"])
+    env = {"PATH": os.environ["PATH"], "ASCEND_SET_ENV": str(script)}
+    out = _run(["env"], env)
+    assert out.returncode == 0, out.stderr
+    seen = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    assert seen["ASCEND_HOME_PATH"] == str(home) and seen["PATH"].startswith(f"{home}/bin:")
+    assert out.stderr == ""
+    github_env = tmp_path / "github_env"
+    out = _run(["--github-env"], {**env, "GITHUB_ENV": str(github_env)})
+    assert out.returncode == 0, out.stderr
+    written = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+    assert set(written) == set(FORWARDED) and written["ASCEND_OPP_PATH"] == f"{home}/opp"
+
+
+def test_wrapper_fails_without_set_env_or_without_ascend_home_path(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "ASCEND_SET_ENV": str(tmp_path / "missing.sh")}
+    if Path("/usr/local/Ascend").exists():
+        pytest.skip("this machine has a CANN installation")
+    out = _run(["true"], env)
+    assert out.returncode == 2 and "no CANN set_env.sh" in out.stderr
+    script = _set_env(tmp_path, ["export ASCEND_TOOLKIT_HOME=/x"])
+    out = _run(["true"], {**env, "ASCEND_SET_ENV": str(script)})
+    assert out.returncode == 2 and "did not set ASCEND_HOME_PATH" in out.stderr
+    script = _set_env(tmp_path, ["export ASCEND_HOME_PATH=/x"])
+    out = _run(["true"], {**env, "ASCEND_SET_ENV": str(script)})
+    assert out.returncode == 0 and "warning: " in out.stderr and "TOOLCHAIN_HOME" in out.stderr
