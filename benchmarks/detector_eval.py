@@ -23,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 from ci.detect import change_points
-from db.artifact import load_artifact
+from db.artifact import load_artifact, to_data
 
 STEPS = (0.02, 0.05, 0.10, 0.20)
 LAUNCH_BOUND_BYTES = 4 << 20
@@ -33,7 +33,7 @@ TAIL_RATE, TAIL_FACTORS = 2 / 30, (2.0, 6.0)
 def real_noise(paths: list[str]) -> dict[str, dict]:
     cases: dict[str, dict] = defaultdict(lambda: {"runs": [], "bytes": 0})
     for path in paths:
-        for p in load_artifact(path)["perf"]:
+        for p in to_data(load_artifact(path))["perf"]:
             if p["implementation"] == "triton" and p["samples_ms"]:
                 cases[p["case"]]["runs"].append(np.asarray(p["samples_ms"]))
                 cases[p["case"]]["bytes"] = p["bytes"] or 0

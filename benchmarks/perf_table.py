@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from db.artifact import load_artifact
+from db.artifact import load_artifact, to_data
 
 
 def main() -> None:
@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--match", default="")
     args = parser.parse_args()
     for path in args.artifacts:
-        doc = load_artifact(path)
+        doc = to_data(load_artifact(path))
         run, hw = doc["run"], doc["hardware"]
         print(f"\n## {path}\n{hw['device_name']} (copy {hw['peak_gbps']} GB/s, bf16 mm {hw['peak_tflops']} TFLOP/s), "
               f"commit {run['commit']['sha'][:8]}, {run['status']}")

@@ -13,10 +13,10 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hochberg, compare_case
-from db.artifact import hardware_fingerprint
 from db.export import export_run
 from db.models import Hardware, Run
 from db.queries import perf_rows, recent_runs
+from db.schema import RunDocument, hardware_fingerprint, to_data
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
@@ -92,13 +92,16 @@ def _histories(engine: Engine, fingerprint: str, exclude: str) -> dict[str, list
     return {case: [m for _, m in sorted(points)] for case, points in out.items()}
 
 
-def decide(engine: Engine, candidate: dict[str, Any], baseline_spec: str, min_effect: float = DEFAULT_MIN_EFFECT,
-           fdr: float = DEFAULT_FDR, min_effects: dict[str, float] | None = None) -> GateResult:
+def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spec: str,
+           min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
+           min_effects: dict[str, float] | None = None) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline."""
+    if isinstance(candidate, RunDocument):
+        candidate = to_data(candidate)
     fingerprint = hardware_fingerprint(candidate["hardware"])
     cand_id = candidate["run"]["id"]
     base_ref = baseline_run(engine, baseline_spec, fingerprint, cand_id)
-    base = export_run(engine, base_ref["id"])
+    base = to_data(export_run(engine, base_ref["id"]))
     result = GateResult(candidate=candidate["run"], baseline=base_ref, min_effect=min_effect, fdr=fdr)
     kernel_of = {c["key"]: c["kernel"] for c in candidate["cases"]}
 

@@ -16,14 +16,25 @@ import shlex
 import signal
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
 from collector.schedule import Dispatcher
 from collector.worker import WorkItem, worker_main
-from db.artifact import SCHEMA, format_time
+from db.schema import (
+    SCHEMA,
+    AccuracyResult,
+    CaseInfo,
+    Commit,
+    Hardware,
+    PerfResult,
+    ProfilerMetric,
+    RunDocument,
+    RunInfo,
+    format_time,
+    new_run_id,
+)
 
 SUITES = ("accuracy", "perf")
 STARTUP_GRACE_S = 120.0  # importing torch and initialising a device, on top of the first case's limit
@@ -149,7 +160,7 @@ def _progress(total: int, enabled: bool):  # noqa: ANN202
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
 
 
-def run_collection(opts: Options) -> dict[str, Any]:
+def run_collection(opts: Options) -> RunDocument:
     """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written)."""
     from collector.accuracy import error_result
     from collector.metadata import git_info
@@ -259,46 +270,30 @@ def _unknown_hardware(device: str) -> dict[str, Any]:
 
 
 def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict[str, Any], started: dt.datetime,
-             status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> dict[str, Any]:
-    hw = {k: described["hardware"].get(k) for k in (
-        "vendor", "device_name", "device_count", "compute_units", "memory_bytes", "driver", "toolkit",
-        "peak_gbps", "peak_gbps_datasheet", "peak_tflops", "peak_tflops_datasheet")}
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": {
-            "id": str(uuid.uuid4()),
-            "commit": commit,
-            "trigger": opts.trigger,
-            "ci_job": opts.ci_job,
-            "device": device,
-            "command": opts.command,
-            "versions": described.get("versions", {}),
-            "started_at": format_time(started),
-            "finished_at": format_time(dt.datetime.now(dt.timezone.utc)),
-            "status": status,
-            "synthetic": False,
-            "notes": "; ".join(notes) or None,
-        },
-        "hardware": hw,
-        "cases": [],
-        "accuracy": [],
-        "perf": [],
-        "profiler": [],
-    }
-    seen_cases = set()
+             status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> RunDocument:
+    """The run as a typed document (``db.schema``); a field the schema refuses is a bug here."""
+    hw = Hardware(**{k: described["hardware"].get(k) for k in Hardware.model_fields})
+    run = RunInfo(id=new_run_id(), commit=Commit(**commit), trigger=opts.trigger, ci_job=opts.ci_job, device=device,
+                  command=opts.command, versions=described.get("versions", {}), started_at=format_time(started),
+                  finished_at=format_time(dt.datetime.now(dt.timezone.utc)), status=status, synthetic=False,
+                  notes="; ".join(notes) or None)
+    case_infos: dict[str, CaseInfo] = {}
+    accuracy: list[AccuracyResult] = []
+    perf: list[PerfResult] = []
+    profiler: list[ProfilerMetric] = []
     for item, result in results.items():
         spec, case = cases[item]
-        if case.key not in seen_cases:
-            seen_cases.add(case.key)
-            doc["cases"].append({"key": case.key, "kernel": case.kernel, "variant": case.variant,
-                                 "dtype": case.dtype, "params": case.json_params()})
+        if case.key not in case_infos:
+            case_infos[case.key] = CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
+                                            params=case.json_params())
         if item[0] == "accuracy":
-            doc["accuracy"].append({"case": case.key, **result})
+            accuracy.append(AccuracyResult(case=case.key, **result))
         else:
-            perf, profiler = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
-            doc["perf"].extend({"case": case.key, **r} for r in perf)
-            doc["profiler"].extend({"case": case.key, **m} for m in profiler)
-    return doc
+            rows, metrics = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
+            perf.extend(PerfResult(case=case.key, **r) for r in rows)
+            profiler.extend(ProfilerMetric(case=case.key, **m) for m in metrics)
+    return RunDocument(schema=SCHEMA, run=run, hardware=hw, cases=list(case_infos.values()), accuracy=accuracy,
+                       perf=perf, profiler=profiler)
 
 
 def reproduce_command(argv: list[str]) -> str:

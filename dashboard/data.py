@@ -29,7 +29,7 @@ def hardware_options(eng: Engine) -> dict[str, str]:
     latest = {r["fingerprint"]: r for r in queries.latest_complete_runs(eng)}
     out = {}
     for hw in queries.list_hardware(eng):
-        label = f"{hw['device_name']} x{hw['device_count']} ({hw['fingerprint'][:6]})"
+        label = f"{hw['device_name']} ({hw['fingerprint'][:6]})"
         run = latest.get(hw["fingerprint"])
         if run and run["synthetic"]:
             label += " [synthetic]"

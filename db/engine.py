@@ -143,7 +143,9 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply migrations under the database's write lock (safe with concurrent openers).
 
-    The common case, a database already at head, is seen without taking any lock.
+    The common case, a database already at head, is seen without taking any lock. On SQLite,
+    foreign keys are switched off around the migration (Alembic rebuilds altered tables, and a
+    rebuilt parent table would otherwise take its children with it) and checked before commit.
     """
     from alembic import command
     from alembic.runtime.migration import MigrationContext
@@ -151,14 +153,27 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     if revision == "head" and current_revision(engine) == head_revision():
         return
     cfg = _alembic_config()
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-        current = MigrationContext.configure(conn).get_current_revision()
-        if revision == "head" and current == head_revision():
-            return  # another process migrated while we waited for the lock
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:  # a PRAGMA that takes effect only outside a transaction: on the raw connection
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.begin():
+                if not sqlite:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                current = MigrationContext.configure(conn).get_current_revision()
+                if revision == "head" and current == head_revision():
+                    return  # another process migrated while we waited for the lock
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise DatabaseError(f"migration left {len(broken)} rows with dangling references, first "
+                                            f"{broken[0]}: nothing was changed")
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
 
 def open_database(url: str | None = None, *, readonly: bool = False, migrate: bool = True) -> Engine:

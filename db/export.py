@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import Engine, select, union
 from sqlalchemy.orm import Session
 
-from db.artifact import SCHEMA, format_time, validate
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.schema import SCHEMA, RunDocument, format_time, validate
 
 
 class RunNotFound(LookupError):
@@ -30,7 +30,7 @@ def _ft(value) -> str | None:
     return None if value is None else format_time(value)
 
 
-def export_run(engine: Engine, run_id: str) -> dict[str, Any]:
+def export_run(engine: Engine, run_id: str) -> RunDocument:
     """The run as a validated artifact document."""
     with Session(engine) as conn:
         row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
@@ -64,6 +64,8 @@ def export_run(engine: Engine, run_id: str) -> dict[str, Any]:
         internal = ("id", "run_id", "hardware_id")
         accuracy = section(AccuracyResult, internal)
         perf = section(PerfResult, (*internal, "n_samples"))
+        for p in perf:
+            p["call_samples_ms"] = p["call_samples_ms"] or []
         profiler = section(ProfilerMetric, internal)
 
     doc = {
@@ -87,16 +89,18 @@ def export_run(engine: Engine, run_id: str) -> dict[str, Any]:
             "status": run.status,
             "synthetic": run.synthetic,
             "notes": run.notes,
+            "phases_s": run.phases_s,
         },
         "hardware": {
             "vendor": hw.vendor,
             "device_name": hw.device_name,
-            "device_count": hw.device_count,
+            "device_count": run.device_count,
             "compute_units": hw.compute_units,
             "memory_bytes": hw.memory_bytes,
-            "driver": hw.driver,
-            "toolkit": hw.toolkit,
+            "driver": run.driver,
+            "toolkit": run.toolkit,
             "peak_gbps": run.peak_gbps,
+            "peak_read_gbps": run.peak_read_gbps,
             "peak_gbps_datasheet": hw.peak_gbps_datasheet,
             "peak_tflops": run.peak_tflops,
             "peak_tflops_datasheet": hw.peak_tflops_datasheet,

@@ -1,4 +1,9 @@
-"""Loading run artifacts into the database, all or nothing, idempotently."""
+"""Loading run artifacts into the database: all or nothing, idempotently.
+
+Every document is validated completely (``db.schema``) before anything is written, and all the
+documents of one call are written in one transaction: either every run is stored or none is.
+Re-ingesting a run already stored changes nothing; the same run id with other content is refused.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from db.artifact import ArtifactError, content_hash, hardware_fingerprint, load_artifact, parse_time
+from db.artifact import load_artifact
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.schema import IDENTITY, ArtifactError, RunDocument, content_hash, hardware_fingerprint, parse_time
 
 
 class IngestError(ValueError):
@@ -35,15 +41,19 @@ def _insert_ignore(conn: Connection, model: type, rows: list[dict[str, Any]], co
     conn.execute(dialect.insert(model).on_conflict_do_nothing(index_elements=conflict), rows)
 
 
-def _hardware_id(conn: Connection, hw: dict[str, Any]) -> int:
+def _hardware_id(conn: Connection, doc: RunDocument) -> int:
+    hw = doc.hardware
     fp = hardware_fingerprint(hw)
-    _insert_ignore(conn, Hardware, [{**hw, "fingerprint": fp}], ["fingerprint"])
+    row = {k: getattr(hw, k) for k in IDENTITY}
+    row.update(fingerprint=fp, peak_gbps_datasheet=hw.peak_gbps_datasheet,
+               peak_tflops_datasheet=hw.peak_tflops_datasheet)
+    _insert_ignore(conn, Hardware, [row], ["fingerprint"])
     return conn.execute(select(Hardware.id).where(Hardware.fingerprint == fp)).scalar_one()
 
 
-def _case_ids(conn: Connection, cases: list[dict[str, Any]]) -> dict[str, int]:
-    _insert_ignore(conn, Case, cases, ["key"])
-    keys = [c["key"] for c in cases]
+def _case_ids(conn: Connection, doc: RunDocument) -> dict[str, int]:
+    _insert_ignore(conn, Case, [c.model_dump() for c in doc.cases], ["key"])
+    keys = [c.key for c in doc.cases]
     ids: dict[str, int] = {}
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
@@ -51,90 +61,77 @@ def _case_ids(conn: Connection, cases: list[dict[str, Any]]) -> dict[str, int]:
     return ids
 
 
-def _t(value: str | None):
+def _t(value: str | None):  # noqa: ANN202
     return None if value is None else parse_time(value)
 
 
-def write_run(conn: Connection, doc: dict[str, Any], source: str = "<artifact>") -> IngestOutcome:
+def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") -> IngestOutcome:
     """Write one validated document inside the caller's transaction."""
-    run = doc["run"]
+    run = doc.run
     digest = content_hash(doc)
-    n_results = len(doc["accuracy"]) + len(doc["perf"]) + len(doc["profiler"])
-    existing = conn.execute(select(Run.content_hash).where(Run.id == run["id"])).scalar_one_or_none()
+    n_results = len(doc.accuracy) + len(doc.perf) + len(doc.profiler)
+    existing = conn.execute(select(Run.content_hash).where(Run.id == run.id)).scalar_one_or_none()
     if existing is not None:
         if existing != digest:
-            raise IngestError(f"{source}: run.id: run {run['id']} already exists with different content")
-        return IngestOutcome(run["id"], source, "unchanged", n_results)
+            raise IngestError(f"{source}: run.id: run {run.id} already exists with different content")
+        return IngestOutcome(run.id, source, "unchanged", n_results)
 
-    hw = doc["hardware"]
-    hw_id = _hardware_id(conn, hw)
-    commit = run["commit"]
+    hw = doc.hardware
+    hw_id = _hardware_id(conn, doc)
+    commit = run.commit
     conn.execute(
         Run.__table__.insert().values(
-            id=run["id"],
-            hardware_id=hw_id,
-            commit_sha=commit["sha"],
-            branch=commit["branch"],
-            commit_time=_t(commit["time"]),
-            commit_subject=commit["subject"],
-            dirty=commit["dirty"],
-            trigger=run["trigger"],
-            ci_job=run["ci_job"],
-            device=run["device"],
-            command=run["command"],
-            versions=run["versions"],
-            started_at=_t(run["started_at"]),
-            finished_at=_t(run["finished_at"]),
-            status=run["status"],
-            synthetic=run["synthetic"],
-            notes=run["notes"],
-            peak_gbps=hw["peak_gbps"],
-            peak_tflops=hw["peak_tflops"],
-            content_hash=digest,
+            id=run.id, hardware_id=hw_id, commit_sha=commit.sha, branch=commit.branch,
+            commit_time=_t(commit.time), commit_subject=commit.subject, dirty=commit.dirty, trigger=run.trigger,
+            ci_job=run.ci_job, device=run.device, command=run.command, versions=run.versions,
+            started_at=_t(run.started_at), finished_at=_t(run.finished_at), status=run.status,
+            synthetic=run.synthetic, notes=run.notes, phases_s=run.phases_s, peak_gbps=hw.peak_gbps,
+            peak_tflops=hw.peak_tflops, peak_read_gbps=hw.peak_read_gbps, driver=hw.driver, toolkit=hw.toolkit,
+            device_count=hw.device_count, content_hash=digest,
         )
     )
-    ids = _case_ids(conn, doc["cases"])
-    common = {"run_id": run["id"], "hardware_id": hw_id}
+    ids = _case_ids(conn, doc)
+    common = {"run_id": run.id, "hardware_id": hw_id}
 
     def rows(section: str) -> list[dict[str, Any]]:
-        out = []
-        for item in doc[section]:
-            row = {k: v for k, v in item.items() if k != "case"}
-            out.append({**row, **common, "case_id": ids[item["case"]]})
-        return out
+        return [{**item.model_dump(exclude={"case"}), **common, "case_id": ids[item.case]}
+                for item in getattr(doc, section)]
 
-    acc = rows("accuracy")
     perf = rows("perf")
     for row in perf:
         row["n_samples"] = len(row["samples_ms"])
-    prof = rows("profiler")
-    for model, batch in ((AccuracyResult, acc), (PerfResult, perf), (ProfilerMetric, prof)):
+    for model, batch in ((AccuracyResult, rows("accuracy")), (PerfResult, perf), (ProfilerMetric, rows("profiler"))):
         if batch:
             conn.execute(model.__table__.insert(), batch)
-    return IngestOutcome(run["id"], source, "ingested", n_results)
+    return IngestOutcome(run.id, source, "ingested", n_results)
 
 
-def ingest_documents(engine: Engine, docs: Iterable[tuple[str, dict[str, Any]]]) -> list[IngestOutcome]:
-    """Write validated documents, one transaction per run."""
-    outcomes = []
+def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]]) -> list[IngestOutcome]:
+    return [write_run(conn, doc, source) for source, doc in docs]
+
+
+def ingest_documents(engine: Engine, docs: Iterable[tuple[str, RunDocument]]) -> list[IngestOutcome]:
+    """Write validated documents, all in one transaction: every run or none."""
+    docs = list(docs)
+    _no_conflicts_between(docs)
+    try:
+        with engine.begin() as conn:
+            return _write_all(conn, docs)
+    except IntegrityError:
+        # Another process wrote one of these runs between our check and our insert: judge again.
+        with engine.begin() as conn:
+            return _write_all(conn, docs)
+
+
+def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
+    seen: dict[str, tuple[str, str]] = {}
     for source, doc in docs:
-        try:
-            with engine.begin() as conn:
-                outcomes.append(write_run(conn, doc, source))
-        except IntegrityError:
-            # Another process wrote the same run id between our check and our insert: judge again.
-            with engine.begin() as conn:
-                outcomes.append(write_run(conn, doc, source))
-    return outcomes
+        digest = content_hash(doc)
+        first = seen.setdefault(doc.run.id, (source, digest))
+        if first[1] != digest:
+            raise ArtifactError(f"{source}: run.id: {doc.run.id} also appears, with different content, in {first[0]}")
 
 
 def ingest_files(engine: Engine, paths: Iterable[str | Path]) -> list[IngestOutcome]:
-    """Validate every file completely first, then write each run in its own transaction."""
-    docs = [(str(p), load_artifact(p)) for p in paths]
-    seen: dict[str, str] = {}
-    for source, doc in docs:
-        rid = doc["run"]["id"]
-        if rid in seen and content_hash(doc) != content_hash(dict(docs)[seen[rid]]):
-            raise ArtifactError(f"{source}: run.id: {rid} also appears, with different content, in {seen[rid]}")
-        seen.setdefault(rid, source)
-    return ingest_documents(engine, docs)
+    """Validate every file completely first, then write all of them in one transaction."""
+    return ingest_documents(engine, [(str(p), load_artifact(p)) for p in paths])

@@ -33,28 +33,26 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from db.schema import KEY_LEN, NAME_LEN, SHORT_LEN, TAG_LEN
+
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[float]: JSON}
 
 
 class Hardware(Base):
-    """A stable fingerprint of what was measured on."""
+    """What decides performance (``db.schema.IDENTITY``), fingerprinted. Driver, toolkit, device count
+    and measured ceilings are context of each run (columns of ``run``): they never split a history."""
 
     __tablename__ = "hardware"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
-    vendor: Mapped[str] = mapped_column(String(32))
-    device_name: Mapped[str] = mapped_column(String(128))
-    device_count: Mapped[int] = mapped_column(Integer)
+    vendor: Mapped[str] = mapped_column(String(SHORT_LEN))
+    device_name: Mapped[str] = mapped_column(String(NAME_LEN))
     compute_units: Mapped[int | None] = mapped_column(Integer)
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    driver: Mapped[str | None] = mapped_column(String(64))
-    toolkit: Mapped[str | None] = mapped_column(String(64))
-    peak_gbps: Mapped[float | None] = mapped_column(Float)
     peak_gbps_datasheet: Mapped[float | None] = mapped_column(Float)
-    peak_tflops: Mapped[float | None] = mapped_column(Float)
     peak_tflops_datasheet: Mapped[float | None] = mapped_column(Float)
 
     runs: Mapped[list[Run]] = relationship(back_populates="hardware")
@@ -72,13 +70,13 @@ class Run(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id"))
-    commit_sha: Mapped[str] = mapped_column(String(64))
-    branch: Mapped[str] = mapped_column(String(255))
+    commit_sha: Mapped[str] = mapped_column(String(SHORT_LEN))
+    branch: Mapped[str] = mapped_column(String(KEY_LEN))
     commit_time: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     commit_subject: Mapped[str | None] = mapped_column(Text)
     dirty: Mapped[bool | None] = mapped_column(Boolean)
     trigger: Mapped[str] = mapped_column(String(16))
-    ci_job: Mapped[str | None] = mapped_column(String(255))
+    ci_job: Mapped[str | None] = mapped_column(String(KEY_LEN))
     device: Mapped[str] = mapped_column(String(16))
     command: Mapped[str | None] = mapped_column(Text)
     versions: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -89,6 +87,11 @@ class Run(Base):
     notes: Mapped[str | None] = mapped_column(Text)
     peak_gbps: Mapped[float | None] = mapped_column(Float)
     peak_tflops: Mapped[float | None] = mapped_column(Float)
+    peak_read_gbps: Mapped[float | None] = mapped_column(Float)
+    driver: Mapped[str | None] = mapped_column(String(SHORT_LEN))
+    toolkit: Mapped[str | None] = mapped_column(String(SHORT_LEN))
+    device_count: Mapped[int] = mapped_column(Integer)
+    phases_s: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     content_hash: Mapped[str] = mapped_column(String(64))
 
     hardware: Mapped[Hardware] = relationship(back_populates="runs")
@@ -101,17 +104,17 @@ class Case(Base):
     __table_args__ = (Index("ix_case_kernel", "kernel", "variant"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(255), unique=True)
-    kernel: Mapped[str] = mapped_column(String(64))
-    variant: Mapped[str] = mapped_column(String(64))
-    dtype: Mapped[str] = mapped_column(String(16))
+    key: Mapped[str] = mapped_column(String(KEY_LEN), unique=True)
+    kernel: Mapped[str] = mapped_column(String(SHORT_LEN))
+    variant: Mapped[str] = mapped_column(String(SHORT_LEN))
+    dtype: Mapped[str] = mapped_column(String(TAG_LEN))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class AccuracyResult(Base):
     __tablename__ = "accuracy_result"
     __table_args__ = (
-        UniqueConstraint("run_id", "case_id", name="uq_accuracy_run_case"),
+        UniqueConstraint("run_id", "case_id", "kind", name="uq_accuracy_run_case_kind"),
         Index("ix_acc_case_hw", "case_id", "hardware_id"),
     )
 
@@ -129,6 +132,7 @@ class AccuracyResult(Base):
     seed: Mapped[int] = mapped_column(BigInteger)
     passed: Mapped[bool] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(8), default="gate")
 
 
 class PerfResult(Base):
@@ -142,7 +146,7 @@ class PerfResult(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
     case_id: Mapped[int] = mapped_column(ForeignKey("kernel_case.id"))
     hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id"))
-    implementation: Mapped[str] = mapped_column(String(32))
+    implementation: Mapped[str] = mapped_column(String(TAG_LEN))
     median_ms: Mapped[float | None] = mapped_column(Float)
     p20_ms: Mapped[float | None] = mapped_column(Float)
     p80_ms: Mapped[float | None] = mapped_column(Float)
@@ -158,6 +162,10 @@ class PerfResult(Base):
     target: Mapped[str | None] = mapped_column(Text)
     target_met: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+    call_ms: Mapped[float | None] = mapped_column(Float)
+    call_samples_ms: Mapped[list[float] | None] = mapped_column(JSON)
+    peak_mem_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    device: Mapped[str | None] = mapped_column(String(TAG_LEN))
 
 
 class ProfilerMetric(Base):
@@ -171,10 +179,28 @@ class ProfilerMetric(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
     case_id: Mapped[int] = mapped_column(ForeignKey("kernel_case.id"))
     hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id"))
-    source: Mapped[str] = mapped_column(String(16))
-    name: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(TAG_LEN))
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
     value: Mapped[float | None] = mapped_column(Float)
-    unit: Mapped[str | None] = mapped_column(String(32))
-    ideal: Mapped[str | None] = mapped_column(String(32))
+    unit: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    ideal: Mapped[str | None] = mapped_column(String(TAG_LEN))
     meets_ideal: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class Ack(Base):
+    """A change in a case's time on one hardware that a person says is expected, from one commit on.
+
+    Written by ``kernelwatch ack``; the gate reports it and does not fail on it again; charts mark it.
+    """
+
+    __tablename__ = "ack"
+    __table_args__ = (UniqueConstraint("case_id", "hardware_id", "commit_sha", name="uq_ack_case_hw_commit"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("kernel_case.id"))
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id"))
+    commit_sha: Mapped[str] = mapped_column(String(SHORT_LEN))
+    reason: Mapped[str] = mapped_column(Text)
+    author: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import Engine, func, or_, select
 from sqlalchemy.orm import Session
 
-from db.artifact import format_time
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.schema import format_time
 
 RESULT_FIELDS = (
     "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
@@ -44,6 +44,10 @@ def _run_dict(run: Run, hw: Hardware) -> dict[str, Any]:
         "finished": _iso(run.finished_at),
         "peak_gbps": run.peak_gbps,
         "peak_tflops": run.peak_tflops,
+        "peak_read_gbps": run.peak_read_gbps,
+        "driver": run.driver,
+        "toolkit": run.toolkit,
+        "device_count": run.device_count,
         "versions": run.versions,
         "command": run.command,
     }

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.artifact import SCHEMA, format_time
+from db.schema import SCHEMA, RunDocument, format_time
 
 HARDWARE = (
     {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
@@ -76,13 +76,11 @@ class SyntheticHistory:
             for h in range(self.hardware):
                 yield self.document(index, h, cases)
 
-    def sourced_documents(self):  # noqa: ANN201 - a generator of (source, validated document)
-        from db.artifact import validate
-
+    def sourced_documents(self):  # noqa: ANN201 - a generator of (source, document)
         for i, doc in enumerate(self.documents()):
-            yield f"synthetic run {i}", validate(doc)
+            yield f"synthetic run {i}", doc
 
-    def document(self, index: int, h: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    def document(self, index: int, h: int, cases: list[dict[str, Any]]) -> RunDocument:
         rng = random.Random(f"{self.seed}-{index}-{h}")
         hw = HARDWARE[h % len(HARDWARE)]
         commit = self.commit(index)
@@ -114,7 +112,7 @@ class SyntheticHistory:
                                  "rtol": 1e-3, "atol": 1e-3, "error_budget": budget, "nan_mismatches": 0,
                                  "trials": 3, "seed": rng.randrange(1 << 30), "passed": budget <= 1.0,
                                  "error": None})
-        return {
+        return RunDocument.model_validate({
             "schema": SCHEMA,
             "run": {"id": run_id, "commit": commit, "trigger": "nightly", "ci_job": None,
                     "device": "cuda" if hw["vendor"] == "nvidia" else "npu", "command": None,
@@ -127,4 +125,4 @@ class SyntheticHistory:
             "accuracy": accuracy,
             "perf": perf,
             "profiler": [],
-        }
+        })

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bisect": ("kernelwatch.commands.bisect", "Where did a change enter a case's history?"),
     "synth": ("kernelwatch.commands.synth", "Fill a database with SYNTHETIC history."),
     "dashboard": ("kernelwatch.commands.dashboard", "Serve the dashboard on loopback."),
+    "schema": ("kernelwatch.commands.schema", "Print the JSON Schema of kernelwatch.run/1."),
     "db": ("kernelwatch.commands.db", "Manage the results database schema."),
     "doctor": ("kernelwatch.commands.doctor", "Check what a run on this host needs; one line per missing piece."),
 }

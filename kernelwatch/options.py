@@ -15,6 +15,20 @@ def db_option(f):
     return click.option("--db", "db_url", envvar="KERNELWATCH_DB", default=None, metavar="URL", help=DB_HELP)(f)
 
 
+def open_readonly(db_url: str | None):  # noqa: ANN201 - an Engine
+    """The database for a command that only reads: never created, migrated or written.
+
+    A missing, unmigrated or unreachable database is refused with one line and exit status 2.
+    """
+    from db.engine import DatabaseError, open_database
+
+    try:
+        return open_database(db_url, readonly=True)
+    except DatabaseError as exc:
+        click.echo(f"kernelwatch: error: {exc}", err=True)
+        sys.exit(2)
+
+
 def clean_errors(f):
     """Turn the project's expected failures into one message on stderr and exit status 1."""
 

@@ -75,11 +75,12 @@ def cli() -> CliRunner:
 @pytest.fixture
 def make_doc():
     """A valid synthetic run document; keyword arguments go to SyntheticHistory."""
+    from db.schema import to_data
     from db.synthetic import SyntheticHistory
 
     def make(index: int = 0, **kwargs) -> dict:  # noqa: ANN003
         history = SyntheticHistory(runs=index + 1, **kwargs)
         docs = list(history.documents())
-        return docs[index * history.hardware]
+        return to_data(docs[index * history.hardware])
 
     return make

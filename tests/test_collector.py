@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collector.schedule import Dispatcher
-from db.artifact import load_artifact
+from db.artifact import load_artifact, to_data
 from kernelwatch.cli import main
 
 PLANTED = ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted", "--device", "cpu",
@@ -24,7 +24,7 @@ def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli
     out = tmp_path / "run.json"
     result = cli.invoke(main, [*PLANTED, "--suite", "accuracy", "--case-timeout", "20", "--out", str(out)])
     assert result.exit_code == 3, result.output  # partial
-    doc = load_artifact(out)
+    doc = to_data(load_artifact(out))
     assert doc["run"]["status"] == "partial"
     acc = _by_variant(doc)
     assert set(acc) == {"correct", "off_by_one_percent", "unwritten", "nan", "raises", "hangs", "crashes", "after"}
@@ -57,7 +57,7 @@ def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monke
     out = tmp_path / "run.json"
     result = cli.invoke(main, [*PLANTED, "--suite", "accuracy", "--devices", "all", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    doc = load_artifact(out)
+    doc = to_data(load_artifact(out))
     assert sorted(_by_variant(doc)) == ["after", "correct", "off_by_one_percent"]
 
 
@@ -104,7 +104,7 @@ def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, 
     result = cli.invoke(main, ["collect", "--kernels", "mse_loss", "--suite", "accuracy", "--device", "cpu",
                                "--devices", "all", "--no-progress", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    doc = load_artifact(out)
+    doc = to_data(load_artifact(out))
     assert doc["run"]["status"] == "complete" and "perf suite" not in (doc["run"]["notes"] or "")
     assert len(doc["accuracy"]) == len(SPEC.accuracy_cases())
     assert [a["case"] for a in doc["accuracy"] if not a["passed"]] == []

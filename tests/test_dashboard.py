@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from db.artifact import dumps, load_artifact, parse_artifact
+from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.synthetic import Step, SyntheticHistory
@@ -173,7 +173,7 @@ def test_bad_run_id_in_the_url(page) -> None:  # noqa: ANN001
 def test_a_new_run_appears_without_restart(page, dash_db) -> None:  # noqa: ANN001
     before = page("overview")
     n_before = len(before.subheader)
-    extra = next(SyntheticHistory(runs=1, cases=3, hardware=1, seed=99).documents())
+    extra = to_data(next(SyntheticHistory(runs=1, cases=3, hardware=1, seed=99).documents()))
     extra["hardware"]["device_name"] = "NVIDIA A100-SXM4-80GB (synthetic)"
     ingest_documents(open_database(dash_db), [("extra", parse_artifact(dumps(extra)))])
     after = page("overview")

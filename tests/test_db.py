@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-from db.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact
+from db.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact, to_data
 from db.engine import DatabaseError, current_revision, head_revision, open_database
 from db.export import export_run
 from db.ingest import IngestError, ingest_documents
@@ -86,7 +86,7 @@ def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, ma
     assert cli.invoke(main, ["ingest", str(out), "--db", fresh]).exit_code == 0
     again = export_run(open_database(fresh), doc["run"]["id"])
     original = parse_artifact(src.read_text())
-    assert again == original == json.loads(out.read_text())
+    assert to_data(again) == to_data(original) == json.loads(out.read_text())
     assert content_hash(again) == content_hash(original)
 
 
@@ -152,7 +152,7 @@ def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:  # noqa: ANN
 def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path) -> None:
     from db.synthetic import SyntheticHistory
 
-    doc = next(SyntheticHistory(runs=1, cases=6000, samples=40).documents())
+    doc = to_data(next(SyntheticHistory(runs=1, cases=6000, samples=40).documents()))
     path = tmp_path / "big.json"
     path.write_text(dumps(doc))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -248,7 +248,7 @@ def test_artifact_errors_name_nested_fields() -> None:
     with pytest.raises(ArtifactError, match=r"run\.commit\.dirty: expected true or false"):
         from db.synthetic import SyntheticHistory
 
-        doc = next(SyntheticHistory(runs=1, cases=1).documents())
+        doc = to_data(next(SyntheticHistory(runs=1, cases=1).documents()))
         doc["run"]["commit"]["dirty"] = "yes"
         parse_artifact(json.dumps(doc), "x.json")
 
@@ -257,7 +257,7 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     from db.synthetic import SyntheticHistory
 
     engine = open_database(db_url)
-    docs = list(SyntheticHistory(runs=3, cases=4, hardware=2).documents())
+    docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, hardware=2).documents()]
     ingest_documents(engine, [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
     result = cli.invoke(main, ["runs", "--db", db_url, "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -290,7 +290,7 @@ def test_history_and_latest_queries(db_url: str) -> None:
 
     engine = open_database(db_url)
     history = SyntheticHistory(runs=6, cases=3, hardware=2)
-    docs = list(history.documents())
+    docs = [to_data(d) for d in history.documents()]
     ingest_documents(engine, [(str(i), parse_artifact(dumps(d))) for i, d in reversed(list(enumerate(docs)))])
     latest = latest_complete_runs(engine)
     assert len(latest) == 2

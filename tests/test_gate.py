@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import dumps, parse_artifact
+from db.artifact import dumps, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.synthetic import Step, SyntheticHistory
@@ -21,7 +21,7 @@ def _history(db_url: str, steps=(), seed: int = 0, **kwargs) -> dict:  # noqa: A
     docs = list(SyntheticHistory(runs=RUNS + 1, cases=10, samples=30, seed=seed, steps=list(steps), **kwargs)
                 .documents())
     ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs[:-1])])
-    return docs[-1]
+    return to_data(docs[-1])
 
 
 def _gate(cli, db_url: str, doc: dict, tmp_path: Path, *extra: str):  # noqa: ANN001, ANN202

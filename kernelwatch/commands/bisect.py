@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, open_readonly
 
 
 @click.command("bisect")
@@ -17,9 +17,8 @@ from kernelwatch.options import clean_errors, db_option
 def command(case: str, hardware: str, implementation: str, min_effect: float, db_url: str | None) -> None:
     """Where did a change in CASE's time enter the history on HARDWARE? Prints the commits to re-run."""
     from ci.bisect import find_hardware, rerun_command, steps
-    from db.engine import open_database
 
-    engine = open_database(db_url, readonly=True)
+    engine = open_readonly(db_url)
     hw = find_hardware(engine, hardware)
     count, found = steps(engine, case, hw["fingerprint"], implementation, min_effect)
     if not found:

@@ -46,7 +46,7 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
     is 0 when the run is complete, 3 when some cases errored (partial run) and 1 when it failed.
     """
     from collector.collect import Options, reproduce_command, run_collection
-    from db.artifact import validate, write_artifact
+    from db.artifact import write_artifact
 
     suite_list = _split((suites,))
     bad = [s for s in suite_list if s not in ("accuracy", "perf")]
@@ -58,7 +58,7 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
                    match=match, seed=seed, profile=profile, progress=not no_progress,
                    command=reproduce_command(sys.argv[1:]))
     try:
-        doc = validate(run_collection(opts))
+        doc = run_collection(opts)
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     if out is not None:
@@ -70,10 +70,10 @@ def command(kernels, suites, device, devices, match, case_timeout, trigger, ci_j
 
         (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
         click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
-    acc = doc["accuracy"]
-    failed = [a for a in acc if not a["passed"]]
-    click.echo(f"run {doc['run']['id']}: {doc['run']['status']}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
-               f"{len(doc['perf'])} perf results")
+    acc = doc.accuracy
+    failed = [a for a in acc if not a.passed]
+    click.echo(f"run {doc.run.id}: {doc.run.status}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
+               f"{len(doc.perf)} perf results")
     for a in failed[:20]:
-        click.echo(f"  FAIL {a['case']}: budget {a['error_budget']} {a['error'] or ''}".rstrip())
-    sys.exit({"complete": 0, "partial": 3}.get(doc["run"]["status"], 1))
+        click.echo(f"  FAIL {a.case}: budget {a.error_budget} {a.error or ''}".rstrip())
+    sys.exit({"complete": 0, "partial": 3}.get(doc.run.status, 1))

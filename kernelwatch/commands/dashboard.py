@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
 import dashboard
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, open_readonly
 
 APP = Path(dashboard.__file__).with_name("app.py")
 
@@ -23,14 +22,18 @@ APP = Path(dashboard.__file__).with_name("app.py")
 @db_option
 @clean_errors
 def command(port: int, address: str, headless: bool, db_url: str | None) -> None:
-    """Serve the dashboard (read-only on the database where the database allows it)."""
-    from db.engine import open_database, resolve_url
+    """Serve the dashboard. It only reads: the database must exist and be migrated (`kernelwatch db upgrade`).
+
+    The server replaces this process (exec), so stopping this PID stops the server.
+    """
+    from db.engine import redact, resolve_url
 
     url = resolve_url(db_url)
-    open_database(url).dispose()  # create/migrate once here, so the app can open it read-only
+    open_readonly(url).dispose()
     env = {**os.environ, "KERNELWATCH_DB": url}
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
            "--server.address", address, "--server.headless", str(headless).lower(),
            "--browser.gatherUsageStats", "false"]
-    click.echo(f"KernelWatch dashboard on http://{address}:{port}  (database: {url})")
-    sys.exit(subprocess.call(cmd, env=env))
+    click.echo(f"KernelWatch dashboard on http://{address}:{port}  (database: {redact(url)})")
+    sys.stdout.flush()
+    os.execve(sys.executable, cmd, env)

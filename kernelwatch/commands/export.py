@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, open_readonly
 
 
 @click.command("export")
@@ -18,10 +18,9 @@ from kernelwatch.options import clean_errors, db_option
 def command(run_id: str, output: Path, db_url: str | None) -> None:
     """Write one stored run (id or unique id prefix) as a kernelwatch.run/1 artifact."""
     from db.artifact import dumps, write_artifact
-    from db.engine import open_database
     from db.export import export_run, find_run_id
 
-    engine = open_database(db_url, readonly=True)
+    engine = open_readonly(db_url)
     doc = export_run(engine, find_run_id(engine, run_id))
     if str(output) == "-":
         click.echo(dumps(doc), nl=False)

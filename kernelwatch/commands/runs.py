@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, open_readonly
 
 RUN_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "started")
 
@@ -17,11 +17,10 @@ RUN_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "start
 @clean_errors
 def command(hardware: str | None, limit: int | None, fmt: str, db_url: str | None) -> None:
     """List stored runs, newest first."""
-    from db.engine import open_database
     from db.queries import list_runs
     from kernelwatch.output import render
 
-    records = list_runs(open_database(db_url, readonly=True), hardware=hardware, limit=limit)
+    records = list_runs(open_readonly(db_url), hardware=hardware, limit=limit)
     for r in records:
         r["commit"] = r["commit"][:12] + ("+dirty" if r["dirty"] else "")
     click.echo(render(records, RUN_COLUMNS, fmt))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import FORMATS, clean_errors, db_option
+from kernelwatch.options import FORMATS, clean_errors, db_option, open_readonly
 
 
 @click.command("show")
@@ -14,12 +14,11 @@ from kernelwatch.options import FORMATS, clean_errors, db_option
 @clean_errors
 def command(run_id: str, fmt: str, db_url: str | None) -> None:
     """Print one run's results flat: one record per case x implementation."""
-    from db.engine import open_database
     from db.export import find_run_id
     from db.queries import RESULT_FIELDS, run_results
     from kernelwatch.output import render
 
-    engine = open_database(db_url, readonly=True)
+    engine = open_readonly(db_url)
     records = run_results(engine, find_run_id(engine, run_id))
     columns = RESULT_FIELDS
     if fmt == "table":

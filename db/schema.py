@@ -1,0 +1,488 @@
+"""The run artifact, ``kernelwatch.run/1``: one typed model per record, the only definition of each.
+
+The collector builds a :class:`RunDocument`, ``kernelwatch ingest`` validates one, the export and
+the synthetic generator produce one, and ``kernelwatch schema`` prints its JSON Schema. Pure
+pydantic: no SQLAlchemy, no torch, so a collector-only host can write artifacts.
+
+Every limit here is one both databases honour, so an artifact gets the same answer on SQLite and
+PostgreSQL: string lengths are those of the columns (``db/models.py`` uses the same constants),
+integers fit the column (32 or 64 bits), times are finite and non-negative, timestamps ordered and
+between 1970 and 9999, no text carries NUL or a lone surrogate (PostgreSQL rejects both; SQLite
+would store them), ``params`` nest at most :data:`MAX_PARAM_DEPTH` lists deep.
+
+Fields added after the first release of ``kernelwatch.run/1`` (:data:`ADDED_FIELDS`) are optional;
+an older artifact without them is still valid, and its content hash is unchanged (fields at their
+default are left out of the hash).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+import uuid as uuidlib
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SCHEMA = "kernelwatch.run/1"
+TRIGGERS = ("pr", "nightly", "manual")
+STATUSES = ("running", "complete", "failed", "partial")
+DEVICES = ("cuda", "npu", "cpu")
+ACCURACY_KINDS = ("gate", "explore")
+
+# Column sizes, shared with db/models.py.
+KEY_LEN = 255  # case keys, branch, CI job reference
+NAME_LEN = 128  # device names, metric names
+SHORT_LEN = 64  # kernel, variant, vendor, driver, toolkit, versions
+TAG_LEN = 32  # dtype, implementation, units, ideals, device strings
+TEXT_LEN = 65_536  # notes, commit subject, command, error messages
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_PARAM_DEPTH = 4
+MAX_SAMPLES = 100_000
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class ArtifactError(ValueError):
+    """A run artifact that cannot be ingested; the message names the file and the field."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Field types
+# ---------------------------------------------------------------------------------------------
+def _clean_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (a lone surrogate is not)") from None
+    return value
+
+
+def _nonblank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def format_time(value: dt.datetime) -> str:
+    """The one textual form of a timestamp in artifacts: UTC, microseconds, trailing Z."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str) -> dt.datetime:
+    """An ISO 8601 timestamp with a time zone, in UTC, between 1970 and 9999."""
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if parsed.tzinfo is None:
+            raise ValueError
+        parsed = parsed.astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError):
+        raise ValueError("expected an ISO 8601 timestamp with a time zone, between 1970 and 9999") from None
+    if parsed < _EPOCH:
+        raise ValueError("expected a timestamp between 1970 and 9999")
+    return parsed
+
+
+def _timestamp(value: str) -> str:
+    return format_time(parse_time(value))
+
+
+def _uuid(value: str) -> str:
+    if not _UUID.match(value):
+        raise ValueError("expected a lower-case UUID")
+    return value
+
+
+def _text(max_length: int) -> Any:
+    return Annotated[str, Field(max_length=max_length), AfterValidator(_clean_text)]
+
+
+def _name(max_length: int) -> Any:
+    return Annotated[str, Field(min_length=1, max_length=max_length), AfterValidator(_clean_text),
+                     AfterValidator(_nonblank)]
+
+
+Key = _name(KEY_LEN)
+Name = _name(NAME_LEN)
+Short = _name(SHORT_LEN)
+Tag = _name(TAG_LEN)
+Text = _text(TEXT_LEN)
+ShortText = _text(SHORT_LEN)
+Timestamp = Annotated[str, Field(max_length=64), AfterValidator(_timestamp)]
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+BigCount = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Seed = Annotated[int, Field(ge=-INT64_MAX, le=INT64_MAX)]
+Number = Annotated[float, Field(allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Milliseconds = NonNegative
+Samples = Annotated[list[NonNegative], Field(max_length=MAX_SAMPLES)]
+
+
+def _param_value(value: Any, path: str, depth: int = 0) -> Any:
+    """Scalars, or lists of them nested at most MAX_PARAM_DEPTH deep (shapes are lists of ints)."""
+    if value is None or isinstance(value, (bool, int)):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+            raise ValueError(f"{path}: integer out of the 64-bit range")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: numbers must be finite")
+        return value
+    if isinstance(value, str):
+        if len(value) > KEY_LEN:
+            raise ValueError(f"{path}: at most {KEY_LEN} characters")
+        return _clean_text(value)
+    if isinstance(value, list):
+        if depth >= MAX_PARAM_DEPTH:
+            raise ValueError(f"{path}: lists nested deeper than {MAX_PARAM_DEPTH}")
+        if len(value) > 64:
+            raise ValueError(f"{path}: at most 64 items")
+        return [_param_value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise ValueError(f"{path}: expected a string, number, boolean, null or list of those")
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+class Record(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Commit(Record):
+    """The commit a run measured. ``sha`` and ``branch`` are ``unknown`` outside a git checkout."""
+
+    sha: Short
+    branch: Key
+    time: Timestamp | None
+    subject: Text | None
+    dirty: bool | None
+
+
+class RunInfo(Record):
+    """One collector invocation."""
+
+    id: Annotated[str, AfterValidator(_uuid)]
+    commit: Commit
+    trigger: Literal["pr", "nightly", "manual"]
+    ci_job: _text(KEY_LEN) | None
+    device: Literal["cuda", "npu", "cpu"]
+    command: Text | None
+    versions: dict[Short, ShortText | None] = Field(max_length=64)
+    started_at: Timestamp
+    finished_at: Timestamp | None
+    status: Literal["running", "complete", "failed", "partial"]
+    synthetic: bool
+    notes: Text | None
+    phases_s: dict[Short, NonNegative] | None = Field(default=None, max_length=64,
+                                                       description="Seconds spent in each phase of the run.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RunInfo:
+        if self.finished_at is not None and parse_time(self.finished_at) < parse_time(self.started_at):
+            raise ValueError("finished_at is before started_at")
+        return self
+
+
+class Hardware(Record):
+    """The machine. Identity (what decides performance: :data:`IDENTITY`) plus this run's context.
+
+    Driver, toolkit, device count and the measured ceilings belong to the run: a driver update does
+    not start a new history (conbench's ``info`` / ``optional_info`` split).
+    """
+
+    vendor: Short
+    device_name: Name
+    device_count: Count
+    compute_units: Count | None
+    memory_bytes: BigCount | None
+    driver: ShortText | None
+    toolkit: ShortText | None
+    peak_gbps: NonNegative | None
+    peak_gbps_datasheet: NonNegative | None
+    peak_tflops: NonNegative | None
+    peak_tflops_datasheet: NonNegative | None
+    peak_read_gbps: NonNegative | None = Field(
+        default=None, description="Measured read-only stream rate (GB/s); a read-mostly kernel's ceiling.")
+
+
+IDENTITY = ("vendor", "device_name", "compute_units", "memory_bytes")
+
+
+class CaseInfo(Record):
+    key: Key
+    kernel: Short
+    variant: Short
+    dtype: Tag
+    params: dict[Short, Any] = Field(max_length=64)
+
+    @field_validator("params", mode="after")
+    @classmethod
+    def _params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {k: _param_value(v, k) for k, v in sorted(value.items())}
+
+
+class AccuracyResult(Record):
+    """error budget = max over elements of |out - ref| / (atol + rtol |ref|); <= 1 passes."""
+
+    case: Key
+    max_abs_err: NonNegative | None
+    max_rel_err: NonNegative | None
+    rtol: NonNegative
+    atol: NonNegative
+    error_budget: NonNegative | None
+    nan_mismatches: BigCount
+    trials: Count
+    seed: Seed
+    passed: bool
+    error: Text | None
+    kind: Literal["gate", "explore"] = Field(
+        default="gate", description="gate: the fixed inputs of the case (decides verdicts); explore: fresh seeds.")
+
+
+class PerfResult(Record):
+    """One implementation of one case: GPU time per call (L2 flushed) and wall time per call."""
+
+    case: Key
+    implementation: Tag
+    median_ms: Milliseconds | None
+    p20_ms: Milliseconds | None
+    p80_ms: Milliseconds | None
+    min_ms: Milliseconds | None
+    samples_ms: Samples
+    bytes: BigCount | None
+    flops: BigCount | None
+    gbps: NonNegative | None
+    tflops: NonNegative | None
+    pct_peak: NonNegative | None
+    speedup_vs_eager: NonNegative | None
+    target: Text | None
+    target_met: bool | None
+    error: Text | None
+    call_ms: Milliseconds | None = Field(
+        default=None, description="Median wall time per call, calls issued back to back (host + device).")
+    call_samples_ms: Samples = Field(default_factory=list, description="Per batch: wall time / calls.")
+    peak_mem_bytes: BigCount | None = Field(
+        default=None, description="Allocator high-water mark over one call, above what was allocated before it.")
+    device: _text(TAG_LEN) | None = Field(default=None, description="The device that measured it, e.g. cuda:1.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PerfResult:
+        if None not in (self.min_ms, self.median_ms) and self.min_ms > self.median_ms:
+            raise ValueError("min_ms is larger than median_ms")
+        if None not in (self.p20_ms, self.p80_ms) and self.p20_ms > self.p80_ms:
+            raise ValueError("p20_ms is larger than p80_ms")
+        return self
+
+
+class ProfilerMetric(Record):
+    case: Key
+    source: Tag
+    name: Name
+    value: Number | None
+    unit: _text(TAG_LEN) | None
+    ideal: _text(TAG_LEN) | None
+    meets_ideal: bool | None
+    error: Text | None
+
+
+class RunDocument(Record):
+    """A whole run: what ``kernelwatch collect --out`` writes and ``kernelwatch ingest`` reads."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", title="kernelwatch.run/1")
+
+    schema_: Literal["kernelwatch.run/1"] = Field(alias="schema")
+    run: RunInfo
+    hardware: Hardware
+    cases: list[CaseInfo] = Field(max_length=100_000)
+    accuracy: list[AccuracyResult] = Field(max_length=100_000)
+    perf: list[PerfResult] = Field(max_length=1_000_000)
+    profiler: list[ProfilerMetric] = Field(max_length=1_000_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunDocument:
+        _unique(self.cases, ("key",), "cases")
+        _unique(self.accuracy, ("case", "kind"), "accuracy")
+        _unique(self.perf, ("case", "implementation"), "perf")
+        _unique(self.profiler, ("case", "source", "name"), "profiler")
+        keys = {c.key for c in self.cases}
+        for section in ("accuracy", "perf", "profiler"):
+            for i, item in enumerate(getattr(self, section)):
+                if item.case not in keys:
+                    raise ValueError(f"{section}[{i}].case: {item.case!r} is not listed in cases")
+        used = {item.case for section in ("accuracy", "perf", "profiler") for item in getattr(self, section)}
+        self.cases = sorted((c for c in self.cases if c.key in used), key=lambda c: c.key)
+        self.accuracy.sort(key=lambda r: (r.case, r.kind))
+        self.perf.sort(key=lambda r: (r.case, r.implementation))
+        self.profiler.sort(key=lambda r: (r.case, r.source, r.name))
+        return self
+
+
+ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the first release
+    "run": ("phases_s",),
+    "hardware": ("peak_read_gbps",),
+    "accuracy": ("kind",),
+    "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device"),
+}
+
+
+def _unique(items: list[Record], fields: tuple[str, ...], section: str) -> None:
+    seen: set[tuple[Any, ...]] = set()
+    for i, item in enumerate(items):
+        key = tuple(getattr(item, f) for f in fields)
+        if key in seen:
+            raise ValueError(f"{section}[{i}]: duplicate {'/'.join(fields)} {key!r}")
+        seen.add(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading, writing, hashing
+# ---------------------------------------------------------------------------------------------
+def _where(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before", "tagged-union") or "[" in str(part):
+            continue
+        else:
+            out += f".{'schema' if part == 'schema_' else part}" if out else ('schema' if part == 'schema_' else part)
+    return out
+
+
+_MESSAGES = {
+    "float_type": "expected a number", "int_type": "expected an integer", "bool_type": "expected true or false",
+    "string_type": "expected a string", "list_type": "expected a list", "dict_type": "expected an object",
+    "model_type": "expected an object", "finite_number": "expected a finite number",
+}
+
+
+def describe(exc: ValidationError) -> str:
+    """The first problem of a validation error as one line: ``field.path: what is wrong``."""
+    err = exc.errors(include_url=False)[0]
+    where = _where(err["loc"])
+    msg = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown field (schema {SCHEMA})"
+    elif err["type"] == "missing":
+        msg = "missing field"
+    elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
+        shown = repr(err["input"])
+        msg += f", got {shown[:57] + '...' if len(shown) > 60 else shown}"
+    if msg.startswith(("cases", "accuracy", "perf", "profiler")) and ": " in msg and not where:
+        return msg  # the document-level checks name their own path
+    return f"{where or '(document)'}: {msg}"
+
+
+def validate(doc: Any) -> RunDocument:
+    """A parsed document (plain data) as a :class:`RunDocument`, or an :class:`ArtifactError`."""
+    if not isinstance(doc, dict):
+        raise ArtifactError(f"(document): expected a JSON object, got {type(doc).__name__}")
+    if "schema" not in doc:
+        raise ArtifactError("schema: missing field")
+    if doc["schema"] != SCHEMA:
+        shown = repr(doc["schema"])[:60]
+        raise ArtifactError(f"schema: unknown schema version {shown} (this KernelWatch reads {SCHEMA})")
+    try:
+        return RunDocument.model_validate(doc)
+    except ValidationError as exc:
+        raise ArtifactError(describe(exc)) from None
+    except RecursionError:
+        raise ArtifactError("(document): nested too deeply") from None
+
+
+def _no_constants(name: str) -> float:
+    raise ArtifactError(f"{name} is not valid JSON (non-finite numbers must be null)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ArtifactError(f"duplicate key {key[:60]!r} in one JSON object")
+        out[key] = value
+    return out
+
+
+MAX_ARTIFACT_BYTES = 512 * 1024 * 1024
+
+
+def parse_artifact(text: str, source: str = "<artifact>") -> RunDocument:
+    """Parse and validate artifact text; every error is one line naming ``source`` and the field."""
+    if len(text) > MAX_ARTIFACT_BYTES:
+        raise ArtifactError(f"{source}: larger than {MAX_ARTIFACT_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{source}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ArtifactError(f"{source}: not readable: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise ArtifactError(f"{source}: not readable: {str(exc).splitlines()[0][:120]}") from None
+    try:
+        return validate(doc)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{source}: {exc}") from None
+
+
+def to_data(doc: RunDocument) -> dict[str, Any]:
+    """Plain JSON data of a document (``schema`` under its own name)."""
+    return doc.model_dump(mode="json", by_alias=True)
+
+
+def canonical(doc: RunDocument) -> dict[str, Any]:
+    """The data that identifies a run's content: fields added later are left out at their default."""
+    data = to_data(doc)
+    defaults = {
+        "run": RunInfo.model_fields, "hardware": Hardware.model_fields, "accuracy": AccuracyResult.model_fields,
+        "perf": PerfResult.model_fields,
+    }
+    for section, fields in ADDED_FIELDS.items():
+        items = data[section] if isinstance(data[section], list) else [data[section]]
+        for item in items:
+            for name in fields:
+                info = defaults[section][name]
+                default = info.default_factory() if info.default_factory else info.default
+                if item.get(name) == default:
+                    item.pop(name, None)
+    return data
+
+
+def content_hash(doc: RunDocument) -> str:
+    """SHA-256 of the canonical data of a validated document."""
+    text = json.dumps(canonical(doc), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def dumps(doc: RunDocument | dict[str, Any]) -> str:
+    """Artifact text: a document, or plain data as it is (tests write broken artifacts so)."""
+    data = to_data(doc) if isinstance(doc, RunDocument) else doc
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def hardware_fingerprint(hardware: Hardware | dict[str, Any]) -> str:
+    """Stable id of a machine kind: what decides performance (:data:`IDENTITY`), nothing else."""
+    data = hardware.model_dump() if isinstance(hardware, Hardware) else hardware
+    ident = json.dumps([data.get(k) for k in IDENTITY], separators=(",", ":"))
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``kernelwatch.run/1`` (for CI authors' own validators)."""
+    schema = RunDocument.model_json_schema(by_alias=True, mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://kernelwatch.invalid/schema/kernelwatch.run-1.json"
+    return schema
+
+
+def new_run_id() -> str:
+    return str(uuidlib.uuid4())
