@@ -37,7 +37,7 @@ $(ASCEND_VENV)/.installed: Makefile
 
 compile-check: install $(ASCEND_VENV)/.installed
 	@mkdir -p $(dir $(COMPILE_REPORT))
-	$(BIN)/python -m ci.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
+	$(BIN)/python -m collector.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
 
 demo: install
 	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json
