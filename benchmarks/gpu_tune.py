@@ -43,6 +43,8 @@ def softmax(backend: Backend, peak: float) -> None:
             smx.TILE_ELEMENTS["nvidia"] = tile
             smx._warps = lambda t, w=warps: w  # noqa: B023
             smx._plan.cache_clear()
+            smx._forward_plan.cache_clear()
+            smx._backward_plan.cache_clear()
             tf = med(backend, lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
             tb = med(backend, lambda: smx.softmax_backward(y, dy, 0.125))
             rows.append((tile, warps, tf, fwd_bytes / tf / 1e6 / peak * 100, tb, bwd_bytes / tb / 1e6 / peak * 100))

@@ -56,16 +56,29 @@ def _describe(device_type: str, index: int) -> DeviceInfo:
     return DeviceInfo("cpu", os.cpu_count() or 1, name="triton-interpreter", interpreter=True)
 
 
+_BY_DEVICE: dict[torch.device, DeviceInfo] = {}
+
+
 def describe(device: torch.device) -> DeviceInfo:
-    """The description plans are made for. On the CPU, a simulated description may stand in (tests)."""
+    """The description plans are made for. On the CPU, a simulated description may stand in (tests).
+
+    On the launch path of every kernel call: one dict lookup when nothing is simulated (reading
+    ``torch.device.type`` alone costs about a microsecond, so it is read once per device)."""
+    info = _BY_DEVICE.get(device)
+    if info is not None and not info.interpreter:
+        return info
     if device.type == "cpu":
         simulated = _simulated.get()
         if simulated is not None:
             return simulated
-    index = device.index if device.index is not None else 0
-    if device.type in ("cuda", "npu") and device.index is None:
-        index = getattr(torch, device.type).current_device()
-    return _describe(device.type, index)
+    if info is None:
+        index = device.index if device.index is not None else 0
+        if device.type in ("cuda", "npu") and device.index is None:
+            index = getattr(torch, device.type).current_device()
+        info = _describe(device.type, index)
+        if device.index is not None or device.type == "cpu":
+            _BY_DEVICE[device] = info
+    return info
 
 
 def compute_units(device: torch.device) -> int:

@@ -62,7 +62,12 @@ class DeviceInfo:
     capability: int | None = None
     interpreter: bool = False
 
+    def __hash__(self) -> int:  # plan caches hash this on every kernel call: once per description
+        return self._hash
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.vendor, self.compute_units, self.name, self.cube_units,
+                                                self.capability, self.interpreter)))
         if self.vendor not in VENDORS:
             raise ValueError(f"DeviceInfo: vendor must be one of {VENDORS}, got {self.vendor!r}")
         if self.compute_units < 1:
@@ -169,6 +174,7 @@ class Launch:
     def __post_init__(self) -> None:
         object.__setattr__(self, "constexprs", _frozen(self.constexprs))
         object.__setattr__(self, "signature", _frozen(self.signature))
+        object.__setattr__(self, "_kwargs", {**self.constexprs, **self.options})  # what launch() passes
 
     @property
     def name(self) -> str:
@@ -297,7 +303,7 @@ def launch(step: Launch, *args: Any) -> None:
     if _recorder is not None:
         check_args(step, args)
         _recorder.steps.append(step)
-    step.fn[step.grid](*args, **step.constexprs, **step.options)
+    step.fn[step.grid](*args, **step._kwargs)
 
 
 def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **constexprs: Any) -> None:

@@ -11,8 +11,10 @@ kernel = common.pick_kernel(eng, params)
 fp = common.pick_hardware(eng, params)
 runs = queries.recent_runs(eng, fp, params.integer("last", 50, 2, 500), kernel)
 rows = queries.profiler_rows(eng, [r["id"] for r in runs], kernel)
-st.caption("Ascend ideals (design documents): mte2 > 80%, mte3 < 1%, vec < 30%, vec_wait < 40%. "
-           "CUDA: DRAM throughput > 80% for memory-bound kernels, SM throughput > 80% for matmuls.")
+st.caption("Ideals follow what bounds the kernel. Memory-bound (vector) kernels: Ascend mte2 > 80%, mte3 < 1% "
+           "(reductions), vec < 30%, vec_wait < 40% (MSELoss design document); CUDA DRAM throughput > 80%. "
+           "Compute-bound (cube) kernels: Ascend aic_cube_ratio > 80%, CUDA SM throughput > 80%. "
+           "Each stored counter carries the ideal it was judged by.")
 if not rows:
     st.info(f"No profiler counters for {kernel} on this hardware yet: run `kernelwatch collect --profile`.")
 else:
