@@ -29,10 +29,10 @@ if "--worker" not in sys.argv:  # the worker imports REF's kernels from PYTHONPA
 
 
 def normalized_ptx(ptx: str) -> str:
-    """PTX without source locations, file tables, comments and debug sections."""
+    """PTX without source locations, file tables, comments, debug sections and the debug-only labels."""
     ptx = re.sub(r"\.section\s+\.debug_\w+\s*\{.*?\n\s*\}", "", ptx, flags=re.S)
     keep = [line for line in ptx.splitlines()
-            if not re.match(r"\s*(\.loc|\.file|//|\$L__|\.section)", line) and line.strip()]
+            if not re.match(r"\s*(\.loc|\.file|//|\$L__tmp|\$L__func_|\.section)", line) and line.strip()]
     return "\n".join(keep)
 
 
