@@ -14,6 +14,10 @@ applied in the epilogue, and the normalised x never exists in memory. gamma is e
 the weight once per weight version (``fold_gamma``: W' = W diag(gamma), cached, recomputed when
 weight or gamma change, in place too) or multiplied into each A tile in the prologue
 (``prologue_gamma``). Sum of squares and accumulation in fp32. Backward is unfused (PyTorch).
+
+Launches come from :func:`plan_forward`: autotuned tiles on NVIDIA (one program per output tile); on
+Ascend one program per AI core looping over the output tiles, with a tile whose unified-buffer
+estimate fits (cube and vector work mix here, so tail axes are aligned to 512 B).
 """
 
 from __future__ import annotations

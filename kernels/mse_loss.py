@@ -16,6 +16,10 @@ Two reduction variants, both kept so the dashboard shows what the optimisation b
   programs (one per vector core on Ascend, SMs x waves on CUDA) that stride over the tensor,
   accumulate in registers and write one partial each; a second one-program stage adds the
   partials in a fixed order, so the result has the same bits on every run.
+
+On Ascend a launch has at most 65,535 programs, so every launch there is a grid of one program per
+vector core looping over the blocks (``*_persistent_kernel``); the atomic variant keeps one
+``atomic_add`` per BLOCK. Launches come from :func:`plan_forward` / :func:`plan_backward`.
 """
 
 from __future__ import annotations

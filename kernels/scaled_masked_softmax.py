@@ -13,7 +13,10 @@ Backward, from the saved output only:  dx = s * y * (dy - \sum_j dy_j y_j).
 
 Computed in fp32 for fp16, bf16 and fp32 inputs. Rows that fit one block are done in one pass
 (several rows per program when rows are short); longer rows use an online-softmax pass for
-(max, sum) and a second pass that writes, so any ``sk`` works.
+(max, sum) and a second pass that writes, so any ``sk`` works. Launches come from
+:func:`plan_forward` / :func:`plan_backward`: one program per row tile on NVIDIA, one program per
+vector core looping over the row tiles on Ascend (at most 65,535 programs a launch there), with
+tiles sized to the 192 KB unified buffer.
 """
 
 from __future__ import annotations
