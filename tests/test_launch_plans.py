@@ -3,6 +3,7 @@ they were, and the launchers starting exactly what the plans say (real kernels i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import subprocess
@@ -193,7 +194,7 @@ def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_nam
     cases = _subset(spec_name, every)
     assert cases
     for case in cases:
-        with simulated(info) if info is not None else _nothing():
+        with simulated(info) if info is not None else contextlib.nullcontext():
             device = describe(CPU)
             with recording() as rec:
                 result = check_case(spec, case, CPU, run_seed=1)
@@ -201,14 +202,6 @@ def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_nam
         planned = list(spec.launch_plans(case, device))
         trials = case.trials
         assert rec.steps == planned * trials, f"{case.key}: launched {[s.name for s in rec.steps]}"
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def test_check_args_names_a_wrong_argument() -> None:
