@@ -1,20 +1,34 @@
 """Devices the collector can measure on: CUDA, Ascend NPU, and the CPU through Triton's interpreter.
 
-A backend knows how to synchronise, time with device events, flush L2 between repetitions,
-and measure the machine's ceilings (copy bandwidth, matrix rate) once.
+A backend knows how to synchronise, time with device events, flush L2 between repetitions, time
+calls issued back to back, read the allocator's high-water mark, and measure the device's
+ceilings (copy and read bandwidth, matrix rate) once. CUDA and Ascend share every code path: each
+call goes to ``torch.cuda`` or ``torch.npu``, which expose the same functions. The CPU runs the
+same paths with the host clock standing in for device events (``time_on_cpu``, for tests of the
+perf suite; the numbers mean nothing there) and has no allocator statistics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import math
 import os
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 
 DEVICE_TYPES = ("cuda", "npu", "cpu")
+# Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
+# interpreter's perf path quick; nothing measured there is meaningful anyway.
+FLUSH_BYTES = {"cuda": 512 << 20, "npu": 512 << 20, "cpu": 32 << 20}
+CALL_BATCH_MS = 15.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
+CALL_BATCHES = 5
+MAX_CALLS_PER_BATCH = 100_000
 
 
 def npu_available() -> bool:
@@ -51,11 +65,35 @@ def check_available(device_type: str) -> None:
         raise RuntimeError("--device npu: torch_npu is not importable or sees no NPU")
 
 
+class HostEvent:
+    """The CPU's stand-in for a device event: the host clock when ``record`` ran (work is synchronous)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+
 @dataclass
 class Backend:
-    """One device of one type, as a worker process sees it."""
+    """One device of one type, as a worker process sees it.
+
+    ``label`` names the device in results (``cuda:1``; ``cpu:0`` for the first interpreter worker).
+    ``phases`` accumulates seconds per phase of the work done so far (the worker takes and resets it).
+    """
 
     device: torch.device
+    label: str = ""
+    time_on_cpu: bool = False
+    phases: Counter = field(default_factory=Counter)
+    _flush: torch.Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.label = self.label or str(self.device)
 
     @property
     def kind(self) -> str:
@@ -63,6 +101,11 @@ class Backend:
 
     @property
     def times_perf(self) -> bool:
+        return self.kind != "cpu" or self.time_on_cpu
+
+    @property
+    def tracks_memory(self) -> bool:
+        """Whether the allocator reports a high-water mark (the caching allocators of CUDA and Ascend)."""
         return self.kind != "cpu"
 
     @property
@@ -77,16 +120,34 @@ class Backend:
         else:
             os.environ.setdefault("TRITON_INTERPRET", "1")
 
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Charge the wall time of the block to ``phases[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] += time.perf_counter() - start
+
+    def take_phases(self) -> dict[str, float]:
+        out = {k: round(v, 6) for k, v in self.phases.items()}
+        self.phases.clear()
+        return out
+
     def synchronize(self) -> None:
         if self.kind != "cpu":
             self.module.synchronize(self.device)
 
-    def event(self):
+    def event(self):  # noqa: ANN201 - torch.cuda.Event, torch.npu.Event or HostEvent
+        if self.kind == "cpu":
+            return HostEvent()
         return self.module.Event(enable_timing=True)
 
     def flush_buffer(self) -> torch.Tensor:
-        # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB).
-        return torch.ones(512 * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
+        """The buffer whose read evicts the L2; allocated once per worker."""
+        if self._flush is None:
+            self._flush = torch.ones(FLUSH_BYTES[self.kind] // 4, dtype=torch.int32, device=self.device)
+        return self._flush
 
     @staticmethod
     def flush(buffer: torch.Tensor) -> None:
@@ -97,7 +158,7 @@ class Backend:
 
     def time_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
                      min_reps: int = 10, max_reps: int = 300) -> list[float]:
-        """Milliseconds per call, one sample per repetition, L2 flushed before each."""
+        """Device milliseconds per call, one sample per repetition, L2 flushed before each."""
         flush = self.flush_buffer()
         fn()
         self.synchronize()
@@ -120,20 +181,72 @@ class Backend:
             fn()
             ends[i].record()
         self.synchronize()
-        del flush
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
+    def _batch_ms(self, fn: Callable[[], object], calls: int) -> float:
+        self.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        self.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    def call_samples(self, fn: Callable[[], object], batch_ms: float = CALL_BATCH_MS,
+                     batches: int = CALL_BATCHES) -> list[float]:
+        """Wall milliseconds per call with calls issued back to back, one sample per batch.
+
+        A batch is N calls and one synchronisation: (host time of the batch) / N, so a call costs
+        whichever is longer, its launch path on the host or its work on the device. No L2 flush: this
+        is what a caller in a loop pays. N is chosen so a batch lasts about ``batch_ms``, from a
+        doubling warm-up batch (whose time is not a sample).
+        """
+        calls, elapsed = 1, self._batch_ms(fn, 1)
+        while elapsed < batch_ms / 4 and calls < MAX_CALLS_PER_BATCH:
+            calls = min(calls * 2, MAX_CALLS_PER_BATCH)
+            elapsed = self._batch_ms(fn, calls)
+        calls = max(1, min(MAX_CALLS_PER_BATCH, math.ceil(calls * batch_ms / max(elapsed, 1e-6))))
+        return [self._batch_ms(fn, calls) / calls for _ in range(batches)]
+
+    def peak_memory(self, fn: Callable[[], object]) -> int | None:
+        """Allocator high-water mark over one call, in bytes above what was allocated before it.
+
+        peak = max_memory_allocated (after resetting the peak to the current allocation) - allocated
+        before the call: the call's workspace and outputs, not its inputs. None where the allocator
+        keeps no statistics (the CPU).
+        """
+        if not self.tracks_memory:
+            return None
+        mod = self.module
+        self.synchronize()
+        before = mod.memory_allocated(self.device)
+        mod.reset_peak_memory_stats(self.device)
+        out = fn()
+        self.synchronize()
+        peak = mod.max_memory_allocated(self.device)
+        del out
+        return max(0, int(peak - before))
+
     def measure_peaks(self) -> dict[str, float | None]:
-        """Copy bandwidth (bytes read + written) and bf16 matrix rate, measured on this device."""
+        """Ceilings measured on this device (median of timed repetitions, L2 flushed before each).
+
+        * peak_gbps: copy bandwidth, (bytes read + bytes written) / t of ``dst.copy_(src)``;
+        * peak_read_gbps: read-only stream rate, bytes read / t of ``src.sum()`` (one 4-byte write);
+        * peak_tflops: bf16 matrix rate, 2 m^3 / t of an m x m x m product.
+
+        Buffers are several times the largest L2 (1 GiB each on accelerators; small on the CPU, where
+        the perf path only runs as a test of itself).
+        """
         if not self.times_perf:
-            return {"peak_gbps": None, "peak_tflops": None}
-        n = 1 << 28  # 1 GiB of fp32 each way
+            return {"peak_gbps": None, "peak_read_gbps": None, "peak_tflops": None}
+        cpu = self.kind == "cpu"
+        n = 1 << (22 if cpu else 28)
         bufs = [torch.randn(n, device=self.device), torch.empty(n, device=self.device)]
         copy = statistics.median(self.time_samples(lambda: bufs[1].copy_(bufs[0]), rep_ms=200))
-        gbps = 2 * n * 4 / (copy * 1e-3) / 1e9
-        m = 8192
-        bufs = [torch.randn(m, m, device=self.device, dtype=torch.bfloat16) for _ in range(2)]
+        read = statistics.median(self.time_samples(lambda: bufs[0].sum(), rep_ms=200))
+        m, dtype = (256, torch.float32) if cpu else (8192, torch.bfloat16)
+        bufs = [torch.randn(m, m, device=self.device, dtype=dtype) for _ in range(2)]
         mm = statistics.median(self.time_samples(lambda: bufs[0] @ bufs[1], rep_ms=300))
-        tflops = 2 * m**3 / (mm * 1e-3) / 1e12
         bufs.clear()
-        return {"peak_gbps": round(gbps, 1), "peak_tflops": round(tflops, 1)}
+        return {"peak_gbps": round(2 * n * 4 / (copy * 1e-3) / 1e9, 3),
+                "peak_read_gbps": round(n * 4 / (read * 1e-3) / 1e9, 3),
+                "peak_tflops": round(2 * m**3 / (mm * 1e-3) / 1e12, 6)}

@@ -1,13 +1,24 @@
 """One collector run: choose cases, run them in isolated device workers, assemble the artifact.
 
-The parent process never touches the device. Each device gets a worker process; a case that
-raises is recorded by its worker, a case that kills its worker or outlives the per-case limit is
-recorded here, the worker is replaced, and the suite goes on. The run ends ``complete`` when no
-case errored, ``partial`` when some did, ``failed`` when none could run.
+The parent process never touches the device. Each device gets a worker process; all of them start
+at once and each measures its own device's ceilings (the result of a case measured on device k is
+compared with device k's ceilings). Cases are dealt by :mod:`collector.schedule`: the perf cases of
+one baseline key go to one worker (which measures the PyTorch baselines once for all of them),
+longest groups first. A case that raises is recorded by its worker, a case that kills its worker or
+outlives the per-case limit is recorded here, the worker is replaced, and the suite goes on. Every
+finished item is appended to the run's journal (:mod:`db.journal`) at once. The run ends
+``complete`` when no case errored, ``partial`` when some did or the run was interrupted, ``failed``
+when none could run.
+
+``run.phases_s`` holds where the time went: wall seconds of the parent's phases (``setup``,
+``workers``: their start-up and ceilings, ``suites``, ``stop``, ``journal``, ``total``), worker
+seconds summed over workers per phase (``worker.*``), and each device's busy and idle seconds
+during the suites (``busy.<device>``, ``idle.<device>``); :func:`format_phases` prints them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import multiprocessing as mp
 import os
@@ -16,28 +27,31 @@ import shlex
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any
 
-from collector.schedule import Dispatcher
+from collector.progress import Progress
+from collector.schedule import Dispatcher, plan
 from collector.worker import WorkItem, worker_main
-from db.schema import (
-    SCHEMA,
-    AccuracyResult,
-    CaseInfo,
-    Commit,
-    Hardware,
-    PerfResult,
-    ProfilerMetric,
-    RunDocument,
-    RunInfo,
-    format_time,
-    new_run_id,
-)
+from db.journal import JournalWriter, build_document, check_record
+from db.schema import ArtifactError, CaseInfo, Commit, Hardware, RunDocument, RunInfo, format_time, new_run_id
 
 SUITES = ("accuracy", "perf")
 STARTUP_GRACE_S = 120.0  # importing torch and initialising a device, on top of the first case's limit
+DESCRIBE_TIMEOUT_S = 600.0
+MAX_CPU_WORKERS = 4  # --device cpu --devices all: one interpreter worker per core, up to this many
+
+# A rough cost model that only orders the work (longest first); nothing measured depends on it.
+# A perf item compiles its kernel and times 3-5 implementations (~0.3 s each: warm-up, 100 ms of
+# samples, the per-call batches); its inputs are generated on the host. An accuracy item is
+# dominated by its float64 reference on the host.
+PERF_ITEM_S = 3.0
+ACCURACY_ITEM_S = 0.05
+HOST_BYTES_PER_S = 1e9
+REFERENCE_BYTES_PER_S = 2e8
 
 
 @dataclass
@@ -56,6 +70,9 @@ class Options:
     progress: bool = True
     command: str | None = None
     notes: list[str] = field(default_factory=list)
+    time_on_cpu: bool = False  # run the perf suite on the interpreter too (tests of the perf path)
+    run_id: str | None = None
+    journal: Path | None = None  # where finished items are appended as they finish (None: no journal)
 
 
 def resolve_device(requested: str) -> str:
@@ -89,21 +106,56 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
     return items, cases
 
 
+def worker_devices(device: str, all_devices: bool) -> list[tuple[str, str]]:
+    """(torch device, label) per worker. On the CPU, ``all`` means one interpreter worker per core (at
+    most :data:`MAX_CPU_WORKERS`), labelled ``cpu:0``, ``cpu:1``... like the devices of a GPU host."""
+    from collector.backends import device_count
+
+    if device == "cpu":
+        n = min(os.cpu_count() or 1, MAX_CPU_WORKERS) if all_devices else 1
+        return [("cpu", f"cpu:{i}") for i in range(n)]
+    n = device_count(device) if all_devices else 1
+    return [(f"{device}:{i}", f"{device}:{i}") for i in range(n)]
+
+
+def host_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def group_of(item: WorkItem, cases: dict[WorkItem, Any]) -> tuple[str, str]:
+    """Perf cases of one baseline key run in one worker (which then measures the baselines once)."""
+    spec, case = cases[item]
+    return ("perf", spec.baseline_key(case)) if item[0] == "perf" else item
+
+
+def cost_of(item: WorkItem, cases: dict[WorkItem, Any]) -> float:
+    """Rough seconds an item takes (see the constants above): only its rank matters."""
+    spec, case = cases[item]
+    size = spec.bytes_moved(case)
+    if item[0] == "perf":
+        return PERF_ITEM_S + size / HOST_BYTES_PER_S
+    return case.trials * (ACCURACY_ITEM_S + size / REFERENCE_BYTES_PER_S)
+
+
 class WorkerHandle:
     """One device's worker process, restarted when a case kills it."""
 
-    def __init__(self, ctx, index: int, device: str, opts: Options, run_seed: int) -> None:  # noqa: ANN001
-        self.ctx, self.index, self.device, self.opts, self.run_seed = ctx, index, device, opts, run_seed
+    def __init__(self, ctx, index: int, device: str, label: str, config: dict[str, Any]) -> None:  # noqa: ANN001
+        self.ctx, self.index, self.device, self.label = ctx, index, device, label
+        self.config = {**config, "device": device, "label": label}
         self.process = None
         self.conn = None
         self.deadline = 0.0
+        self.sent_at = 0.0
         self.fresh = True
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.process = self.ctx.Process(
-            target=worker_main, name=f"kernelwatch-{self.device}",
-            args=(child, self.device, self.opts.extra_modules, self.run_seed, self.opts.profile), daemon=True)
+        self.process = self.ctx.Process(target=worker_main, name=f"kernelwatch-{self.label}",
+                                        args=(child, {**self.config, "parent": os.getpid()}), daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
@@ -115,7 +167,8 @@ class WorkerHandle:
     def send(self, msg: dict[str, Any], timeout_s: float) -> None:
         if not self.alive():
             self.start()
-        self.deadline = time.monotonic() + timeout_s + (STARTUP_GRACE_S if self.fresh else 0.0)
+        self.sent_at = time.monotonic()
+        self.deadline = self.sent_at + timeout_s + (STARTUP_GRACE_S if self.fresh else 0.0)
         self.fresh = False
         self.conn.send(msg)
 
@@ -135,83 +188,194 @@ class WorkerHandle:
                 pass
         return f"the worker process died (exit code {code}) while running this case"
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(OSError):
                 self.conn.send({"op": "stop"})
-                self.process.join(timeout=10)
-            except (OSError, BrokenPipeError):
-                pass
+
+    def stop(self) -> None:
+        """Ask the worker to stop, wait a while, then kill it. :func:`stop_all` stops several at once."""
+        self.request_stop()
+        if self.process is not None:
+            self.process.join(timeout=10)
         self.kill()
 
 
-def _describe(handle: WorkerHandle) -> dict[str, Any]:
-    handle.send({"op": "describe"}, timeout_s=600.0)
-    ready = wait([handle.conn, handle.process.sentinel], timeout=handle.deadline - time.monotonic())
-    if handle.conn in ready:
-        return handle.conn.recv()
-    raise RuntimeError(f"the {handle.device} worker could not describe its device: {handle.death_message()}")
+def stop_all(handles: list[WorkerHandle]) -> None:
+    """Stop every worker, in parallel: each takes a second or two to tear torch down."""
+    for h in handles:
+        h.request_stop()
+    for h in handles:
+        h.stop()
 
 
-def _progress(total: int, enabled: bool):  # noqa: ANN202
-    from tqdm import tqdm
+def _start_workers(handles: list[WorkerHandle], notes: list[str]) -> dict[int, dict[str, Any]]:
+    """Start every worker at once; each describes its device and measures its ceilings. A worker that
+    cannot is left out (with a note); the run fails only when none can."""
+    for h in handles:
+        h.send({"op": "describe"}, timeout_s=DESCRIBE_TIMEOUT_S)
+    replies: dict[int, dict[str, Any]] = {}
+    pending = list(handles)
+    while pending:
+        timeout = max(0.0, min(h.deadline for h in pending) - time.monotonic())
+        wait([h.conn for h in pending] + [h.process.sentinel for h in pending], timeout=timeout)
+        for h in list(pending):
+            why = None
+            if h.conn.poll():
+                try:
+                    replies[h.index] = h.conn.recv()
+                    pending.remove(h)
+                    continue
+                except (EOFError, OSError):
+                    why = h.death_message()
+            elif not h.alive():
+                why = h.death_message()
+            elif time.monotonic() > h.deadline:
+                why = f"no answer in {DESCRIBE_TIMEOUT_S:g} s"
+            if why is not None:
+                notes.append(f"{h.label} left out: its worker could not describe the device ({why})")
+                h.kill()
+                pending.remove(h)
+    if not replies:
+        raise RuntimeError(f"no worker could describe its device: {'; '.join(notes[-len(handles):])}")
+    return replies
 
-    return tqdm(total=total, disable=not enabled, unit="case", dynamic_ncols=True, file=sys.stderr,
-                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+
+def _error_result(item: WorkItem, cases: dict[WorkItem, Any], run_seed: int, message: str, device: str) -> Any:
+    from collector.accuracy import error_result
+    from collector.perf import error_results
+
+    spec, case = cases[item]
+    return error_result(case, run_seed, message) if item[0] == "accuracy" else error_results(spec, case, message,
+                                                                                            device)
+
+
+def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device: str, errored: bool,
+                seconds: float, phases: dict[str, float]) -> dict[str, Any]:
+    """The journal record of one finished item: its case and result rows as the artifact holds them."""
+    _, case = cases[item]
+    record: dict[str, Any] = {
+        "suite": item[0], "key": item[1], "device": device, "errored": errored, "seconds": round(seconds, 6),
+        "finished_at": format_time(dt.datetime.now(dt.timezone.utc)), "phases": phases,
+        "case": CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
+                         params=case.json_params()).model_dump(mode="json"),
+        "accuracy": [], "perf": [], "profiler": []}
+    if item[0] == "accuracy":
+        record["accuracy"] = [{"case": case.key, **result}]
+    else:
+        rows, metrics = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
+        record["perf"] = [{"case": case.key, **r} for r in rows]
+        record["profiler"] = [{"case": case.key, **m} for m in metrics]
+    return check_record(record, f"{item[0]} {item[1]}")
+
+
+def _ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
+    def fmt(value: Any, unit: str) -> str:
+        return "?" if value is None else f"{value} {unit}"
+
+    parts = [f"{label} copy {fmt(c.get('peak_gbps'), 'GB/s')}, read {fmt(c.get('peak_read_gbps'), 'GB/s')}, "
+             f"{fmt(c.get('peak_tflops'), 'TFLOP/s')}" for label, c in ceilings.items()]
+    return "ceilings per device (each result is compared with its own device's): " + "; ".join(parts)
 
 
 def run_collection(opts: Options) -> RunDocument:
-    """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written)."""
-    from collector.accuracy import error_result
+    """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written).
+
+    With ``opts.journal`` every finished item is on disk before this returns (see :mod:`db.journal`);
+    the caller removes the journal once the document is stored.
+    """
+    t_start = time.monotonic()
+    wall: Counter = Counter()
+    worker_phases: Counter = Counter()
+    busy: Counter = Counter()
     from collector.metadata import git_info
-    from collector.perf import error_results
 
     device = resolve_device(opts.device)
+    if opts.time_on_cpu and device != "cpu":
+        raise ValueError(f"--cpu-perf times the perf suite on the CPU interpreter; it cannot go with --device {device}")
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     notes = list(opts.notes)
     suites = opts.suites
     if device == "cpu" and "perf" in suites:
-        suites = tuple(s for s in suites if s != "perf")
-        notes.append("perf suite skipped: on the CPU kernels run in Triton's interpreter; its timings mean nothing")
-        print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)",
-              file=sys.stderr)
+        if opts.time_on_cpu:
+            notes.append("perf suite timed on the CPU in Triton's interpreter (--cpu-perf): a test of the "
+                         "collector, the numbers mean nothing")
+        else:
+            suites = tuple(s for s in suites if s != "perf")
+            notes.append("perf suite skipped: on the CPU kernels run in Triton's interpreter; its timings mean nothing")
+            print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)",
+                  file=sys.stderr)
     items, cases = select_items(Options(**{**opts.__dict__, "suites": suites}))
     run_seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
+    run_id = opts.run_id or new_run_id()
     started = dt.datetime.now(dt.timezone.utc)
     commit = git_info()
-
-    from collector.backends import device_count
-
-    if device == "cpu":  # the interpreter is single-threaded: one worker per core (up to 4) for "all"
-        devices = ["cpu"] * (min(os.cpu_count() or 1, 4) if opts.all_devices else 1)
-    else:
-        devices = [f"{device}:{i}" for i in range(device_count(device) if opts.all_devices else 1)]
+    workers = worker_devices(device, opts.all_devices)
+    config = {"extra_modules": list(opts.extra_modules), "run_seed": run_seed, "profile": opts.profile,
+              "threads": max(1, host_cpus() // len(workers)) if len(workers) > 1 else 0,
+              "time_on_cpu": opts.time_on_cpu}
+    journal = JournalWriter(opts.journal) if opts.journal is not None else None
     ctx = mp.get_context("spawn")
-    handles = [WorkerHandle(ctx, i, d, opts, run_seed) for i, d in enumerate(devices)]
-    results: dict[WorkItem, Any] = {}
+    handles = [WorkerHandle(ctx, i, d, label, config) for i, (d, label) in enumerate(workers)]
+    records: dict[WorkItem, dict[str, Any]] = {}
     errored: set[WorkItem] = set()
     status = "complete"
     described: dict[str, Any] = {}
-    dispatcher = Dispatcher(items)
+    ceilings: dict[str, dict[str, Any]] = {}
+    dispatcher = Dispatcher(items, plan(items, lambda i: group_of(i, cases), lambda i: cost_of(i, cases)))
+    progress: Progress | None = None
+    wall["setup"] = time.monotonic() - t_start
+    t_suites = t_suites_end = None
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job still leaves its artifact
     try:
-        described = _describe(handles[0])
-        peaks = {k: described["hardware"].get(k) for k in ("peak_gbps", "peak_tflops")}
-        bar = _progress(len(items), opts.progress)
+        t_workers = time.monotonic()
+        replies = _start_workers(handles, notes)
+        wall["workers"] = time.monotonic() - t_workers
+        for index, reply in sorted(replies.items()):
+            worker_phases.update(reply.get("phases", {}))
+            ceilings[handles[index].label] = reply["peaks"]
+        described = replies[min(replies)]
+        if len(ceilings) > 1 and any(v is not None for c in ceilings.values() for v in c.values()):
+            notes.append(_ceiling_note(ceilings))
+        live = [h for h in handles if h.index in replies]
+        if journal is not None:
+            journal.header(_run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),
+                           _hardware(described), len(items))
+        progress = Progress(len(items), opts.progress, total_cost=sum(cost_of(i, cases) for i in items))
+        t_suites = time.monotonic()
+
+        def finish_item(h: WorkerHandle, item: WorkItem, result: Any, failed: bool, phases: dict[str, float]) -> None:
+            seconds = time.monotonic() - h.sent_at
+            busy[h.label] += seconds
+            worker_phases.update(phases)
+            try:
+                record = make_record(item, result, cases, h.label, failed, seconds, phases)
+            except ArtifactError as exc:  # a value the schema refuses is this case's error, not the run's end
+                failed = True
+                record = make_record(item, _error_result(item, cases, run_seed, f"result refused by the schema: "
+                                                         f"{exc}"[:500], h.label), cases, h.label, True, seconds,
+                                     phases)
+            dispatcher.complete(h.index, record)
+            records[item] = record
+            if failed:
+                errored.add(item)
+            if journal is not None:
+                journal.result(record)
+            progress.update(item[1], cost_of(item, cases))
+
         while not dispatcher.finished:
-            for h in handles:
+            for h in live:
                 if dispatcher.current(h.index) is None:
                     item = dispatcher.take(h.index)
                     if item is not None:
-                        bar.set_postfix_str(item[1][:80])
-                        h.send({"op": "case", "item": item, "peaks": peaks}, opts.case_timeout_s)
-            busy = [handles[i] for i in dispatcher.busy_workers]
-            if not busy:
+                        h.send({"op": "case", "item": item, "peaks": ceilings[h.label]}, opts.case_timeout_s)
+            busy_handles = [handles[i] for i in dispatcher.busy_workers]
+            if not busy_handles:
                 break
-            timeout = max(0.0, min(h.deadline for h in busy) - time.monotonic())
-            wait([h.conn for h in busy] + [h.process.sentinel for h in busy], timeout=timeout)
-            for h in busy:
+            timeout = max(0.0, min(h.deadline for h in busy_handles) - time.monotonic())
+            wait([h.conn for h in busy_handles] + [h.process.sentinel for h in busy_handles], timeout=timeout)
+            for h in busy_handles:
                 item = dispatcher.current(h.index)
                 message = None
                 if h.conn.poll():
@@ -220,10 +384,7 @@ def run_collection(opts: Options) -> RunDocument:
                     except (EOFError, OSError):
                         reply = None
                     if reply is not None:
-                        dispatcher.complete(h.index, reply["result"])
-                        if reply["errored"]:
-                            errored.add(item)
-                        bar.update(1)
+                        finish_item(h, item, reply["result"], reply["errored"], reply.get("phases", {}))
                         continue
                     message = h.death_message()
                 elif not h.alive():
@@ -233,30 +394,47 @@ def run_collection(opts: Options) -> RunDocument:
                 if message is None:
                     continue
                 h.kill()
-                spec, case = cases[item]
-                result = (error_result(case, run_seed, message) if item[0] == "accuracy"
-                          else error_results(spec, case, message))
-                dispatcher.complete(h.index, result)
-                errored.add(item)
-                bar.update(1)
-        bar.close()
-        results = dict(dispatcher.results())
+                finish_item(h, item, _error_result(item, cases, run_seed, message, h.label), True, {})
+        t_suites_end = time.monotonic()
     except KeyboardInterrupt:
-        status = "failed" if not dispatcher.partial_results() else "partial"
+        status = "failed" if not records else "partial"
         notes.append("interrupted: cases not run are missing")
-        results = dict(dispatcher.partial_results())
     except RuntimeError as exc:
         status = "failed"
         notes.append(str(exc))
     finally:
+        if t_suites is not None and t_suites_end is None:
+            t_suites_end = time.monotonic()
         signal.signal(signal.SIGTERM, previous_term)
-        for h in handles:
-            h.stop()
+        if progress is not None:
+            progress.close()
+        t_stop = time.monotonic()
+        stop_all(handles)
+        wall["stop"] = time.monotonic() - t_stop
+    if t_suites is not None:
+        wall["suites"] = t_suites_end - t_suites
+        for label in ceilings:
+            wall[f"busy.{label}"] = busy[label]
+            wall[f"idle.{label}"] = max(0.0, wall["suites"] - busy[label])
     if status == "complete" and errored:
         status = "partial"
     if not described:
         described = {"hardware": _unknown_hardware(device), "versions": {}}
-    return assemble(opts, device, commit, described, started, status, results, cases, notes)
+    wall["journal"] = journal.seconds if journal is not None else 0.0
+    if journal is not None and journal.failed:
+        notes.append(journal.failed)
+    wall["total"] = time.monotonic() - t_start
+    phases_s = {k: round(v, 3) for k, v in wall.items()}
+    phases_s.update({f"worker.{k}": round(v, 3) for k, v in sorted(worker_phases.items())})
+    doc = assemble(opts, device, commit, described, started, status, [records[i] for i in items if i in records],
+                   notes, run_id, phases_s)
+    if journal is not None:
+        if journal.lines:
+            journal.end(doc.run.status, doc.run.finished_at, doc.run.notes, doc.run.phases_s)
+            journal.close()
+        else:  # no header: the run ended before any device was described, nothing to recover
+            journal.remove()
+    return doc
 
 
 def _interrupt(signum, frame) -> None:  # noqa: ANN001
@@ -266,34 +444,60 @@ def _interrupt(signum, frame) -> None:  # noqa: ANN001
 def _unknown_hardware(device: str) -> dict[str, Any]:
     return {"vendor": {"cuda": "nvidia", "npu": "ascend"}.get(device, "cpu"), "device_name": "unknown",
             "device_count": 0, "compute_units": None, "memory_bytes": None, "driver": None, "toolkit": None,
-            "peak_gbps": None, "peak_gbps_datasheet": None, "peak_tflops": None, "peak_tflops_datasheet": None}
+            "peak_gbps": None, "peak_gbps_datasheet": None, "peak_tflops": None, "peak_tflops_datasheet": None,
+            "peak_read_gbps": None}
+
+
+def _hardware(described: dict[str, Any]) -> Hardware:
+    return Hardware(**{k: described["hardware"].get(k) for k in Hardware.model_fields})
+
+
+def _run_info(opts: Options, run_id: str, device: str, commit: dict[str, Any], described: dict[str, Any],
+              started: dt.datetime, finished: dt.datetime | None, status: str, notes: list[str],
+              phases_s: dict[str, float] | None) -> RunInfo:
+    return RunInfo(id=run_id, commit=Commit(**commit), trigger=opts.trigger, ci_job=opts.ci_job, device=device,
+                   command=opts.command, versions=described.get("versions", {}), started_at=format_time(started),
+                   finished_at=format_time(finished) if finished else None, status=status, synthetic=False,
+                   notes="; ".join(notes) or None, phases_s=phases_s)
 
 
 def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict[str, Any], started: dt.datetime,
-             status: str, results: dict[WorkItem, Any], cases: dict[WorkItem, Any], notes: list[str]) -> RunDocument:
-    """The run as a typed document (``db.schema``); a field the schema refuses is a bug here."""
-    hw = Hardware(**{k: described["hardware"].get(k) for k in Hardware.model_fields})
-    run = RunInfo(id=new_run_id(), commit=Commit(**commit), trigger=opts.trigger, ci_job=opts.ci_job, device=device,
-                  command=opts.command, versions=described.get("versions", {}), started_at=format_time(started),
-                  finished_at=format_time(dt.datetime.now(dt.timezone.utc)), status=status, synthetic=False,
-                  notes="; ".join(notes) or None)
-    case_infos: dict[str, CaseInfo] = {}
-    accuracy: list[AccuracyResult] = []
-    perf: list[PerfResult] = []
-    profiler: list[ProfilerMetric] = []
-    for item, result in results.items():
-        spec, case = cases[item]
-        if case.key not in case_infos:
-            case_infos[case.key] = CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
-                                            params=case.json_params())
-        if item[0] == "accuracy":
-            accuracy.append(AccuracyResult(case=case.key, **result))
-        else:
-            rows, metrics = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
-            perf.extend(PerfResult(case=case.key, **r) for r in rows)
-            profiler.extend(ProfilerMetric(case=case.key, **m) for m in metrics)
-    return RunDocument(schema=SCHEMA, run=run, hardware=hw, cases=list(case_infos.values()), accuracy=accuracy,
-                       perf=perf, profiler=profiler)
+             status: str, records: list[dict[str, Any]], notes: list[str], run_id: str | None = None,
+             phases_s: dict[str, float] | None = None) -> RunDocument:
+    """The run as a typed document (``db.schema``) from the records of its finished items."""
+    run = _run_info(opts, run_id or new_run_id(), device, commit, described, started, dt.datetime.now(dt.timezone.utc),
+                    status, notes, phases_s)
+    return build_document(run.model_dump(mode="json"), _hardware(described).model_dump(mode="json"), records)
+
+
+PHASE_NAMES = {
+    "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings", "suites": "suites",
+    "stop": "workers stop", "journal": "journal writes", "total": "total",
+    "worker.startup": "start-up (imports, device)", "worker.ceilings": "ceilings (copy, read, matmul)",
+    "worker.accuracy": "accuracy suite", "worker.perf.inputs": "perf: inputs",
+    "worker.perf.warmup": "perf: compile + warm-up", "worker.perf.timing": "perf: device timing",
+    "worker.perf.call": "perf: cost per call", "worker.perf.memory": "perf: peak memory",
+    "worker.profiling": "profiling",
+}
+
+
+def format_phases(phases: dict[str, float], writing_s: float | None = None) -> str:
+    """The per-phase time summary printed at the end of ``collect``."""
+    wall = [k for k in ("setup", "workers", "suites", "stop", "journal", "total") if k in phases]
+    work = [k for k in PHASE_NAMES if k.startswith("worker.") and k in phases]
+    work += sorted(k for k in phases if k.startswith("worker.") and k not in PHASE_NAMES)
+    devices = sorted(k.removeprefix("busy.") for k in phases if k.startswith("busy."))
+    lines = ["kernelwatch: time by phase (s)", "  wall clock"]
+    lines += [f"    {PHASE_NAMES[k]:<34}{phases[k]:9.1f}" for k in wall]
+    if writing_s is not None:
+        lines.append(f"    {'writing the run (after the above)':<34}{writing_s:9.1f}")
+    if work:
+        lines.append(f"  worker time, summed over {max(1, len(devices))} worker(s)")
+        lines += [f"    {PHASE_NAMES.get(k, k.removeprefix('worker.')):<34}{phases[k]:9.1f}" for k in work]
+    if devices:
+        lines.append("  per device during the suites: busy / idle")
+        lines += [f"    {d:<34}{phases[f'busy.{d}']:9.1f} / {phases.get(f'idle.{d}', 0.0):.1f}" for d in devices]
+    return "\n".join(lines)
 
 
 def reproduce_command(argv: list[str]) -> str:

@@ -122,28 +122,30 @@ def _memory_bytes() -> int | None:
         return None
 
 
-def hardware_info(device_type: str) -> dict[str, Any]:
-    """The hardware block of a run artifact (peaks are filled in by the backend's measurement)."""
+def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
+    """The hardware block of a run artifact for device ``index`` (peaks come from the backend's measurement)."""
     import torch
 
     from kernels.device import describe
 
     if device_type == "cuda":
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(index)
         bw, tf = DATASHEET.get(props.name, (None, None))
         return {"vendor": "nvidia", "device_name": props.name, "device_count": torch.cuda.device_count(),
-                "compute_units": describe(torch.device("cuda", 0)).compute_units, "memory_bytes": props.total_memory,
+                "compute_units": describe(torch.device("cuda", index)).compute_units,
+                "memory_bytes": props.total_memory,
                 "driver": _nvidia_driver(), "toolkit": f"CUDA {torch.version.cuda}",
                 "peak_gbps_datasheet": bw, "peak_tflops_datasheet": tf}
     if device_type == "npu":
         import torch_npu  # noqa: F401
 
-        props = torch.npu.get_device_properties(0)
+        props = torch.npu.get_device_properties(index)
         cann = _cann_version()
         # vector cores, as the grids use them (kernels.device.describe), not vector + cube cores
-        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(0),
+        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(index),
                 "device_count": torch.npu.device_count(),
-                "compute_units": describe(torch.device("npu", 0)).compute_units, "memory_bytes": props.total_memory,
+                "compute_units": describe(torch.device("npu", index)).compute_units,
+                "memory_bytes": props.total_memory,
                 "driver": None, "toolkit": f"CANN {cann}" if cann else None,
                 "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}
     return {"vendor": "cpu", "device_name": _cpu_name(), "device_count": 1,

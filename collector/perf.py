@@ -1,8 +1,15 @@
-"""The perf suite for one case: the kernel, eager PyTorch and torch.compile, timed on one device.
+"""The perf suite for one case: the kernel, eager PyTorch and torch.compile, measured on one device.
 
-Compilation and autotuning happen in the warm-up call, outside the samples. PyTorch baselines
-are measured once per baseline key (cases that differ only in the kernel variant share them).
-% of peak is achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
+Per implementation, in this order:
+
+1. warm-up: the first call compiles and autotunes (charged to the ``perf.warmup`` phase, never sampled);
+2. GPU time per call: ``Backend.time_samples``, L2 flushed before each sample (``median_ms`` etc.);
+3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
+4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
+
+PyTorch baselines are measured once per baseline key (cases that differ only in the kernel variant
+share them); the collector deals the cases of one key to the same worker so the cache holds.
+% of peak is the achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
 which for a memory-bound kernel is its share of the measured copy bandwidth.
 """
 
@@ -17,8 +24,6 @@ import torch
 from collector.backends import Backend
 from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
 
-MAX_STORED_SAMPLES = 200
-
 
 def _quantile(sorted_samples: list[float], q: float) -> float:
     pos = q * (len(sorted_samples) - 1)
@@ -27,22 +32,49 @@ def _quantile(sorted_samples: list[float], q: float) -> float:
 
 
 def summarise(samples: list[float]) -> dict[str, Any]:
-    s = sorted(samples)
+    """Median, p20, p80 (linear interpolation between order statistics) and min of the samples.
+
+    Every sample is stored as measured (no rounding, no truncation), so whoever recomputes a
+    statistic from ``samples_ms`` gets the stored one.
+    """
+    if not samples:
+        raise ValueError("no samples to summarise")
+    stored = [float(v) for v in samples]
+    s = sorted(stored)
     return {"median_ms": statistics.median(s), "p20_ms": _quantile(s, 0.2), "p80_ms": _quantile(s, 0.8),
-            "min_ms": s[0], "samples_ms": [round(v, 6) for v in samples[:MAX_STORED_SAMPLES]]}
+            "min_ms": s[0], "samples_ms": stored}
 
 
-def _empty(impl: str, error: str | None) -> dict[str, Any]:
+def _empty(impl: str, error: str | None, device: str | None = None) -> dict[str, Any]:
     return {"implementation": impl, "median_ms": None, "p20_ms": None, "p80_ms": None, "min_ms": None,
-            "samples_ms": [], "error": error}
+            "samples_ms": [], "error": error, "call_ms": None, "call_samples_ms": [], "peak_mem_bytes": None,
+            "device": device}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
 def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # noqa: ANN001
+    """GPU time, cost per call and peak memory of one implementation (see the module docstring)."""
     try:
-        samples = backend.time_samples(fn)
+        with backend.phase("perf.warmup"):
+            fn()
+            backend.synchronize()
+        with backend.phase("perf.timing"):
+            samples = backend.time_samples(fn)
+        with backend.phase("perf.call"):
+            calls = backend.call_samples(fn)
     except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
-        return _empty(impl, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}")
-    return {"implementation": impl, **summarise(samples), "error": None}
+        return _empty(impl, _one_line(exc), backend.label)
+    with backend.phase("perf.memory"):
+        try:
+            peak = backend.peak_memory(fn)
+        except Exception:  # noqa: BLE001 - an allocator without statistics loses the number, not the timings
+            peak = None
+    return {"implementation": impl, **summarise(samples), "error": None, "call_ms": statistics.median(calls),
+            "call_samples_ms": calls, "peak_mem_bytes": peak, "device": backend.label}
 
 
 class BaselineCache:
@@ -60,8 +92,10 @@ class BaselineCache:
 
 def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None],
               baselines: BaselineCache, seed: int) -> list[dict[str, Any]]:
-    inputs = spec.make_inputs(case, backend.device, seed)
-    impls = spec.implementations(case, inputs)
+    """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
+    with backend.phase("perf.inputs"):
+        inputs = spec.make_inputs(case, backend.device, seed)
+        impls = spec.implementations(case, inputs)
     results: dict[str, dict[str, Any]] = {KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL])}
     bkey = spec.baseline_key(case)
     cached = baselines.get(bkey)
@@ -72,8 +106,8 @@ def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, f
         baselines.put(bkey, cached)
     results.update(cached)
     del inputs, impls
-    if backend.kind == "cuda":
-        torch.cuda.empty_cache()
+    if backend.kind in ("cuda", "npu"):
+        backend.module.empty_cache()
     return finish(spec, case, results, peaks)
 
 
@@ -103,9 +137,9 @@ def finish(spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]],
     return out
 
 
-def error_results(spec: KernelSpec, case: Case, message: str) -> list[dict[str, Any]]:
+def error_results(spec: KernelSpec, case: Case, message: str, device: str | None = None) -> list[dict[str, Any]]:
     """The perf record of a case that raised, hung or killed its worker."""
-    row = {**_empty(KERNEL_IMPL, message), "bytes": spec.bytes_moved(case), "flops": spec.flops(case) or None,
+    row = {**_empty(KERNEL_IMPL, message, device), "bytes": spec.bytes_moved(case), "flops": spec.flops(case) or None,
            "gbps": None, "tflops": None, "pct_peak": None, "speedup_vs_eager": None,
            "target": case.target.describe() if case.target else None, "target_met": False if case.target else None}
     return [row]

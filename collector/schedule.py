@@ -1,36 +1,65 @@
-"""Handing cases to device workers and gathering their results: each case exactly once.
+"""Handing work items to device workers and gathering their results: each item exactly once.
 
-Work is dealt dynamically (an idle worker takes the next case), so a slow device never holds the
-others back; results are merged back into the suite's own order whatever order they came in.
+Items are dealt in *groups*: a worker that takes the first item of a group gets the rest of that
+group next, so work that shares per-process state (the perf cases of one baseline key share their
+PyTorch baselines, measured once per worker) runs in one process. Groups are dealt dynamically (an
+idle worker takes the next group), longest first (:func:`plan`), so a slow device never holds the
+others back and the run does not end on one big case while the other devices idle. Results are
+merged back into the items' own order whatever order they came in.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 
+def plan(items: list[Hashable], group_of: Callable[[Hashable], Hashable],
+         cost_of: Callable[[Hashable], float]) -> list[list[Hashable]]:
+    """Items grouped by ``group_of`` (item order kept inside a group), groups by total cost, largest first.
+
+    Longest-processing-time-first list scheduling: with m workers its makespan is at most
+    (4/3 - 1/(3m)) of the optimum (Graham 1969), where dealing in suite order can end with one
+    worker running the largest case alone. Equal costs keep the items' order.
+    """
+    groups: dict[Hashable, list[Hashable]] = {}
+    for item in items:
+        groups.setdefault(group_of(item), []).append(item)
+    return sorted(groups.values(), key=lambda g: -sum(cost_of(i) for i in g))
+
+
 @dataclass
 class Dispatcher:
+    """``groups``: the dealing units in dealing order (default: each item alone, in item order)."""
+
     items: list[Hashable]
+    groups: list[list[Hashable]] | None = None
     _pending: deque = field(init=False)
+    _reserved: dict[int, deque] = field(default_factory=dict, init=False)
     _in_flight: dict[int, Hashable] = field(default_factory=dict, init=False)
     _results: dict[Hashable, Any] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if len(set(self.items)) != len(self.items):
             raise ValueError("work items must be unique")
-        self._pending = deque(self.items)
+        groups = self.groups if self.groups is not None else [[i] for i in self.items]
+        dealt = [i for g in groups for i in g]
+        if len(dealt) != len(self.items) or set(dealt) != set(self.items):
+            raise ValueError("the groups must hold every work item exactly once")
+        self._pending = deque(deque(g) for g in groups if g)
 
     def take(self, worker: int) -> Hashable | None:
-        """The next item for an idle worker, or None when nothing is left to hand out."""
+        """The next item for an idle worker (the rest of its group first), or None when nothing is left."""
         if worker in self._in_flight:
             raise RuntimeError(f"worker {worker} already holds {self._in_flight[worker]!r}")
-        if not self._pending:
-            return None
-        item = self._pending.popleft()
+        queue = self._reserved.get(worker)
+        if not queue:
+            if not self._pending:
+                return None
+            queue = self._reserved[worker] = self._pending.popleft()
+        item = queue.popleft()
         self._in_flight[worker] = item
         return item
 
@@ -46,7 +75,7 @@ class Dispatcher:
 
     @property
     def finished(self) -> bool:
-        return not self._pending and not self._in_flight
+        return not self._pending and not self._in_flight and not any(self._reserved.values())
 
     @property
     def busy_workers(self) -> list[int]:

@@ -3,16 +3,27 @@
 A case that raises is answered with its error and the worker goes on. A case that kills the
 process (an illegal memory access, a segfault) or hangs is dealt with by the parent, which
 records it and starts a fresh worker: the device context of a crashed process is not trusted.
+
+A worker never outlives its parent: a watchdog thread sees the parent go (the worker is
+re-parented) and ends the process at once, even in the middle of a case, and a closed pipe ends
+the message loop; either way quietly, without a traceback.
+
+Every reply carries ``phases``: seconds per phase of the work since the previous reply (start-up,
+ceilings, accuracy, perf inputs / warm-up / timing / per-call / memory, profiling).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 WorkItem = tuple[str, str]  # (suite, case key)
+PARENT_POLL_S = 0.5
 
 
 def describe_error(exc: BaseException) -> str:
@@ -21,20 +32,63 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
-def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], run_seed: int,
-                profile: bool) -> None:
+def _exit_with_parent(parent: int) -> None:
+    """End this process as soon as ``parent`` is no longer its parent (it died and we were re-parented)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="kernelwatch-parent-watch", daemon=True).start()
+
+
+def _limit_threads(threads: int) -> None:
+    """Share the host's cores among the workers (before torch is imported: OpenMP sizes its pool once).
+
+    Every worker left at the default would run one CPU thread per core, so N workers oversubscribe
+    the host N times over in the CPU parts of a case (input generation, float64 references, compilation).
+    A user's own OMP_NUM_THREADS wins.
+    """
+    if threads > 0 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+
+
+def worker_main(conn: Connection, config: dict[str, Any]) -> None:
+    """Serve the parent over ``conn`` until it says stop or goes away.
+
+    ``config``: device (torch device string), label (its name in results), extra_modules, run_seed,
+    profile, threads (CPU threads for this worker; 0 leaves the default), time_on_cpu, parent (pid).
+    """
+    started = time.perf_counter()
+    _exit_with_parent(config["parent"])
+    try:
+        _serve(conn, config, started)
+    except (EOFError, BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass  # the parent closed the pipe or went away: nothing left to answer
+    finally:
+        conn.close()
+
+
+def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
+    device = config["device"]
     if device.startswith("cpu"):
         os.environ["TRITON_INTERPRET"] = "1"
+    _limit_threads(config.get("threads", 0))
     import torch
 
-    from collector.accuracy import check_case, error_result
+    if config.get("threads", 0) > 0 and "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+    from collector.accuracy import case_seed, check_case, error_result
     from collector.backends import Backend
     from collector.perf import BaselineCache, error_results, perf_case
     from kernels import discover
 
-    backend = Backend(torch.device(device))
+    backend = Backend(torch.device(device), label=config["label"], time_on_cpu=config.get("time_on_cpu", False))
     backend.activate()
-    specs = discover(extra_modules)
+    specs = discover(tuple(config["extra_modules"]))
     index: dict[WorkItem, Any] = {}
     for spec in specs.values():
         for case in spec.accuracy_cases():
@@ -42,30 +96,40 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
         for case in spec.perf_cases():
             index[("perf", case.key)] = (spec, case)
     baselines = BaselineCache()
+    run_seed = config["run_seed"]
+    backend.phases["startup"] += time.perf_counter() - started
 
     while True:
         msg = conn.recv()
         op = msg["op"]
         if op == "stop":
-            return
+            # Tearing torch and Triton down takes seconds and saves nothing: the driver frees the device.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.close()
+            os._exit(0)
         if op == "describe":
-            conn.send(_describe(backend))
+            reply = _describe(backend)
+            reply["phases"] = backend.take_phases()
+            conn.send(reply)
             continue
         suite, key = msg["item"]
         spec, case = index[(suite, key)]
-        from collector.accuracy import case_seed
-
+        begun = time.perf_counter()
         try:
             if suite == "accuracy":
-                result: Any = check_case(spec, case, backend.device, run_seed)
+                with backend.phase("accuracy"):
+                    result: Any = check_case(spec, case, backend.device, run_seed)
                 errored = False
             else:
                 result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(run_seed, case))
                 errored = any(r["implementation"] == "triton" and r["error"] for r in result)
-                if profile and not errored:
+                if config.get("profile") and not errored:
                     from collector.profiling import profile_case
 
-                    result = {"perf": result, "profiler": profile_case(spec, case, backend, extra_modules)}
+                    with backend.phase("profiling"):
+                        result = {"perf": result, "profiler": profile_case(spec, case, backend,
+                                                                           tuple(config["extra_modules"]))}
         except Exception as exc:  # noqa: BLE001 - any failure of a case is that case's result
             message = describe_error(exc)
             if os.environ.get("KERNELWATCH_DEBUG"):
@@ -73,14 +137,18 @@ def worker_main(conn: Connection, device: str, extra_modules: tuple[str, ...], r
             if suite == "accuracy":
                 result = error_result(case, run_seed, message)
             else:
-                result = error_results(spec, case, message)
+                result = error_results(spec, case, message, backend.label)
             errored = True
-        conn.send({"item": (suite, key), "result": result, "errored": errored})
+        conn.send({"item": (suite, key), "result": result, "errored": errored,
+                   "seconds": time.perf_counter() - begun, "phases": backend.take_phases()})
+        sys.stderr.flush()
 
 
 def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
     from collector.metadata import hardware_info, software_versions
 
-    hw = hardware_info(backend.kind)
-    hw.update(backend.measure_peaks())
-    return {"hardware": hw, "versions": software_versions()}
+    hw = hardware_info(backend.kind, backend.device.index or 0)
+    with backend.phase("ceilings"):
+        peaks = backend.measure_peaks()
+    hw.update(peaks)
+    return {"hardware": hw, "versions": software_versions(), "peaks": peaks}

@@ -8,10 +8,12 @@ no torch): the collector writes artifacts on hosts that have neither.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from db.schema import (
+    MAX_ARTIFACT_BYTES,
     SCHEMA,
     ArtifactError,
     RunDocument,
@@ -21,6 +23,7 @@ from db.schema import (
     hardware_fingerprint,
     parse_artifact,
     parse_time,
+    printable,
     to_data,
     validate,
 )
@@ -30,18 +33,32 @@ __all__ = ["SCHEMA", "ArtifactError", "RunDocument", "content_hash", "dumps", "f
 
 
 def load_artifact(path: str | Path) -> RunDocument:
-    """Read and validate one artifact; errors name the file and the field."""
+    """Read and validate one artifact; errors name the file and the field.
+
+    A regular file larger than :data:`MAX_ARTIFACT_BYTES` is refused before it is read; anything
+    else (a pipe, ``/dev/stdin``) is read up to that size and refused beyond it.
+    """
     path = Path(path)
+    name = printable(str(path))
+    limit = MAX_ARTIFACT_BYTES
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise ArtifactError(f"{name}: larger than {limit >> 20} MiB ({info.st_size} bytes)")
+            data = fh.read(limit + 1)
     except FileNotFoundError:
-        raise ArtifactError(f"{path}: no such file") from None
+        raise ArtifactError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise ArtifactError(f"{path}: is a folder, not an artifact file") from None
-    except UnicodeDecodeError as exc:
-        raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        raise ArtifactError(f"{name}: is a folder, not an artifact file") from None
     except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise ArtifactError(f"{name}: larger than {limit >> 20} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{name}: not UTF-8 text (byte {exc.start})") from None
     return parse_artifact(text, str(path))
 
 

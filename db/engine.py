@@ -14,8 +14,10 @@ once do not both try to create it.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import URL
@@ -34,8 +36,8 @@ class DatabaseError(RuntimeError):
 def resolve_url(url: str | None = None) -> str:
     """``--db`` beats ``KERNELWATCH_DB`` beats ``sqlite:///kernelwatch.db``; a bare path means SQLite."""
     url = url or os.environ.get(ENV_VAR) or DEFAULT_DB
-    if "://" not in url:
-        url = f"sqlite:///{Path(url).expanduser().absolute()}"
+    if "://" not in url:  # a path: percent-encoded, or a ? or # in it would start the URL's query
+        url = URL.create("sqlite", database=str(Path(url).expanduser().absolute())).render_as_string()
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
@@ -51,8 +53,6 @@ def redact(url: str | URL) -> str:
 def _set_wal(cursor) -> None:  # noqa: ANN001
     """Switch to WAL. Changing the journal mode ignores busy_timeout in SQLite, so processes that open a
     new database at the same moment can see "database is locked" here: wait and retry instead."""
-    import sqlite3
-
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     delay = 0.005
     while True:
@@ -66,17 +66,51 @@ def _set_wal(cursor) -> None:  # noqa: ANN001
             delay = min(delay * 2, 0.2)
 
 
+def _readonly_uri(path: Path, shown: str) -> str:
+    """The SQLite URI that reads ``path`` without writing anything to it or beside it.
+
+    ``mode=ro`` is enough, except for a WAL database in a folder nobody may write: a WAL reader
+    needs the ``-shm`` index beside the file and cannot create it there (SQLite then says
+    "attempt to write a readonly database"). Such a database is opened ``immutable`` (no locks, no
+    ``-shm``), which is safe because nobody can write to that folder either, unless an unfinished
+    ``-wal`` log (or a rollback ``-journal``) holds data the immutable reader would not see: refused.
+    """
+    uri = f"file:{quote(str(path))}?mode=ro"
+    try:
+        probe = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return uri
+        finally:
+            probe.close()
+    except sqlite3.OperationalError as exc:
+        if os.access(path.parent, os.W_OK):
+            raise DatabaseError(f"cannot open database {shown}: {exc}") from None
+        for log in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-journal")):
+            if log.exists() and log.stat().st_size > 0:
+                raise DatabaseError(f"cannot read {shown}: its folder is read-only and it has an unfinished "
+                                    f"{'write-ahead log' if log.name.endswith('wal') else 'rollback journal'} "
+                                    f"({log.name}); open it once where it can be written") from None
+        return uri + "&immutable=1"
+    except sqlite3.Error as exc:
+        raise DatabaseError(f"cannot open database {shown}: {exc}") from None
+
+
 def _sqlite_engine(url: URL, readonly: bool) -> Engine:
     path = url.database
     if not path or path == ":memory:":
         raise DatabaseError("an in-memory SQLite database cannot be shared between processes; give a file path")
     if readonly:
-        if not Path(path).exists():
+        file = Path(path).absolute()
+        shown = redact(url)
+        if not file.exists():
             raise DatabaseError(f"no database at {path}: run `kernelwatch collect` or `kernelwatch ingest` first")
-        engine = create_engine(
-            f"sqlite:///file:{Path(path).absolute()}?mode=ro&uri=true",
-            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
-        )
+        if not file.is_file():
+            raise DatabaseError(f"no database at {path}: it is not a file")
+        uri = _readonly_uri(file, shown)
+        # The URL stays the user's (messages name it); the connection comes from the read-only URI.
+        engine = create_engine(url, creator=lambda: sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
     else:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
@@ -176,18 +210,46 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
 
 
+def known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
+
+
+def _not_ready(engine: Engine, rev: str | None) -> str:
+    """Why a database is not one this KernelWatch can read as it is; the message says what to do."""
+    from sqlalchemy import inspect
+
+    shown, head = redact(engine.url), head_revision()
+    if rev is None:
+        tables = sorted(inspect(engine).get_table_names())
+        if tables:
+            listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
+            return f"{shown} is not a KernelWatch database (it holds other tables: {listed})"
+        return f"{shown} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"
+    if rev not in known_revisions():
+        return (f"{shown} is at schema revision {rev}, which this KernelWatch (head {head}) does not know: "
+                f"it was written by a newer KernelWatch; upgrade KernelWatch")
+    return (f"{shown} is at schema revision {rev}, this KernelWatch needs {head}: "
+            f"run `kernelwatch db upgrade` against it")
+
+
 def open_database(url: str | None = None, *, readonly: bool = False, migrate: bool = True) -> Engine:
-    """Open (and for writers, migrate) a database, turning driver failures into one clear message."""
+    """Open (and for writers, migrate) a database, turning driver failures into one clear message.
+
+    ``readonly``: never create, migrate or write. A missing database, one at another revision
+    than this KernelWatch's head, or one that is not a KernelWatch database is refused.
+    """
     engine = create_db_engine(url, readonly=readonly)
     try:
         if readonly:
             rev = current_revision(engine)
             if rev != head_revision():
-                raise DatabaseError(
-                    f"{redact(engine.url)} is at schema revision {rev or 'none'}, this KernelWatch needs "
-                    f"{head_revision()}: run `kernelwatch db upgrade` against it"
-                )
+                raise DatabaseError(_not_ready(engine, rev))
         elif migrate:
+            rev = current_revision(engine)
+            if rev is not None and rev not in known_revisions():
+                raise DatabaseError(_not_ready(engine, rev))
             upgrade(engine)
     except DatabaseError:
         engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import Engine, select, union
@@ -10,13 +11,23 @@ from sqlalchemy.orm import Session
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import SCHEMA, RunDocument, format_time, validate
 
+_ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
+
 
 class RunNotFound(LookupError):
     pass
 
 
 def find_run_id(engine: Engine, prefix: str) -> str:
-    """A full run id from a unique prefix (as git does with shas)."""
+    """A full run id from a unique prefix (as git does with shas), in any case.
+
+    Only hex digits and dashes are looked up: SQLite's LIKE ignores case and PostgreSQL's does not,
+    and ``%`` or ``_`` would be wildcards; ids are stored in lower case, so lowering the prefix gives
+    the same answer on both.
+    """
+    if not _ID_PREFIX.fullmatch(prefix.lower()):
+        raise RunNotFound(f"no run with id {prefix!r}")
+    prefix = prefix.lower()
     with Session(engine) as conn:
         ids = conn.execute(select(Run.id).where(Run.id.like(f"{prefix}%")).limit(2)).scalars().all()
     if not ids:

@@ -15,11 +15,20 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from db.artifact import load_artifact
+from db.engine import DatabaseError
+from db.journal import load_run
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
-from db.schema import IDENTITY, ArtifactError, RunDocument, content_hash, hardware_fingerprint, parse_time
+from db.schema import (
+    IDENTITY,
+    ArtifactError,
+    RunDocument,
+    content_hash,
+    hardware_fingerprint,
+    parse_time,
+    printable,
+)
 
 
 class IngestError(ValueError):
@@ -111,16 +120,26 @@ def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]]) -> list[In
 
 
 def ingest_documents(engine: Engine, docs: Iterable[tuple[str, RunDocument]]) -> list[IngestOutcome]:
-    """Write validated documents, all in one transaction: every run or none."""
+    """Write validated documents, all in one transaction: every run or none.
+
+    The model refuses everything either database would refuse, so a database error here is the
+    database's own trouble (gone, full, read-only, locked past the timeout): one line, nothing stored.
+    """
     docs = list(docs)
     _no_conflicts_between(docs)
     try:
-        with engine.begin() as conn:
-            return _write_all(conn, docs)
-    except IntegrityError:
-        # Another process wrote one of these runs between our check and our insert: judge again.
-        with engine.begin() as conn:
-            return _write_all(conn, docs)
+        try:
+            with engine.begin() as conn:
+                return _write_all(conn, docs)
+        except IntegrityError:
+            # Another process wrote one of these runs between our check and our insert: judge again.
+            with engine.begin() as conn:
+                return _write_all(conn, docs)
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        sources = ", ".join(source for source, _ in docs[:3]) + (", ..." if len(docs) > 3 else "")
+        first = cause[0] if cause else type(exc).__name__
+        raise DatabaseError(printable(f"nothing stored from {sources}: {first}")) from None
 
 
 def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
@@ -132,6 +151,14 @@ def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
             raise ArtifactError(f"{source}: run.id: {doc.run.id} also appears, with different content, in {first[0]}")
 
 
+def load_files(paths: Iterable[str | Path]) -> list[tuple[str, RunDocument]]:
+    """Read and validate every file (no database needed): (source, document) pairs, or the first error.
+
+    A file is an artifact, or a collector's journal (``db.journal``): the run it recovers is loaded.
+    """
+    return [(printable(str(p)), load_run(p)) for p in paths]
+
+
 def ingest_files(engine: Engine, paths: Iterable[str | Path]) -> list[IngestOutcome]:
     """Validate every file completely first, then write all of them in one transaction."""
-    return ingest_documents(engine, [(str(p), load_artifact(p)) for p in paths])
+    return ingest_documents(engine, load_files(paths))

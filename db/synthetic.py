@@ -99,7 +99,8 @@ class SyntheticHistory:
                 nbytes = case["params"]["n"] * 12
                 perf.append({"case": case["key"], "implementation": impl, "median_ms": med,
                              "p20_ms": samples[int(0.2 * (len(samples) - 1))],
-                             "p80_ms": samples[int(0.8 * (len(samples) - 1))], "min_ms": samples[0],
+                             "p80_ms": samples[max(int(0.8 * (len(samples) - 1)), len(samples) // 2)],
+                             "min_ms": samples[0],
                              "samples_ms": [round(v, 6) for v in samples], "bytes": nbytes, "flops": None,
                              "gbps": nbytes / (med * 1e-3) / 1e9, "tflops": None,
                              "pct_peak": 100 * nbytes / (med * 1e-3) / 1e9 / hw["peak_gbps"],

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from collector.schedule import Dispatcher
+from collector.perf import summarise
+from collector.schedule import Dispatcher, plan
 from db.artifact import load_artifact, to_data
 from kernelwatch.cli import main
 
@@ -42,13 +50,31 @@ def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli
 
 def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,off_by_one_percent")
+    monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'kw.db'}"
     result = cli.invoke(main, [*PLANTED, "--db", db, "--seed", "7"])
     assert result.exit_code == 0, result.output
+    assert not (tmp_path / ".kw-journal").exists(), "the journal goes once the run is in the database"
     runs = json.loads(cli.invoke(main, ["runs", "--db", db, "--format", "json"]).output)
     assert len(runs) == 1 and runs[0]["status"] == "complete"
     rows = json.loads(cli.invoke(main, ["show", runs[0]["id"], "--db", db, "--format", "json"]).output)
     assert {r["case"].split("/")[1]: r["passed"] for r in rows} == {"correct": True, "off_by_one_percent": False}
+
+
+def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("PLANTED_VARIANTS", "correct")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")  # no database can be made under a file (root ignores permissions)
+    result = cli.invoke(main, [*PLANTED, "--db", f"sqlite:///{tmp_path / 'a-file' / 'kw.db'}"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (journal,) = (tmp_path / ".kw-journal").iterdir()
+    assert f"the run is kept in {Path('.kw-journal') / journal.name}" in result.stderr
+    db = f"sqlite:///{tmp_path / 'kw.db'}"
+    result = cli.invoke(main, ["collect", "--resume", str(journal), "--db", db])
+    assert result.exit_code == 0, result.output  # the run had ended: its own status, complete
+    assert not journal.exists()
+    runs = json.loads(cli.invoke(main, ["runs", "--db", db, "--format", "json"]).output)
+    assert [r["status"] for r in runs] == ["complete"]
 
 
 def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
@@ -109,3 +135,284 @@ def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, 
     assert len(doc["accuracy"]) == len(SPEC.accuracy_cases())
     assert [a["case"] for a in doc["accuracy"] if not a["passed"]] == []
     assert doc["hardware"]["toolkit"] == "triton-interpreter"
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling, the perf path on the interpreter, phases, the journal and SIGKILL recovery
+# ---------------------------------------------------------------------------------------------
+TIMED = ["collect", "--extra-kernels", "tests.planted_timing", "--kernels", "timed", "--device", "cpu"]
+
+
+def test_dispatcher_deals_a_group_to_one_worker_and_every_item_once() -> None:
+    """Defect caught: variants sharing a baseline key dealt to different workers (each re-times the baselines)."""
+    items = [f"c{i}" for i in range(12)]
+    groups = plan(items, group_of=lambda i: int(i[1:]) % 4, cost_of=lambda i: int(i[1:]))
+    assert groups[0] == ["c3", "c7", "c11"] and groups[-1] == ["c0", "c4", "c8"]  # largest total cost first
+    d = Dispatcher(items, groups)
+    taken: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    rng = random.Random(5)
+    while not d.finished:
+        for w in taken:
+            if d.current(w) is None and (item := d.take(w)) is not None:
+                taken[w].append(item)
+        w = rng.choice(d.busy_workers)
+        d.complete(w, w)
+    owner = {item: w for w, got in taken.items() for item in got}
+    for group in groups:
+        assert len({owner[i] for i in group}) == 1, group
+    assert [i for i, _ in d.results()] == items
+    with pytest.raises(ValueError, match="exactly once"):
+        Dispatcher(items, [items[:5]])
+
+
+def test_lpt_plan_ends_sooner_than_suite_order_with_a_big_case_last() -> None:
+    """Defect caught: dealing in suite order, a big case dealt last runs alone while the others idle."""
+    costs = {f"c{i}": 1.0 for i in range(8)} | {"big": 8.0}
+    items = list(costs)
+
+    def makespan(groups: list[list[str]], workers: int = 2) -> float:
+        load = [0.0] * workers
+        for g in groups:
+            w = load.index(min(load))
+            load[w] += sum(costs[i] for i in g)
+        return max(load)
+
+    assert makespan(plan(items, lambda i: i, costs.__getitem__)) == 8.0
+    assert makespan([[i] for i in items]) == 12.0
+
+
+def _ceilings_from_notes(notes: str) -> dict[str, float]:
+    return {m[0]: float(m[1]) for m in re.findall(r"(cpu:\d) copy ([0-9.]+) GB/s", notes)}
+
+
+def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_variants(
+        tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    log = tmp_path / "baselines.log"
+    monkeypatch.setenv("TIMED_LOG", str(log))
+    out = tmp_path / "run.json"
+    result = cli.invoke(main, [*TIMED, "--devices", "all", "--suite", "perf", "--cpu-perf", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = to_data(load_artifact(out))
+    assert not (tmp_path / "run.json.journal").exists(), "the journal is removed once the run is stored"
+    perf = doc["perf"]
+    assert len(perf) == 12  # 6 cases x (triton, torch_eager)
+    # Baselines: measured once per baseline key (3), each by the worker that timed both variants of that key.
+    lines = log.read_text().split("\n")[:-1]
+    assert sorted(line.split()[1] for line in lines) == sorted({r["case"].replace("/v1/", "/*/").replace(
+        "/v2/", "/*/") for r in perf})
+    by_key: dict[str, set[str]] = {}
+    for r in perf:
+        by_key.setdefault(r["case"].split("/")[-1], set()).add(r["device"])
+    assert all(len(devices) == 1 for devices in by_key.values()), by_key
+    assert {r["device"] for r in perf} == {"cpu:0", "cpu:1"}
+    # The stored samples are the samples summarised; cost per call is the median of its batches.
+    for r in perf:
+        assert r["error"] is None
+        assert r["median_ms"] == statistics.median(r["samples_ms"])
+        assert r["min_ms"] == min(r["samples_ms"])
+        assert len(r["call_samples_ms"]) == 5 and r["call_ms"] == statistics.median(r["call_samples_ms"])
+        assert r["peak_mem_bytes"] is None  # the CPU allocator keeps no high-water mark
+    # Each result is compared with the ceilings of the device that measured it.
+    ceilings = _ceilings_from_notes(doc["run"]["notes"])
+    assert set(ceilings) == {"cpu:0", "cpu:1"}
+    for r in perf:
+        expected = 100.0 * r["bytes"] / (ceilings[r["device"]] * 1e9) / (r["median_ms"] * 1e-3)
+        assert r["pct_peak"] == pytest.approx(expected, rel=1e-9)
+    hw = doc["hardware"]
+    assert hw["peak_read_gbps"] > 0 and hw["peak_gbps"] > 0 and hw["peak_tflops"] > 0
+    phases = doc["run"]["phases_s"]
+    for key in ("setup", "workers", "suites", "total", "worker.startup", "worker.ceilings", "worker.perf.warmup",
+                "worker.perf.timing", "worker.perf.call", "busy.cpu:0", "busy.cpu:1", "idle.cpu:0"):
+        assert key in phases, key
+    assert phases["suites"] <= phases["total"]
+    assert "time by phase" in result.stderr and "perf: cost per call" in result.stderr
+    # Progress in a log (stderr is not a terminal here): plain lines, no carriage returns.
+    assert "\r" not in result.stderr and "6/6 items (100%)" in result.stderr
+
+
+def test_per_call_cost_fills_a_batch_and_reports_the_median() -> None:
+    """call_samples: N calls per batch chosen so a batch lasts ~batch_ms; time per call of a 1 ms sleep."""
+    import time
+
+    import torch
+
+    from collector.backends import CALL_BATCHES, Backend
+
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        time.sleep(0.001)
+
+    samples = Backend(torch.device("cpu"), time_on_cpu=True).call_samples(fn, batch_ms=60.0)
+    assert len(samples) == CALL_BATCHES
+    assert all(1.0 <= s < 30.0 for s in samples), samples  # a 1 ms sleep, on a loaded host
+    assert len(calls) >= CALL_BATCHES * 3, "each batch holds several calls, not one"
+
+
+def test_summary_is_computed_from_exactly_the_stored_samples() -> None:
+    """Defect caught: 300 samples summarised but only the first 200 stored (the gate reads the stored ones)."""
+    rng = random.Random(1)
+    samples = [rng.uniform(1, 2) for _ in range(200)] + [rng.uniform(5, 6) for _ in range(100)]
+    summary = summarise(samples)
+    assert len(summary["samples_ms"]) == 300
+    assert summary["samples_ms"] == samples
+    assert summary["median_ms"] == statistics.median(samples) and summary["min_ms"] == min(samples)
+
+
+def test_progress_is_a_line_per_n_items_in_a_log() -> None:
+    import io
+
+    from collector.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(100, stream=stream)
+    for i in range(100):
+        progress.update(f"case{i}")
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 20 and lines[-1].startswith("kernelwatch: 100/100 items (100%)")
+    assert "\r" not in stream.getvalue()
+    quiet = io.StringIO()
+    off = Progress(10, enabled=False, stream=quiet)
+    off.update("x")
+    assert quiet.getvalue() == ""
+
+
+def test_progress_is_a_bar_on_a_terminal() -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from collector.progress import Progress
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    with os.fdopen(follower, "w") as terminal:
+        progress = Progress(3, stream=terminal)
+        for i in range(3):
+            progress.update(f"case{i}")
+        progress.close()
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and everything has been read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    drawn = b"".join(chunks).decode()
+    assert "\r" in drawn and "3/3" in drawn and "kernelwatch:" not in drawn
+
+
+def test_an_old_journal_is_never_overwritten(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    out = tmp_path / "run.json"
+    journal = tmp_path / "run.json.journal"
+    journal.write_text("{}\n")
+    result = cli.invoke(main, [*TIMED, "--suite", "accuracy", "--no-progress", "--out", str(out)])
+    assert result.exit_code == 1
+    assert f"{journal}: a journal of an earlier run is there" in result.output
+    assert journal.read_text() == "{}\n" and not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--resume", "x.journal", "--kernels", "timed"], "--resume stores a journal's run as it is; it cannot go "
+                                                        "with --kernels"),
+    (["--resume", "x.journal", "--devices", "all"], "cannot go with --devices"),
+    (["--cpu-perf", "--device", "auto"], "--cpu-perf"),
+    (["--case-timeout", "0"], "--case-timeout"),
+])
+def test_new_options_are_validated(cli, args: list[str], message: str) -> None:  # noqa: ANN001
+    result = cli.invoke(main, ["collect", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_resume_of_a_file_that_is_no_journal_is_one_line(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    result = cli.invoke(main, ["collect", "--resume", str(bad), "--out", str(tmp_path / "r.json")])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"kernelwatch: error: {bad}: line 1: not a JSON line"
+    result = cli.invoke(main, ["collect", "--resume", str(tmp_path / "missing.journal")])
+    assert result.exit_code == 1 and "missing.journal: no such file" in result.stderr
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """A real collect on two interpreter workers, SIGKILLed while both workers are inside a case."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "TIMED_CASES": "8", "TIMED_SLEEP_S": "0.3", "TIMED_SLOW_FROM": "4"}
+    out = tmp_path / "run.json"
+    journal = tmp_path / "run.json.journal"
+    proc = subprocess.Popen([sys.executable, "-m", "kernelwatch", *TIMED, "--devices", "all", "--suite", "accuracy",
+                             "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        finished: list[str] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = journal.read_text() if journal.exists() else ""
+            finished = [line for line in text.split("\n") if '"kind":"result"' in line]
+            if len(finished) >= 4:
+                break
+            time.sleep(0.1)
+        assert len(finished) >= 4, proc.stderr.read().decode() if proc.poll() is not None else "no results"
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        time.sleep(0.5)  # both workers are now asleep inside a case that would last an hour
+        proc.kill()
+        killed_at = time.monotonic()
+        while any(_running(p) for p in workers) and time.monotonic() - killed_at < 15:
+            time.sleep(0.1)
+        assert not [p for p in workers if _running(p)], "a worker outlived its killed parent"
+        _, err = proc.communicate(timeout=60)  # EOF on stderr: every process holding it has exited
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)  # the test's own orphans, should the check above fail
+    stderr = err.decode()
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert not out.exists()
+
+    journal_rows = [json.loads(line) for line in journal.read_text().split("\n") if '"kind":"result"' in line]
+    assert len(journal_rows) >= 4
+    copy = tmp_path / "copy.journal"
+    copy.write_bytes(journal.read_bytes())
+    result = cli.invoke(main, ["collect", "--resume", str(journal), "--out", str(out)])
+    assert result.exit_code == 3, result.output  # partial
+    assert not journal.exists(), "a recovered journal is removed once its run is stored"
+    doc = to_data(load_artifact(out))
+    assert doc["run"]["status"] == "partial"
+    assert f"recovered from journal run.json.journal after the collector stopped: {len(journal_rows)} of 8 " \
+           "work items had finished" in doc["run"]["notes"]
+    assert {a["case"]: a for a in doc["accuracy"]} == {r["accuracy"][0]["case"]: r["accuracy"][0]
+                                                       for r in journal_rows}
+    assert all(a["passed"] for a in doc["accuracy"])
+    assert doc["hardware"]["toolkit"] == "triton-interpreter"
+    # The same journal through `ingest` gives the same run.
+    db = f"sqlite:///{tmp_path / 'kw.db'}"
+    result = cli.invoke(main, ["ingest", "--db", db, str(copy)])
+    assert result.exit_code == 0, result.output
+    result = cli.invoke(main, ["export", doc["run"]["id"], "--db", db, "--output", str(tmp_path / "exported.json")])
+    assert result.exit_code == 0, result.output
+    exported = to_data(load_artifact(tmp_path / "exported.json"))
+    assert exported["accuracy"] == doc["accuracy"] and exported["run"]["status"] == "partial"

@@ -221,7 +221,7 @@ def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Pa
     first.write_text(dumps(doc))
     assert cli.invoke(main, ["ingest", str(first), "--db", db_url]).exit_code == 0
     before = snapshot(engine)
-    doc["perf"][0]["median_ms"] *= 2
+    doc["perf"][0]["error"] = "a different outcome"
     second = tmp_path / "b.json"
     second.write_text(dumps(doc))
     result = cli.invoke(main, ["ingest", str(second), "--db", db_url])

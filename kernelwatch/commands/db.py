@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, open_readonly
 
 
 @click.group("db")
@@ -25,10 +25,13 @@ def upgrade(db_url: str | None) -> None:
 
 @command.command("current")
 @db_option
-@clean_errors
 def current(db_url: str | None) -> None:
-    """Print the schema revision of a database without changing it."""
-    from db.engine import create_db_engine, current_revision, head_revision
+    """Print the schema revision of a database without changing it.
 
-    rev = current_revision(create_db_engine(db_url, readonly=True))
-    click.echo(f"{rev or 'empty'} (head: {head_revision()})")
+    Like every command that only reads, it refuses (exit 2) a missing database, one that is not a
+    KernelWatch database, and one at another revision than this KernelWatch's (the message names it).
+    """
+    from db.engine import current_revision
+
+    engine = open_readonly(db_url)
+    click.echo(f"{current_revision(engine)} (head)")

@@ -10,18 +10,23 @@ from kernelwatch.options import clean_errors, db_option
 
 
 @click.command("ingest")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+# No checks by click: the loader names a missing, unreadable or folder path in the one-line form of every refusal.
+@click.argument("files", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @db_option
 @clean_errors
 def command(files: tuple[Path, ...], db_url: str | None) -> None:
     """Load run artifacts (kernelwatch.run/1 JSON) into the database.
 
-    Every file is validated completely before anything is written, and all of them are written in
-    one transaction: either every run is stored or none is. Re-ingesting a run already stored
-    changes nothing; the same run id with different content is an error.
+    A collector's journal (OUT.journal or .kw-journal/RUN-ID.jsonl, left by a collect that was
+    killed) is accepted too: the run it recovers, a partial one, is stored.
+
+    Every file is validated completely before the database is even opened, and all of them are
+    written in one transaction: either every run is stored or none is. Re-ingesting a run already
+    stored changes nothing; the same run id with different content is an error.
     """
     from db.engine import open_database
-    from db.ingest import ingest_files
+    from db.ingest import ingest_documents, load_files
 
-    for outcome in ingest_files(open_database(db_url), files):
+    docs = load_files(files)
+    for outcome in ingest_documents(open_database(db_url), docs):
         click.echo(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})")
