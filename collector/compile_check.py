@@ -21,7 +21,7 @@ failure. CUDA compiles go through Triton's cache in ``--cache-dir`` (default ``~
 compile-check``): its key covers the kernel's source and that of every function it calls, the argument types,
 constexprs, options, target and the Triton version, and only successful compiles are stored, so a hit means
 this exact configuration compiled with this compiler. ``--fresh`` compiles everything into an empty cache
-(about 6 minutes for the two CUDA targets on a 2-core machine, against about 1 minute with a warm cache).
+(4.5-7.5 minutes for all targets on a shared 2-core machine, against 16-24 seconds with a warm cache).
 The Ascend stages are run directly and never cached.
 """
 
