@@ -55,8 +55,13 @@ def commits_between(good: str, bad: str) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
-def rerun_command(sha: str, case: str) -> str:
+def rerun_command(sha: str, case: str, suite: str = "perf") -> str:
     """The shell command that re-measures ``case`` at ``sha``; every value quoted for the shell."""
     kernel = case.split("/", 1)[0]
     return (f"git checkout {shlex.quote(sha[:12])} && kernelwatch collect --kernels {shlex.quote(kernel)} "
-            f"--suite perf --match {shlex.quote(case)}")
+            f"--suite {shlex.quote(suite)} --match {shlex.quote(case)}")
+
+
+def bisect_command(case: str, hardware: str) -> str:
+    """The shell command that finds where a change entered ``case``'s history; every value quoted."""
+    return f"kernelwatch bisect {shlex.quote(case)} --hardware {shlex.quote(hardware)}"

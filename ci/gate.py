@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hochberg, compare_case
 from db.export import export_run
 from db.models import Hardware, Run
-from db.queries import perf_rows, recent_runs
+from db.queries import acks, perf_rows, recent_runs, run_info
 from db.schema import RunDocument, hardware_fingerprint, to_data
 
 HISTORY_RUNS = 30
@@ -146,5 +146,66 @@ def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spe
         else:
             result.verdicts.append(CaseVerdict(p["case"], kernel, "pass", f"{c.effect:+.1%} (p={c.p:.2g})",
                                                comparison=c))
+    acknowledge(engine, result, fingerprint, candidate)
     return result
 
+
+# ---------------------------------------------------------------------------------------------
+# Acknowledged changes and improvements (read by the reports and the dashboard's triage page)
+# ---------------------------------------------------------------------------------------------
+ACKNOWLEDGED = "acknowledged"
+
+
+def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate: dict[str, Any]) -> None:
+    """Turn a regression into "acknowledged" (reported, not failing) when ``kernelwatch ack`` recorded the
+    case's change on this hardware at a commit after the baseline's and up to the candidate's (inclusive).
+
+    Commits are ordered by commit time, as the runs that measured them recorded it; an ack of the
+    candidate's own commit counts even when no run of that commit is stored yet.
+    """
+    regressed = [v for v in result.verdicts if v.status == "regression"]
+    if not regressed:
+        return
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for a in acks(engine, fingerprint):
+        by_case.setdefault(a["case"], []).append(a)
+    if not by_case:
+        return
+    sha = candidate["run"]["commit"]["sha"]
+    until = candidate["run"]["commit"]["time"] or candidate["run"]["started_at"]
+    base = run_info(engine, result.baseline["id"]) or {}
+    since = base.get("commit_time") or base.get("started") or ""
+    for v in regressed:
+        for a in by_case.get(v.case, []):
+            own = a["commit"].startswith(sha) or sha.startswith(a["commit"])
+            if own or (a["commit_time"] is not None and since < a["commit_time"] <= until):
+                v.status = ACKNOWLEDGED
+                who = f" by {a['author']}" if a["author"] else ""
+                v.message += f"; acknowledged at {a['commit'][:12]}{who}: {a['reason']}"
+                break
+
+
+def speedups(engine: Engine, candidate: RunDocument | dict[str, Any], result: GateResult) -> dict[str, Comparison]:
+    """Cases significantly faster than the baseline: the gate's test with the two runs' roles swapped (the
+    baseline's samples judged against the candidate's, the same history and minimum effect), Benjamini-Hochberg
+    at the gate's FDR over every compared case. ``ratio`` is baseline / candidate time. Informational: it
+    never changes a verdict.
+
+    Only cases at least the minimum effect faster are tested; the others enter the FDR control with p = 1,
+    which can only make it stricter.
+    """
+    if isinstance(candidate, RunDocument):
+        candidate = to_data(candidate)
+    compared = {v.case: v.comparison for v in result.verdicts if v.comparison is not None}
+    quick = {case: c for case, c in compared.items() if 1 / c.ratio - 1 > c.min_effect}
+    if not quick:
+        return {}
+    base = to_data(export_run(engine, result.baseline["id"]))
+    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == "triton"}
+    histories = _histories(engine, hardware_fingerprint(candidate["hardware"]), candidate["run"]["id"])
+    pairs = [compare_case(p["case"], p["samples_ms"], base_perf[p["case"]]["samples_ms"],
+                          histories.get(p["case"], []), quick[p["case"]].min_effect)
+             for p in candidate["perf"] if p["implementation"] == "triton" and p["case"] in quick]
+    pvalues = [c.p for c in pairs] + [1.0] * (len(compared) - len(pairs))
+    rejected = benjamini_hochberg(pvalues, result.fdr)
+    return {c.case: c for c, reject in zip(pairs, rejected) if reject and c.effect > c.min_effect}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -12,24 +13,49 @@ import plotly.graph_objects as go
 
 from ci.gate import GateResult
 
-ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "warning": "⚠️", "pass": "✅", "new": "🆕"}
+ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "warning": "⚠️", "pass": "✅", "new": "🆕",
+         "acknowledged": "☑️"}
+# The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
+# brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
+# nothing in the middle of a line, so the text stays readable where the report is printed as it is.
+_INLINE = re.compile(r"([\\`*_\[\]<|&~$])")
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=(?:://|@)|(?<=www)\.)")
+
+
+def md_text(value: object) -> str:
+    """Any text as inert Markdown inside a line (a table cell): the characters with inline meaning
+    backslash-escaped (CommonMark renders each as itself), line breaks flattened, and a zero-width space
+    where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes."""
+    text = " ".join(str(value).split())
+    return _INLINE.sub(r"\\\1", _AUTOLINK.sub("\u200b", text))
+
+
+def md_code(value: object) -> str:
+    """Any text as one code span: a backtick fence longer than any backtick run inside, padded with spaces,
+    pipes escaped (a GFM table splits cells on them even inside code spans), line breaks flattened."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
 
 def markdown(result: GateResult) -> str:
     c, b = result.candidate, result.baseline
     verdict = "FAIL" if result.failed else "PASS"
     lines = [f"## KernelWatch gate: {verdict}", "",
-             f"Candidate `{c['commit']['sha'][:12]}` ({c['commit']['branch']}, run `{c['id'][:8]}`) against "
-             f"baseline `{b['commit'][:12]}` ({b['branch']}, run `{b['id'][:8]}`); minimum effect "
-             f"{result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.", ""]
+             f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
+             f"{md_code(c['id'][:8])}) against baseline {md_code(b['commit'][:12])} ({md_text(b['branch'])}, run "
+             f"{md_code(b['id'][:8])}); minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.",
+             ""]
     counts = defaultdict(int)
     for v in result.verdicts:
         counts[v.status] += 1
-    lines.append(" · ".join(f"{ICONS[s]} {s}: {n}" for s, n in sorted(counts.items())))
-    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
+    lines.append(" · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in sorted(counts.items())))
+    acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
+    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings),
+                        ("Acknowledged (expected, not failing)", acknowledged)):
         if rows:
             lines += ["", f"### {title}", "", "| case | what | details |", "| --- | --- | --- |"]
-            lines += [f"| `{v.case}` | {v.status} | {v.message} |" for v in rows]
+            lines += [f"| {md_code(v.case)} | {md_text(v.status)} | {md_text(v.message)} |" for v in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -58,8 +84,9 @@ def _ratio_chart(result: GateResult) -> go.Figure:
     rows = [v for v in result.verdicts if v.comparison is not None]
     rows.sort(key=lambda v: v.comparison.ratio)
     colors = ["#d62728" if v.status == "regression" else "#2ca02c" for v in rows]
-    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[v.case for v in rows], orientation="h",
-                           marker={"color": colors}, name="candidate / baseline time"))
+    # Plotly renders a subset of HTML in any label (<a href> becomes a link): case names go in escaped.
+    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[html.escape(v.case) for v in rows],
+                           orientation="h", marker={"color": colors}, name="candidate / baseline time"))
     fig.add_vline(x=1.0, line_dash="dot")
     fig.add_vline(x=1.0 + result.min_effect, line_dash="dash", line_color="red")
     fig.update_layout(title="time ratio per case (candidate / baseline)", height=max(300, 18 * len(rows) + 120))

@@ -15,11 +15,13 @@ import streamlit as st  # noqa: E402
 st.set_page_config(page_title="KernelWatch", page_icon="⏱", layout="wide")
 here = Path(__file__).parent / "views"  # not "pages/": that name turns on Streamlit's legacy multipage mode
 pages = [
-    st.Page(str(here / "overview.py"), title="Overview", url_path="overview", default=True),
+    st.Page(str(here / "triage.py"), title="Triage", url_path="triage", default=True),
+    st.Page(str(here / "case.py"), title="Case", url_path="case"),
+    st.Page(str(here / "overview.py"), title="Overview", url_path="overview"),
     st.Page(str(here / "performance.py"), title="Performance", url_path="performance"),
-    st.Page(str(here / "roofline.py"), title="Roofline", url_path="roofline"),
-    st.Page(str(here / "profiler.py"), title="Profiler", url_path="profiler"),
     st.Page(str(here / "accuracy.py"), title="Accuracy", url_path="accuracy"),
     st.Page(str(here / "compare.py"), title="Compare", url_path="compare"),
+    st.Page(str(here / "roofline.py"), title="Roofline", url_path="roofline"),
+    st.Page(str(here / "profiler.py"), title="Profiler", url_path="profiler"),
 ]
-st.navigation(pages).run()
+st.navigation(pages, position="top").run()

@@ -1,81 +1,252 @@
-"""Plotly figure builders. Pure functions of DataFrames: no Streamlit, no database, no torch."""
+"""Plotly figure builders. Pure functions of DataFrames: no Streamlit, no database, no torch.
+
+Readable by construction: at most MAX_SERIES data series per chart (the pages group cases by one
+parameter and let the user pick which groups), legend entries are short labels, a label keeps its
+colour whatever else is shown (:func:`colours`), reference lines are legend entries rather than text
+drawn on the plot (two labels can never print on top of each other), and every text from the database
+goes through ``safe.plot`` (Plotly renders a subset of HTML, links included, in labels and hovers).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-SYNTHETIC_TAG = " [synthetic]"
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+from dashboard.safe import plot as esc
+
+MAX_SERIES = 8
+SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
+# Okabe-Ito's colour-blind-safe set, then darker tones: a label's colour comes from its place among all
+# the labels a parameter can take (not among those shown), so filtering never recolours a line.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
+           "#7F3C8D", "#11A579", "#3969AC", "#E73F74")
+IMPL_COLOURS = {"triton": "#0072B2", "torch_eager": "#7F7F7F", "torch_compile": "#D55E00",
+                "cublas_linear": "#009E73", "torch_rms_norm": "#CC79A7"}
+IMPL_NAMES = {"triton": "kernel (Triton)", "torch_eager": "eager PyTorch", "torch_compile": "torch.compile"}
 
 
-def _title(text: str, synthetic: bool) -> str:
-    return text + (" — includes SYNTHETIC data (generated, not measured)" if synthetic else "")
+def colours(universe: Iterable[str]) -> dict[str, str]:
+    """label -> colour, fixed by the label's rank among every label of ``universe`` (sorted)."""
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(universe)))}
 
 
-def speedup_history(frame: pd.DataFrame, title: str, targets: dict[str, float], changes: dict[str, list]) -> go.Figure:
-    """Speedup over eager PyTorch per case across commits (categorical x in commit order, log y)."""
-    fig = go.Figure()
-    commits = list(dict.fromkeys(frame["commit"].str[:8]))
-    for i, (case, rows) in enumerate(frame.groupby("case", sort=True)):
+def _title(text: str, synthetic: bool) -> dict:
+    return {"text": esc(text) + (SYNTHETIC_NOTE if synthetic else ""), "font": {"size": 15}}
+
+
+def _hline(fig: go.Figure, xs: list[str], y: float, name: str, colour: str, dash: str, row: int | None = None,
+           legendgroup: str | None = None, showlegend: bool = True) -> None:
+    """A horizontal reference line drawn as a trace: its label lives in the legend, never on the plot."""
+    trace = go.Scatter(x=[xs[0], xs[-1]], y=[y, y], mode="lines", name=name, hoverinfo="name",
+                       line={"color": colour, "dash": dash, "width": 1.5}, legendgroup=legendgroup or name,
+                       showlegend=showlegend)
+    if row is None:
+        fig.add_trace(trace)
+    else:
+        fig.add_trace(trace, row=row, col=1)
+
+
+def _layout(fig: go.Figure, height: int) -> None:
+    """The legend goes under the plot, where it can wrap onto more lines without covering the title."""
+    fig.update_layout(height=height, margin={"t": 50, "l": 60, "r": 20, "b": 70}, hovermode="closest",
+                      legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.005, "x": 0,
+                              "font": {"size": 11}})
+    fig.update_xaxes(tickangle=-35, automargin=True)
+
+
+def _categories(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame.sort_values("order")["x"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Performance across commits, grouped
+# ---------------------------------------------------------------------------------------------
+def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: str, title: str,
+                     targets: dict[str, list[float]], changes: pd.DataFrame | None = None) -> go.Figure:
+    """Two panels sharing the x axis (runs in commit order): the kernel's speedup over eager PyTorch and
+    over torch.compile, one line per group (geometric mean over the group's cases in each run), log y.
+
+    ``series`` columns: x, order, group, vs_eager, vs_compile, hover, synthetic. ``targets``: impl -> values.
+    """
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("kernel speedup over eager PyTorch (t eager / t kernel)",
+                                        "kernel speedup over torch.compile (t compile / t kernel)"))
+    xs = _categories(series) if not series.empty else ["-"]
+    for group, rows in series.groupby("group", sort=True):
         rows = rows.sort_values("order")
-        label = case + (SYNTHETIC_TAG if rows["synthetic"].any() else "")
-        hover = [
-            f"{c[:12]} {s or ''}<br>{t}<br>median {m * 1e3:.2f} us (p20-p80 {lo * 1e3:.2f}-{hi * 1e3:.2f})"
-            f"<br>speedup {sp:.2f}x<br><i>{cmd}</i>"
-            for c, s, t, m, lo, hi, sp, cmd in zip(rows["commit"], rows["subject"], rows["commit_time"],
-                                                  rows["median_ms"], rows["p20_ms"], rows["p80_ms"],
-                                                  rows["speedup_vs_eager"], rows["reproduce"])
-        ]
-        color = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Scatter(x=rows["commit"].str[:8], y=rows["speedup_vs_eager"], mode="lines+markers",
-                                 name=label, hovertext=hover, hoverinfo="text", line={"color": color}))
-        points = changes.get(case, [])
-        if points:
-            xs = [rows["commit"].iloc[p.index][:8] for p in points]
-            ys = [rows["speedup_vs_eager"].iloc[p.index] for p in points]
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"change point: {case}",
-                                     marker={"symbol": "x", "size": 14, "color": "red"},
-                                     hovertext=[f"{p.change:+.1%} from here" for p in points], hoverinfo="text",
-                                     showlegend=False))
-    _log_hline(fig, 1.0, "parity (1x)", "gray", "dot")
-    for value in sorted(set(targets.values())):
-        _log_hline(fig, value, f"target {value:g}x", "green", "dash")
-    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())), height=480, legend={"font": {"size": 9}},
-                      margin={"t": 60, "l": 40, "r": 20, "b": 40})
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=commits, title="commit (in commit order)")
-    fig.update_yaxes(type="log", title="speedup over eager PyTorch")
+        for row, col in ((1, "vs_eager"), (2, "vs_compile")):
+            fig.add_trace(go.Scatter(x=rows["x"], y=rows[col], mode="lines+markers", name=esc(group),
+                                     legendgroup=esc(group), showlegend=row == 1, hovertext=rows["hover"],
+                                     hoverinfo="text", line={"color": palette.get(group, "#333")},
+                                     marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
+                                             "size": 7}), row=row, col=1)
+    if changes is not None and not changes.empty:
+        fig.add_trace(go.Scatter(x=changes["x"], y=changes["y"], mode="markers", name="change point",
+                                 hovertext=changes["hover"], hoverinfo="text",
+                                 marker={"symbol": "x", "size": 13, "color": "#C00000"}), row=1, col=1)
+    _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=1, legendgroup="parity")
+    _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=2, legendgroup="parity", showlegend=False)
+    for row, impl, word in ((1, "torch_eager", "eager"), (2, "torch_compile", "torch.compile")):
+        for value in sorted(set(targets.get(impl, []))):
+            _hline(fig, xs, value, f"target {value:g}x {word}", "#009E73", "dash", row=row)
+    fig.update_yaxes(type="log")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
+    fig.update_xaxes(title=f"run (commit·run id, commit order); lines: {esc(group_by)}", row=2, col=1)
+    _layout(fig, 680)
+    fig.update_layout(title=_title(title, bool(series["synthetic"].any()) if not series.empty else False),
+                      legend_title_text=esc(group_by) + ":")
     return fig
 
 
-def _log_hline(fig: go.Figure, y: float, text: str, color: str, dash: str) -> None:
-    """A horizontal line on a log y axis (annotations there take log10 coordinates)."""
-    fig.add_hline(y=y, line_dash=dash, line_color=color)
-    fig.add_annotation(x=1, xref="paper", xanchor="right", y=math.log10(y), yref="y", text=text, showarrow=False,
-                       font={"color": color, "size": 10}, yshift=8)
-
-
-def sparkline(values: list[float | None], labels: list[str]) -> go.Figure:
-    fig = go.Figure(go.Scatter(x=labels, y=values, mode="lines+markers", line={"width": 1.5}, marker={"size": 4}))
-    fig.update_layout(height=90, margin={"t": 5, "l": 5, "r": 5, "b": 5}, showlegend=False)
-    fig.update_xaxes(visible=False, type="category")
-    fig.update_yaxes(visible=False)
+def grouped_metric(series: pd.DataFrame, palette: dict[str, str], group_by: str, title: str, y_title: str,
+                   log: bool = True, reference: tuple[float, str] | None = None) -> go.Figure:
+    """One panel, one line per group. ``series`` columns: x, order, group, value, hover, synthetic."""
+    fig = go.Figure()
+    xs = _categories(series) if not series.empty else ["-"]
+    for group, rows in series.groupby("group", sort=True):
+        rows = rows.sort_values("order")
+        fig.add_trace(go.Scatter(x=rows["x"], y=rows["value"], mode="lines+markers", name=esc(group),
+                                 hovertext=rows["hover"], hoverinfo="text", line={"color": palette.get(group, "#333")},
+                                 marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
+                                         "size": 7}))
+    if reference:
+        _hline(fig, xs, reference[0], reference[1], "#C00000", "dash")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs,
+                     title="run (commit·run id, commit order)")
+    fig.update_yaxes(type="log" if log else "linear", title=esc(y_title), dtick="D2" if log else None)
+    _layout(fig, 460)
+    fig.update_layout(title=_title(title, bool(series["synthetic"].any()) if not series.empty else False),
+                      legend_title_text=esc(group_by) + ":")
     return fig
 
 
+# ---------------------------------------------------------------------------------------------
+# One case across commits
+# ---------------------------------------------------------------------------------------------
+def case_times(frame: pd.DataFrame, title: str, marks: pd.DataFrame | None = None) -> go.Figure:
+    """Median time (us) per implementation with its p20-p80 band; wall time per call where recorded.
+
+    ``frame`` columns: x, order, implementation, median_us, p20_us, p80_us, call_us, hover, synthetic.
+    ``marks`` columns: x, y, kind ("change point" / "acknowledged"), hover.
+    """
+    fig = go.Figure()
+    xs = _categories(frame)
+    for impl, rows in frame.groupby("implementation", sort=False):
+        rows = rows.sort_values("order")
+        colour = IMPL_COLOURS.get(impl, "#333333")
+        name = esc(IMPL_NAMES.get(impl, impl))
+        band = rows[rows["p20_us"].notna() & rows["p80_us"].notna()]
+        if not band.empty:
+            fig.add_trace(go.Scatter(x=band["x"], y=band["p80_us"], mode="lines", line={"width": 0},
+                                     legendgroup=name, showlegend=False, hoverinfo="skip"))
+            fig.add_trace(go.Scatter(x=band["x"], y=band["p20_us"], mode="lines", line={"width": 0},
+                                     fill="tonexty", fillcolor=_alpha(colour, 0.18), legendgroup=name,
+                                     showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=rows["x"], y=rows["median_us"], mode="lines+markers", name=name, legendgroup=name,
+                                 line={"color": colour}, hovertext=rows["hover"], hoverinfo="text",
+                                 marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
+                                         "size": 8}))
+        calls = rows[rows["call_us"].notna()]
+        if not calls.empty and impl in IMPL_NAMES:
+            fig.add_trace(go.Scatter(x=calls["x"], y=calls["call_us"], mode="lines+markers",
+                                     name=f"{name}: wall time per call", legendgroup=name,
+                                     line={"color": colour, "dash": "dot"}, marker={"size": 5},
+                                     hovertext=[f"wall time per call {v:.4g} us (calls back to back)"
+                                                for v in calls["call_us"]], hoverinfo="text"))
+    _marks(fig, marks)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs,
+                     title="run (commit·run id, commit order)")
+    fig.update_yaxes(type="log", title="time per call (µs): median, p20-p80 band")
+    _layout(fig, 460)
+    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
+    return fig
+
+
+def _marks(fig: go.Figure, marks: pd.DataFrame | None, row: int | None = None) -> None:
+    if marks is None or marks.empty:
+        return
+    styles = {"change point": ("x", "#C00000", 14), "acknowledged": ("star", "#7F3C8D", 16)}
+    for kind, rows in marks.groupby("kind", sort=True):
+        symbol, colour, size = styles.get(kind, ("circle-open", "#333", 12))
+        trace = go.Scatter(x=rows["x"], y=rows["y"], mode="markers", name=esc(kind), hovertext=rows["hover"],
+                           hoverinfo="text", marker={"symbol": symbol, "size": size, "color": colour,
+                                                     "line": {"width": 2, "color": colour}})
+        if row is None:
+            fig.add_trace(trace)
+        else:
+            fig.add_trace(trace, row=row, col=1)
+        for x in rows["x"]:
+            fig.add_vline(x=x, line_dash="dot", line_color=colour, line_width=1, opacity=0.6)
+
+
+def _alpha(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def case_speedups(frame: pd.DataFrame, title: str, targets: dict[str, float]) -> go.Figure:
+    """The kernel's speedup over eager PyTorch and over torch.compile per run (log y), parity and targets.
+
+    ``frame`` columns: x, order, vs_eager, vs_compile, synthetic.
+    """
+    fig = go.Figure()
+    xs = _categories(frame)
+    for col, impl in (("vs_eager", "torch_eager"), ("vs_compile", "torch_compile")):
+        rows = frame[frame[col].notna()].sort_values("order")
+        if rows.empty:
+            continue
+        fig.add_trace(go.Scatter(x=rows["x"], y=rows[col], mode="lines+markers",
+                                 name=f"over {IMPL_NAMES[impl]}", line={"color": IMPL_COLOURS[impl]},
+                                 hovertemplate="%{x}: %{y:.3g}x<extra></extra>"))
+        if impl in targets:
+            _hline(fig, xs, targets[impl], f"target {targets[impl]:g}x {IMPL_NAMES[impl]}", IMPL_COLOURS[impl], "dash")
+    _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, title="run")
+    fig.update_yaxes(type="log", title="speedup (x)")
+    _layout(fig, 400)
+    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
+    return fig
+
+
+def case_floor(frame: pd.DataFrame, title: str, y_title: str) -> go.Figure:
+    """% of the roofline floor per implementation per run; the 100% line is the ceiling the page names.
+
+    ``frame`` columns: x, order, implementation, pct, synthetic.
+    """
+    fig = go.Figure()
+    xs = _categories(frame)
+    for impl, rows in frame[frame["pct"].notna()].groupby("implementation", sort=False):
+        if impl not in IMPL_NAMES:
+            continue
+        rows = rows.sort_values("order")
+        fig.add_trace(go.Scatter(x=rows["x"], y=rows["pct"], mode="lines+markers", name=IMPL_NAMES[impl],
+                                 line={"color": IMPL_COLOURS[impl]}, hovertemplate="%{x}: %{y:.1f}%<extra></extra>"))
+    _hline(fig, xs, 100.0, "100% = the ceiling", "#C00000", "dash")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, title="run")
+    fig.update_yaxes(title=esc(y_title), rangemode="tozero")
+    _layout(fig, 400)
+    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Roofline, profiler, accuracy
+# ---------------------------------------------------------------------------------------------
 def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | None, title: str) -> go.Figure:
     """Achieved TFLOP/s against arithmetic intensity, under the measured ceilings."""
     fig = go.Figure()
     data = frame[(frame["flops"].fillna(0) > 0) & frame["median_ms"].notna()].copy()
     data["intensity"] = data["flops"] / data["bytes"]
     data["achieved"] = data["flops"] / (data["median_ms"] * 1e-3) / 1e12
-    for i, (impl, rows) in enumerate(data.groupby("implementation", sort=True)):
-        fig.add_trace(go.Scatter(x=rows["intensity"], y=rows["achieved"], mode="markers", name=impl,
-                                 marker={"size": 9, "color": PALETTE[i % len(PALETTE)]},
-                                 hovertext=rows["case"], hoverinfo="text+x+y"))
+    for impl, rows in data.groupby("implementation", sort=True):
+        fig.add_trace(go.Scatter(x=rows["intensity"], y=rows["achieved"], mode="markers",
+                                 name=esc(IMPL_NAMES.get(impl, impl)),
+                                 marker={"size": 9, "color": IMPL_COLOURS.get(impl, "#333")},
+                                 hovertext=[esc(c) for c in rows["case"]], hoverinfo="text+x+y"))
     if peak_gbps and peak_tflops and not data.empty:
         lo = max(min(data["intensity"].min() / 4, 0.01), 1e-3)
         hi = max(data["intensity"].max() * 4, peak_tflops * 1e12 / (peak_gbps * 1e9) * 4)
@@ -83,48 +254,32 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
         ys = [min(peak_gbps * 1e9 * x / 1e12, peak_tflops) for x in xs]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="measured roofline",
                                  line={"color": "black", "dash": "dash"}))
-    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())), height=480)
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)")
     fig.update_yaxes(type="log", title="achieved TFLOP/s")
+    _layout(fig, 480)
+    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig
 
 
-def metric_history(frame: pd.DataFrame, metric: str, ideal: str | None, title: str) -> go.Figure:
-    fig = go.Figure()
-    for i, (case, rows) in enumerate(frame.groupby("case", sort=True)):
-        rows = rows.sort_values("order")
-        fig.add_trace(go.Scatter(x=rows["commit"].str[:8], y=rows["value"], mode="lines+markers", name=case,
-                                 line={"color": PALETTE[i % len(PALETTE)]}))
-    if ideal:
-        bound = float(ideal[1:])
-        top = max(frame["value"].max() if not frame.empty else bound, bound) * 1.1
-        y0, y1 = (bound, top) if ideal[0] == ">" else (0, bound)
-        fig.add_hrect(y0=y0, y1=y1, fillcolor="green", opacity=0.12, line_width=0,
-                      annotation_text=f"ideal {ideal}", annotation_position="top left")
-    fig.update_layout(title=_title(title, bool(frame.get("synthetic", pd.Series([False])).any())), height=360)
-    fig.update_xaxes(type="category", title="commit (in commit order)")
-    fig.update_yaxes(title=metric)
-    return fig
+def budget_heatmap(table: pd.DataFrame, title: str, zmax: float = 1.5) -> go.Figure:
+    """Rows kernel/dtype, columns hardware, cells the worst error budget of each hardware's newest accuracy run.
 
+    Colours saturate at ``zmax``; the text of a cell is its real value ("error" for a case that raised).
+    """
+    def cell(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "no run"
+        return "error" if v == math.inf else f"{v:.2g}"
 
-def budget_history(frame: pd.DataFrame, title: str) -> go.Figure:
-    fig = go.Figure()
-    for i, (case, rows) in enumerate(frame.groupby("case", sort=True)):
-        rows = rows.sort_values("order")
-        fig.add_trace(go.Scatter(x=rows["commit"].str[:8], y=rows["error_budget"].clip(lower=1e-6),
-                                 mode="lines+markers", name=case, line={"color": PALETTE[i % len(PALETTE)]}))
-    _log_hline(fig, 1.0, "tolerance (budget 1.0)", "red", "dash")
-    fig.update_layout(title=_title(title, bool(frame["synthetic"].any())), height=420, legend={"font": {"size": 9}})
-    fig.update_xaxes(type="category", title="commit (in commit order)")
-    fig.update_yaxes(type="log", title="error budget = max |out - ref| / (atol + rtol |ref|)")
-    return fig
-
-
-def budget_heatmap(table: pd.DataFrame, title: str) -> go.Figure:
-    """Rows kernel/dtype, columns hardware, cells the worst error budget of the latest run."""
-    z = [[None if (v is None or (isinstance(v, float) and math.isnan(v))) else v for v in row]
-         for row in table.to_numpy().tolist()]
-    fig = go.Figure(go.Heatmap(z=z, x=list(table.columns), y=list(table.index), colorscale="RdYlGn_r", zmin=0,
-                               zmax=1.0, colorbar={"title": "worst budget"}, texttemplate="%{z:.2g}"))
-    fig.update_layout(title=title, height=max(260, 40 * len(table.index) + 120))
+    raw = table.to_numpy().tolist()
+    z = [[None if cell(v) == "no run" else min(float(v), zmax) for v in row] for row in raw]
+    text = [[cell(v) for v in row] for row in raw]
+    columns = [c if len(c) <= 36 else c[:35] + "…" for c in map(str, table.columns)]
+    fig = go.Figure(go.Heatmap(z=z, x=[esc(c) for c in columns], y=[esc(i) for i in table.index],
+                               colorscale="RdYlGn_r", zmin=0, zmax=zmax, colorbar={"title": "worst budget"},
+                               text=text, texttemplate="%{text}", hoverongaps=False,
+                               hovertemplate="%{y} on %{x}: worst budget %{text}<extra></extra>"))
+    fig.update_layout(title=_title(title, False), height=max(320, 34 * len(table.index) + 260),
+                      margin={"t": 60, "l": 220, "r": 20, "b": 60})
+    fig.update_xaxes(side="bottom", tickangle=-20, automargin=True)
     return fig

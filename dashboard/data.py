@@ -1,4 +1,7 @@
-"""The dashboard's data access: one read-only engine and DataFrames built from ``db.queries``."""
+"""The dashboard's data access: one read-only engine and plain tables built from ``db.queries``.
+
+Everything here but :func:`engine` is a pure function of query results, so tests call it directly.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,12 @@ from sqlalchemy import Engine
 from db import queries
 from db.engine import open_database
 
+KERNEL_IMPL = "triton"
+EAGER_IMPL = "torch_eager"
+COMPILE_IMPL = "torch_compile"
+NAMES = {KERNEL_IMPL: "kernel (Triton)", EAGER_IMPL: "eager PyTorch", COMPILE_IMPL: "torch.compile"}
+BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
+
 
 @st.cache_resource(show_spinner=False)
 def _engine(url: str | None) -> Engine:
@@ -24,53 +33,174 @@ def engine() -> Engine:
     return _engine(os.environ.get("KERNELWATCH_DB"))
 
 
+# ---------------------------------------------------------------------------------------------
+# Labels
+# ---------------------------------------------------------------------------------------------
 def hardware_options(eng: Engine) -> dict[str, str]:
-    """fingerprint -> label (device name, count, and a note when every run on it is synthetic)."""
-    latest = {r["fingerprint"]: r for r in queries.latest_complete_runs(eng)}
+    """fingerprint -> label (device name, fingerprint prefix, and a note when it has no measured run)."""
+    measured = {r["fingerprint"] for r in queries.latest_complete_runs(eng, include_synthetic=False)}
     out = {}
     for hw in queries.list_hardware(eng):
         label = f"{hw['device_name']} ({hw['fingerprint'][:6]})"
-        run = latest.get(hw["fingerprint"])
-        if run and run["synthetic"]:
+        if hw["fingerprint"] not in measured and "synthetic" not in hw["device_name"].lower():
             label += " [synthetic]"
         out[hw["fingerprint"]] = label
     return out
 
 
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+def hardware_rank(run: dict[str, Any]) -> tuple:
+    """Order of hardware on a page: measured before synthetic, accelerators before the CPU, newest first."""
+    started = run["started"] or ""
+    return (bool(run["synthetic"]), run["device"] == "cpu", [-ord(c) for c in started])
+
+
+def run_label(run: dict[str, Any]) -> str:
+    """A unique, readable run label: commit, start time, run id (repeats of one commit differ)."""
+    when = (run.get("started") or "")[:16].replace("T", " ")
+    label = f"{run['commit'][:8]} · {when} · run {run['id'][:8]}"
+    return label + (" · SYNTHETIC" if run.get("synthetic") else "")
+
+
+def point_label(commit: str, run_id: str) -> str:
+    """The x-axis category of one run on a chart: unique per run, short."""
+    return f"{commit[:7]}·{run_id[:4]}"
+
+
+def short_case(case: str, kernel: str | None = None) -> str:
+    """A case key without its kernel name (the page already says which kernel)."""
+    if kernel and case.startswith(kernel + "/"):
+        return case[len(kernel) + 1:]
+    return case
+
+
+def distinct_labels(keys: list[str]) -> dict[str, str]:
+    """key -> a short label: the key's "/"- and ","-separated parts that not every key shares."""
+    parts = {k: re.split(r"[/,]", k) for k in keys}
+    common = set.intersection(*(set(p) for p in parts.values())) if len(parts) > 1 else set()
+    out = {}
+    for key, tokens in parts.items():
+        rest = [t for t in tokens if t not in common]
+        out[key] = " ".join(rest) or tokens[-1]
+    return out
+
+
+def param_text(value: Any) -> str:
+    if isinstance(value, list):
+        return "x".join(param_text(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def group_options(cases: list[dict[str, Any]]) -> list[str]:
+    """The parameters a kernel's cases can be grouped by: variant, dtype, then every parameter that varies."""
+    out = []
+    for name in ("variant", "dtype"):
+        if len({c[name] for c in cases}) > 1:
+            out.append(name)
+    keys = sorted({k for c in cases for k in (c.get("params") or {})})
+    for key in keys:
+        if len({param_text((c.get("params") or {}).get(key)) for c in cases}) > 1:
+            out.append(key)
+    return out or ["variant"]
+
+
+def group_value(case: dict[str, Any], by: str) -> str:
+    if by in ("variant", "dtype"):
+        return str(case[by])
+    value = (case.get("params") or {}).get(by)
+    return "-" if value is None else param_text(value)
 
 
 def shape_of(params: dict[str, Any]) -> str:
     shape = params.get("shape") or params.get("n")
-    if isinstance(shape, list):
-        return "x".join(str(s) for s in shape)
-    return str(shape)
+    return param_text(shape)
 
 
+# ---------------------------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------------------------
+def geomean(values: list[float]) -> float | None:
+    """exp(mean(log v)) over the positive finite values; None when there are none."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def targets(target: str | None) -> dict[str, float]:
+    """The speedup targets of a documented target string, e.g. ">=85% of peak; >=1.8x eager; >=2x torch.compile"
+    -> {"torch_eager": 1.8, "torch_compile": 2.0}."""
+    out: dict[str, float] = {}
+    if not isinstance(target, str):
+        return out
+    for value, impl in re.findall(r">=([0-9.]+)x (eager|torch\.compile)", target):
+        out[EAGER_IMPL if impl == "eager" else COMPILE_IMPL] = float(value)
+    return out
+
+
+def read_stream(kernel: str, params: dict[str, Any]) -> bool:
+    """Whether a case's traffic is a read-only stream: the MSELoss forward reads both inputs and writes one
+    scalar (``kernels/mse_loss.py: _bytes``: (2n + 1) elements with reduction mean or sum)."""
+    return kernel == "mse_loss" and params.get("direction", "fwd") == "fwd" and params.get("reduction") != "none"
+
+
+def floor_ceiling(run: dict[str, Any], kernel: str, params: dict[str, Any]) -> tuple[float, str]:
+    """(factor, description) for the % of the roofline floor of one case in one run.
+
+    The collector's % of peak is floor / time with floor = max(bytes / copy GB/s, FLOPs / matmul rate),
+    both measured on the device. A read-only stream can run faster than a copy, so for such a case the
+    measured read ceiling (``peak_read_gbps``) is the honest 100% when the run has it: the stored value
+    is multiplied by copy / read. Without it the description says that values over 100% are possible.
+    """
+    copy, read = run.get("peak_gbps"), run.get("peak_read_gbps")
+    if read_stream(kernel, params):
+        if copy and read:
+            return copy / read, f"% of the read ceiling (measured read-only stream, {read:,.0f} GB/s)"
+        ceiling = f"{copy:,.0f} GB/s" if copy else "not recorded"
+        return 1.0, (f"% of the copy-bandwidth floor (measured copy rate, {ceiling}); this case only reads, "
+                     "and a read-only stream can beat the copy rate: values over 100% are possible")
+    return 1.0, "% of the roofline floor: max(bytes / measured copy GB/s, FLOPs / measured matmul rate)"
+
+
+def software_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What differs in the software context of two runs (driver, toolkit, device count, versions)."""
+    out = []
+    for key, name in (("driver", "driver"), ("toolkit", "toolkit"), ("device_count", "device count")):
+        if before.get(key) != after.get(key):
+            out.append(f"{name} {before.get(key) or '-'} -> {after.get(key) or '-'}")
+    b, a = before.get("versions") or {}, after.get("versions") or {}
+    for key in sorted(set(b) | set(a)):
+        if b.get(key) != a.get(key):
+            out.append(f"{key} {b.get(key) or '-'} -> {a.get(key) or '-'}")
+    return out
+
+
+def fmt(value: Any, spec: str = ".3g") -> str:
+    """A cell for a table of text: "-" for what is missing, never "None" or "nan"."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------------
 def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: bool = False,
                implementations: tuple[str, ...] = (), with_params: bool = True) -> pd.DataFrame:
+    """Perf rows of some runs with each run's commit, labels and order (oldest first)."""
     rows = queries.perf_rows(eng, [r["id"] for r in runs], kernel, implementations, with_samples, with_params)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
     meta = pd.DataFrame([{"run_id": r["id"], "commit": r["commit"], "subject": r["subject"],
-                          "commit_time": r["commit_time"] or r["started"], "synthetic": r["synthetic"],
-                          "hardware": r["hardware"], "fingerprint": r["fingerprint"], "device": r["device"],
-                          "order": i} for i, r in enumerate(runs)])
+                          "commit_time": r["commit_time"] or r["started"], "started": r["started"],
+                          "synthetic": r["synthetic"], "hardware": r["hardware"], "fingerprint": r["fingerprint"],
+                          "device": r["device"], "order": i, "x": point_label(r["commit"], r["id"])}
+                         for i, r in enumerate(runs)])
     frame = frame.merge(meta, on="run_id")
     if with_params:
         frame["shape"] = frame["params"].map(shape_of)
     return frame.sort_values("order")
-
-
-def target_speedup(target: str | None) -> float | None:
-    if not isinstance(target, str):
-        return None
-    match = re.search(r">=([0-9.]+)x eager", target)
-    return float(match.group(1)) if match else None
-
-
-def reproduce(kernel: str, case: str, device: str, commit: str) -> str:
-    return f"git checkout {commit[:12]} && kernelwatch collect --kernels {kernel} --match '{case}' --device {device}"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, func, or_, select
+from sqlalchemy import Engine, func, or_, select, union
 from sqlalchemy.orm import Session
 
-from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.models import AccuracyResult, Ack, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import format_time
 
 RESULT_FIELDS = (
@@ -241,8 +241,8 @@ def accuracy_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
     stmt = (
         select(AccuracyResult.run_id, AccuracyResult.max_abs_err, AccuracyResult.max_rel_err, AccuracyResult.rtol,
                AccuracyResult.atol, AccuracyResult.error_budget, AccuracyResult.nan_mismatches,
-               AccuracyResult.passed, AccuracyResult.error, Case.key.label("case"), Case.kernel, Case.variant,
-               Case.dtype)
+               AccuracyResult.passed, AccuracyResult.error, AccuracyResult.kind, Case.key.label("case"), Case.kernel,
+               Case.variant, Case.dtype)
         .join(Case, Case.id == AccuracyResult.case_id)
         .where(AccuracyResult.run_id.in_(run_ids))
     )  # fmt: skip
@@ -266,3 +266,208 @@ def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
         stmt = stmt.where(Case.kernel == kernel)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Triage, case page, accuracy across hardware, acknowledged changes
+# ---------------------------------------------------------------------------------------------
+def latest_runs(engine: Engine, statuses: tuple[str, ...] = ("complete", "partial")) -> list[dict[str, Any]]:
+    """The newest run of every hardware among ``statuses`` (a partial nightly is triaged too)."""
+    out = []
+    with Session(engine) as conn:
+        for hw in conn.execute(select(Hardware)).scalars():
+            stmt = (select(Run).where(Run.hardware_id == hw.id, Run.status.in_(statuses))
+                    .order_by(Run.started_at.desc()).limit(1))
+            run = conn.execute(stmt).scalar_one_or_none()
+            if run is not None:
+                out.append(_run_dict(run, hw))
+    return sorted(out, key=lambda r: r["hardware"])
+
+
+def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
+    with Session(engine) as conn:
+        row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
+    return None if row is None else _run_dict(*row)
+
+
+def shared_cases(engine: Engine, run_id: str, others: list[str]) -> dict[str, int]:
+    """For each run in ``others``: how many of ``run_id``'s kernel timings and gating accuracy cases it shares."""
+    if not others:
+        return {}
+    out = dict.fromkeys(others, 0)
+    perf_cases = select(PerfResult.case_id).where(PerfResult.run_id == run_id, PerfResult.implementation == KERNEL_IMPL)
+    acc_cases = select(AccuracyResult.case_id).where(AccuracyResult.run_id == run_id, AccuracyResult.kind == "gate")
+    perf = (select(PerfResult.run_id, func.count())
+            .where(PerfResult.run_id.in_(others), PerfResult.implementation == KERNEL_IMPL,
+                   PerfResult.case_id.in_(perf_cases))
+            .group_by(PerfResult.run_id))
+    acc = (select(AccuracyResult.run_id, func.count())
+           .where(AccuracyResult.run_id.in_(others), AccuracyResult.kind == "gate",
+                  AccuracyResult.case_id.in_(acc_cases))
+           .group_by(AccuracyResult.run_id))
+    with engine.connect() as conn:
+        for stmt in (perf, acc):
+            for rid, n in conn.execute(stmt):
+                out[rid] += n
+    return out
+
+
+def comparable_run(engine: Engine, run: dict[str, Any], lookback: int = 40,
+                   branch: str | None = None) -> dict[str, Any] | None:
+    """The run to compare ``run`` with: an earlier run on the same hardware that shares cases with it.
+
+    Among the ``lookback`` runs before it (commit order; only runs of ``branch`` when given), the newest
+    one of another commit that shares at least half of the most any of them share; a run of the same
+    commit (a repeat) when no other commit shares anything. None when nothing earlier shares a case.
+    """
+    history = recent_runs(engine, run["fingerprint"], lookback + 1 + (lookback if branch else 0))
+    ids = [r["id"] for r in history]
+    if run["id"] in ids:
+        history = history[: ids.index(run["id"])]
+    else:
+        history = [r for r in history if (r["started"] or "") < (run["started"] or "")]
+    if branch:
+        history = [r for r in history if r["branch"] == branch][-lookback:]
+    shared = shared_cases(engine, run["id"], [r["id"] for r in history])
+    best = max(shared.values(), default=0)
+    if best == 0:
+        return None
+    newest_first = history[::-1]
+    for same_commit_ok in (False, True):
+        for r in newest_first:
+            if shared[r["id"]] * 2 >= best and (same_commit_ok or r["commit"] != run["commit"]):
+                return r
+    return None
+
+
+def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+                           .where(Case.key == key)).mappings().first()
+    return None if row is None else dict(row)
+
+
+def case_keys(engine: Engine, kernel: str) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Case.key).where(Case.kernel == kernel).order_by(Case.key)).scalars())
+
+
+def case_hardware(engine: Engine, key: str) -> list[str]:
+    """Fingerprints of the hardware that measured a case (perf or accuracy)."""
+    case_id = select(Case.id).where(Case.key == key).scalar_subquery()
+    stmt = union(select(PerfResult.hardware_id).where(PerfResult.case_id == case_id),
+                 select(AccuracyResult.hardware_id).where(AccuracyResult.case_id == case_id)).subquery()
+    with engine.connect() as conn:
+        return list(conn.execute(select(Hardware.fingerprint).where(Hardware.id.in_(select(stmt.c[0])))
+                                 .order_by(Hardware.device_name)).scalars())
+
+
+def _run_columns() -> list:
+    return [Run.id.label("run_id"), Run.commit_sha.label("commit"), Run.commit_subject.label("subject"),
+            Run.commit_time, Run.started_at.label("started"), Run.synthetic, Run.status, Run.device.label("run_device"),
+            Run.peak_gbps, Run.peak_read_gbps, Run.peak_tflops]
+
+
+def _iso_rows(rows) -> list[dict[str, Any]]:  # noqa: ANN001
+    out = []
+    for r in rows:
+        d = dict(r)
+        for k in ("commit_time", "started", "created_at"):
+            if k in d:
+                d[k] = _iso(d[k])
+        out.append(d)
+    return out
+
+
+def case_perf(engine: Engine, key: str, fingerprint: str, last: int = 50) -> list[dict[str, Any]]:
+    """Every implementation's timing of one case in the last ``last`` runs of one hardware that timed it,
+    oldest first (commit order), with each run's ceilings."""
+    case_id = select(Case.id).where(Case.key == key).scalar_subquery()
+    hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
+    runs = (select(PerfResult.run_id).join(Run, Run.id == PerfResult.run_id)
+            .where(PerfResult.case_id == case_id, PerfResult.hardware_id == hw_id,
+                   PerfResult.implementation == KERNEL_IMPL, Run.status.in_(("complete", "partial")))
+            .order_by(*(c.desc() for c in _commit_order())).limit(last))
+    stmt = (select(*_run_columns(), PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms,
+                   PerfResult.p80_ms, PerfResult.min_ms, PerfResult.call_ms, PerfResult.peak_mem_bytes,
+                   PerfResult.bytes, PerfResult.flops, PerfResult.gbps, PerfResult.pct_peak,
+                   PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met, PerfResult.error,
+                   PerfResult.device)
+            .join(Run, Run.id == PerfResult.run_id)
+            .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
+            .order_by(*_commit_order(), PerfResult.implementation))
+    with engine.connect() as conn:
+        return _iso_rows(conn.execute(stmt).mappings())
+
+
+def case_accuracy(engine: Engine, key: str, fingerprint: str, last: int = 50) -> list[dict[str, Any]]:
+    """Gating accuracy of one case on one hardware, the last ``last`` runs, oldest first."""
+    case_id = select(Case.id).where(Case.key == key).scalar_subquery()
+    hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
+    stmt = (select(*_run_columns(), AccuracyResult.error_budget, AccuracyResult.max_abs_err,
+                   AccuracyResult.max_rel_err, AccuracyResult.nan_mismatches, AccuracyResult.passed,
+                   AccuracyResult.error)
+            .join(Run, Run.id == AccuracyResult.run_id)
+            .where(AccuracyResult.case_id == case_id, AccuracyResult.hardware_id == hw_id,
+                   AccuracyResult.kind == "gate")
+            .order_by(*(c.desc() for c in _commit_order())).limit(last))
+    with engine.connect() as conn:
+        return _iso_rows(conn.execute(stmt).mappings())[::-1]
+
+
+def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, Any]]:
+    """Profiler counters of one case on one hardware, oldest run first."""
+    case_id = select(Case.id).where(Case.key == key).scalar_subquery()
+    hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
+    stmt = (select(*_run_columns(), ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
+                   ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error)
+            .join(Run, Run.id == ProfilerMetric.run_id)
+            .where(ProfilerMetric.case_id == case_id, ProfilerMetric.hardware_id == hw_id)
+            .order_by(*_commit_order(), ProfilerMetric.name))
+    with engine.connect() as conn:
+        return _iso_rows(conn.execute(stmt).mappings())
+
+
+def profiler_kernels(engine: Engine, fingerprint: str) -> list[str]:
+    """Kernels with at least one profiler counter value on this hardware."""
+    hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
+    stmt = (select(Case.kernel).join(ProfilerMetric, ProfilerMetric.case_id == Case.id)
+            .where(ProfilerMetric.hardware_id == hw_id, ProfilerMetric.value.is_not(None))
+            .distinct().order_by(Case.kernel))
+    with engine.connect() as conn:
+        return list(conn.execute(stmt).scalars())
+
+
+def latest_accuracy_runs(engine: Engine) -> list[dict[str, Any]]:
+    """Per hardware and kernel, the newest run (complete or partial) with gating accuracy results of that
+    kernel: a newer perf-only run does not hide a hardware's accuracy."""
+    out = []
+    with Session(engine) as conn:
+        kernels = list(conn.execute(select(Case.kernel).distinct()).scalars())
+        for hw in conn.execute(select(Hardware)).scalars():
+            for kernel in kernels:
+                has = (select(AccuracyResult.id).join(Case, Case.id == AccuracyResult.case_id)
+                       .where(AccuracyResult.run_id == Run.id, AccuracyResult.kind == "gate", Case.kernel == kernel)
+                       .exists())
+                run = conn.execute(select(Run).where(Run.hardware_id == hw.id, Run.status.in_(("complete", "partial")),
+                                                     has).order_by(Run.started_at.desc()).limit(1)).scalar_one_or_none()
+                if run is not None:
+                    out.append({**_run_dict(run, hw), "kernel": kernel})
+    return sorted(out, key=lambda r: (r["hardware"], r["kernel"]))
+
+
+def acks(engine: Engine, fingerprint: str | None = None, case: str | None = None) -> list[dict[str, Any]]:
+    """Acknowledged changes, oldest first, each with the commit time of its commit where a run knows it."""
+    commit_time = (select(func.min(func.coalesce(Run.commit_time, Run.started_at)))
+                   .where(Run.commit_sha == Ack.commit_sha).scalar_subquery())
+    stmt = (select(Ack.id, Case.key.label("case"), Case.kernel, Hardware.fingerprint,
+                   Hardware.device_name.label("hardware"), Ack.commit_sha.label("commit"), Ack.reason, Ack.author,
+                   Ack.created_at, commit_time.label("commit_time"))
+            .join(Case, Case.id == Ack.case_id).join(Hardware, Hardware.id == Ack.hardware_id)
+            .order_by(Ack.created_at, Ack.id))
+    if fingerprint:
+        stmt = stmt.where(Hardware.fingerprint == fingerprint)
+    if case:
+        stmt = stmt.where(Case.key == case)
+    with engine.connect() as conn:
+        return _iso_rows(conn.execute(stmt).mappings())

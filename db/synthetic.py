@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 import random
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.schema import SCHEMA, RunDocument, format_time
+from db.schema import SCHEMA, RunDocument, format_time, parse_time, to_data
 
 HARDWARE = (
     {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
@@ -127,3 +128,47 @@ class SyntheticHistory:
             "perf": perf,
             "profiler": [],
         })
+
+
+def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: int | None = None,
+                   noise: float = 0.003, seed: int = 0) -> list[RunDocument]:
+    """SYNTHETIC runs derived from a real one, on its hardware: ``runs`` copies, one commit each, an hour
+    apart after it, whose kernel timings of cases containing ``match`` take ``factor`` times as long from
+    copy ``at`` on (default: the last copy only). Every timing also gets a per-run jitter of relative
+    size ``noise``. Labelled as every synthetic run is (flag, branch, subject, notes); the hardware name is
+    the real one so that the copies extend the real history (a demo of a step, never a measurement)."""
+    at = runs - 1 if at is None else at
+    data = to_data(doc)
+    start = parse_time(data["run"]["commit"]["time"] or data["run"]["started_at"])
+    out = []
+    for index in range(runs):
+        rng = random.Random(f"stepped-{seed}-{index}")
+        copy = json.loads(json.dumps(data))
+        when = start + dt.timedelta(hours=index + 1)
+        run = copy["run"]
+        run.update(id=str(uuid.UUID(int=rng.getrandbits(128), version=4)), synthetic=True, trigger="manual",
+                   started_at=format_time(when + dt.timedelta(minutes=5)),
+                   finished_at=format_time(when + dt.timedelta(minutes=9)), ci_job=None,
+                   notes=f"synthetic: derived from run {data['run']['id']}; not a measurement")
+        run["commit"] = {"sha": hashlib.sha1(f"stepped-{seed}-{index}".encode()).hexdigest(),
+                         "branch": "synthetic/step", "time": format_time(when), "dirty": False,
+                         "subject": f"[synthetic] copy {index} of {data['run']['commit']['sha'][:8]}"
+                                    + (f", {match} x{factor:g}" if index >= at else "")}
+        for p in copy["perf"]:
+            scale = 1 + rng.gauss(0, noise)
+            if p["implementation"] == "triton" and match in p["case"] and index >= at:
+                scale *= factor
+            for k in ("median_ms", "p20_ms", "p80_ms", "min_ms", "call_ms"):
+                if p.get(k) is not None:
+                    p[k] *= scale
+            p["samples_ms"] = [s * scale for s in p["samples_ms"]]
+            p["call_samples_ms"] = [s * scale for s in p.get("call_samples_ms") or []]
+            for k in ("gbps", "tflops", "pct_peak"):
+                if p.get(k) is not None:
+                    p[k] /= scale
+        eager = {p["case"]: p["median_ms"] for p in copy["perf"] if p["implementation"] == "torch_eager"}
+        for p in copy["perf"]:
+            if p["median_ms"] and eager.get(p["case"]):
+                p["speedup_vs_eager"] = eager[p["case"]] / p["median_ms"]
+        out.append(RunDocument.model_validate(copy))
+    return out

@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("kernelwatch.commands.show", "Print one run's results."),
     "gate": ("kernelwatch.commands.gate", "Fail a merge on broken accuracy or a real slowdown."),
     "bisect": ("kernelwatch.commands.bisect", "Where did a change enter a case's history?"),
+    "ack": ("kernelwatch.commands.ack", "Record that a change in a case's time is expected."),
     "synth": ("kernelwatch.commands.synth", "Fill a database with SYNTHETIC history."),
     "dashboard": ("kernelwatch.commands.dashboard", "Serve the dashboard on loopback."),
     "schema": ("kernelwatch.commands.schema", "Print the JSON Schema of kernelwatch.run/1."),

@@ -1,61 +1,113 @@
-"""Compare two runs case by case: time ratio with its significance, accuracy delta."""
+"""Compare two runs case by case: time ratio with its significance, accuracy delta.
+
+Opens on the two newest comparable runs: the newest run and the run ``queries.comparable_run`` picks for
+it (same hardware, shared cases).
+"""
 
 import pandas as pd
 import streamlit as st
 
 from ci.detect import compare_case
-from dashboard import common
+from dashboard import common, data
+from dashboard.safe import md
 from db import queries
+
+RED, GREEN = "#f8d0d0", "#d3efd9"
+SIGNIFICANT = 0.01
+TRIES = 6  # newest runs tried for a default pair
+
+
+def default_pair(eng, runs: list[dict]) -> tuple[str, str] | None:  # noqa: ANN001
+    """(A, B): the newest run that has a comparable earlier run, and that run; measured runs first."""
+    for pool in ([r for r in runs if not r["synthetic"]], runs):
+        for run in pool[:TRIES]:
+            base = queries.comparable_run(eng, run)
+            if base is not None:
+                return base["id"], run["id"]
+    return None
+
+
+def highlight(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
+    def row_style(row: pd.Series) -> list[str]:
+        slower = row.get("B/A time") is not None and row["B/A time"] == row["B/A time"] and row["B/A time"] > 1.05 \
+            and row.get("p (B slower)") is not None and row["p (B slower)"] < SIGNIFICANT
+        faster = row.get("B/A time") is not None and row["B/A time"] == row["B/A time"] and row["B/A time"] < 1 / 1.05
+        failed = any(row.get(c) is not None and row[c] == row[c] and row[c] > 1 for c in ("budget A", "budget B"))
+        out = []
+        for col in row.index:
+            colour = ""
+            if col in ("B/A time", "p (B slower)") and slower:
+                colour = RED
+            elif col == "B/A time" and faster:
+                colour = GREEN
+            elif col in ("budget A", "budget B") and failed and row[col] == row[col] and row[col] and row[col] > 1:
+                colour = RED
+            out.append(f"background-color: {colour}" if colour else "")
+        return out
+
+    return frame.style.apply(row_style, axis=1)
+
 
 eng, params = common.start("Compare two runs")
 runs = queries.list_runs(eng, limit=300)
 if len(runs) < 2:
     st.info("Two runs are needed.")
     st.stop()
-labels = {r["id"]: f"{r['commit'][:8]} · {r['hardware']} · {r['started'][:16]}"
-          + (" [synthetic]" if r["synthetic"] else "") for r in runs}
+labels = {r["id"]: f"{data.run_label(r)} · {r['hardware']}" for r in runs}
+pair = default_pair(eng, runs) or (runs[1]["id"], runs[0]["id"])
 
 
-def pick(key: str, default_index: int) -> str:
+def pick(key: str, default: str, column) -> str:  # noqa: ANN001
     prefix = params.run_prefix(key)
     match = [rid for rid in labels if prefix and rid.startswith(prefix)]
     if prefix and not match:
         params.problems.append(f"No run {prefix!r}: choose one below.")
-    default = match[0] if match else list(labels)[default_index]
-    return st.selectbox(f"Run {key.upper()}", list(labels), index=list(labels).index(default),
-                        format_func=labels.get, key=key)
+    chosen = match[0] if match else default
+    return column.selectbox(f"Run {key.upper()}" + (" (before)" if key == "a" else " (after)"), list(labels),
+                            index=list(labels).index(chosen), format_func=labels.get, key=key)
 
 
-a, b = pick("a", 1), pick("b", 0)
+c1, c2 = st.columns(2)
+a, b = pick("a", pair[0], c1), pick("b", pair[1], c2)
 run_a, run_b = (next(r for r in runs if r["id"] == x) for x in (a, b))
+if run_a["synthetic"] or run_b["synthetic"]:
+    common.synthetic_note(True)
+impls = ["triton", "all"]
+impl = st.selectbox("Implementations", impls, index=impls.index(params.choice("impl", impls, "triton")), key="impl",
+                    format_func={"triton": "the kernel (Triton) only", "all": "all implementations"}.get)
 pa = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [a], with_samples=True)}
 pb = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [b], with_samples=True)}
-acc_a = {r["case"]: r for r in queries.accuracy_rows(eng, [a])}
-acc_b = {r["case"]: r for r in queries.accuracy_rows(eng, [b])}
+acc_a = {r["case"]: r for r in queries.accuracy_rows(eng, [a]) if r["kind"] == "gate"}
+acc_b = {r["case"]: r for r in queries.accuracy_rows(eng, [b]) if r["kind"] == "gate"}
 rows = []
 for key in sorted(set(pa) & set(pb)):
     ra, rb = pa[key], pb[key]
-    if not ra["samples_ms"] or not rb["samples_ms"]:
+    if (impl == "triton" and key[1] != "triton") or not ra["samples_ms"] or not rb["samples_ms"]:
         continue
     cmp = compare_case(key[0], ra["samples_ms"], rb["samples_ms"])
-    rows.append({"case": key[0], "implementation": key[1], "A median us": ra["median_ms"] * 1e3,
-                 "B median us": rb["median_ms"] * 1e3, "B/A time": cmp.ratio, "p (B slower)": cmp.p_within,
+    rows.append({"case": key[0], "impl": key[1], "A µs": ra["median_ms"] * 1e3, "B µs": rb["median_ms"] * 1e3,
+                 "B/A time": cmp.ratio, "p (B slower)": cmp.p_within,
                  "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
                  "budget B": (acc_b.get(key[0]) or {}).get("error_budget")})
 for case in sorted((set(acc_a) & set(acc_b)) - {r["case"] for r in rows}):
-    rows.append({"case": case, "implementation": "triton", "budget A": acc_a[case]["error_budget"],
+    rows.append({"case": case, "impl": "triton", "budget A": acc_a[case]["error_budget"],
                  "budget B": acc_b[case]["error_budget"]})
-frame = pd.DataFrame(rows)
+frame = pd.DataFrame(rows, columns=["case", "impl", "A µs", "B µs", "B/A time", "p (B slower)", "budget A", "budget B"])
+same_hw = run_a["fingerprint"] == run_b["fingerprint"]
+st.caption(md(("Same hardware. " if same_hw else "DIFFERENT hardware: times are not comparable. ")
+              + "p is a one-sided Mann-Whitney U on the two runs' timing samples (no history); "
+              "red: B slower by more than 5% with p < 0.01, or a budget over 1; green: B faster by more than 5%."))
 if frame.empty:
     st.info("These runs share no cases.")
 else:
-    if {"budget A", "budget B"} <= set(frame):
-        frame["budget delta"] = frame["budget B"] - frame["budget A"]
-    same_hw = run_a["fingerprint"] == run_b["fingerprint"]
-    st.caption(("Same hardware: " if same_hw else "Different hardware: ")
-               + f"A = {labels[a]}, B = {labels[b]}. Sort by any column; p is a one-sided Mann-Whitney U "
-               "on the two runs' timing samples.")
-    st.dataframe(frame, hide_index=True)
+    frame["budget delta"] = frame["budget B"] - frame["budget A"]
+    common.table(highlight(frame), height=min(38 + 35 * len(frame), 740), column_config={
+        "case": st.column_config.TextColumn(width=470), "impl": st.column_config.TextColumn(width=70),
+        **{c: st.column_config.NumberColumn(format="%.4g", width=80) for c in ("A µs", "B µs")},
+        "B/A time": st.column_config.NumberColumn(format="%.3f", width=80),
+        "p (B slower)": st.column_config.NumberColumn(format="%.1e", width=90),
+        **{c: st.column_config.NumberColumn(format="%.3g", width=80)
+           for c in ("budget A", "budget B", "budget delta")}})
     st.download_button("Download CSV", frame.to_csv(index=False), file_name=f"compare-{a[:8]}-{b[:8]}.csv",
                        mime="text/csv")
-common.finish(params, {"a": a[:8], "b": b[:8]})
+common.finish(params, {"a": a[:8], "b": b[:8], "impl": None if impl == "triton" else impl})

@@ -9,25 +9,34 @@ from db import queries
 eng, params = common.start("Roofline of a run")
 fp = common.pick_hardware(eng, params)
 runs = queries.recent_runs(eng, fp, 50)
-runs = [r for r in runs if queries.perf_rows(eng, [r["id"]], implementations=("triton",))] or runs
+runs = [r for r in runs if queries.perf_rows(eng, [r["id"]], implementations=("triton",), with_params=False)] or runs
 if not runs:
     st.info("No runs on this hardware.")
     st.stop()
-labels = {r["id"]: f"{r['commit'][:8]} {r['subject'] or ''} ({r['started'][:16]})"
-          + (" [synthetic]" if r["synthetic"] else "") for r in reversed(runs)}
+labels = {r["id"]: data.run_label(r) for r in reversed(runs)}
 prefix = params.run_prefix("run")
 default = next((rid for rid in labels if prefix and rid.startswith(prefix)), next(iter(labels)))
 if prefix and not default.startswith(prefix):
     params.problems.append(f"No run {prefix!r} on this hardware: showing the newest.")
 run_id = st.selectbox("Run", list(labels), index=list(labels).index(default), format_func=labels.get, key="run")
 run = next(r for r in runs if r["id"] == run_id)
+if run["synthetic"]:
+    common.synthetic_note(True)
 frame = data.perf_frame(eng, [run], None)
 if frame.empty:
     st.info("This run has no perf results (a CPU run measures accuracy only).")
 else:
-    st.caption(f"measured ceilings: {run['peak_gbps']} GB/s copy, {run['peak_tflops']} TFLOP/s bf16 matmul")
+    read = f", {run['peak_read_gbps']:,.0f} GB/s read-only stream" if run["peak_read_gbps"] else ""
+    st.text(f"measured ceilings of this run: {data.fmt(run['peak_gbps'], ',.0f')} GB/s copy{read}, "
+            f"{data.fmt(run['peak_tflops'], ',.0f')} TFLOP/s bf16 matmul")
     st.plotly_chart(charts.roofline(frame, run["peak_gbps"], run["peak_tflops"], f"run {run_id[:8]}"), key="roof")
-    table = frame.pivot_table(index="case", columns="implementation", values="pct_peak", aggfunc="first")
-    st.write("% of the roofline floor (bytes / peak GB/s or FLOPs / peak FLOP/s), kernel beside PyTorch:")
-    st.dataframe(pd.DataFrame(table).round(1))
+    cases = frame.drop_duplicates("case").set_index("case")
+    factor = {c: data.floor_ceiling(run, k, p)[0] for c, k, p in zip(cases.index, cases["kernel"], cases["params"])}
+    frame["pct"] = [v * factor[c] if v is not None and v == v else None
+                    for v, c in zip(frame["pct_peak"], frame["case"])]
+    table = frame.pivot_table(index="case", columns="implementation", values="pct", aggfunc="first").round(1)
+    st.caption("% of the roofline floor per case, kernel beside PyTorch: floor = max(bytes / copy GB/s, FLOPs / "
+               "matmul rate). Read-only streams (MSELoss forward) are measured against the read ceiling when the "
+               "run has one; otherwise against the copy rate, which a read-only stream can beat (over 100%).")
+    common.table(pd.DataFrame(table).reset_index(), column_config={"case": st.column_config.TextColumn(width=520)})
 common.finish(params, {"hardware": fp, "run": run_id[:8]})
