@@ -297,15 +297,21 @@ def plan_backward(n: int, reduction: str, need_input: bool, need_target: bool, d
 # ---------------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------------
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: str) -> None:
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("mse_loss: input and target must be tensors")
+    if (input.dtype is target.dtype and input.dtype in _FLOATS and reduction in REDUCTIONS and variant in VARIANTS
+            and input.shape == target.shape and input.get_device() == target.get_device()):
+        return  # every call pays for this line only (each check below costs about a microsecond)
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {tuple(input.shape)} != target shape {tuple(target.shape)} "
                          "(no broadcasting)")
     if input.dtype != target.dtype:
         raise TypeError(f"mse_loss: input dtype {input.dtype} != target dtype {target.dtype}")
-    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if input.dtype not in _FLOATS:
         raise TypeError(f"mse_loss: dtype {input.dtype} is not supported (fp32, fp16, bf16)")
     if input.device != target.device:
         raise ValueError(f"mse_loss: input on {input.device}, target on {target.device}")
@@ -316,7 +322,9 @@ def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: s
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+    """The elements in memory order. A contiguous tensor already is that (no view: the kernels index a
+    flat pointer, and a view costs a microsecond on every call)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 @functools.lru_cache(maxsize=512)
@@ -330,19 +338,21 @@ def _backward_plan(n: int, reduction: str, need_input: bool, need_target: bool, 
     return plan_backward(n, reduction, need_input, need_target, dtype, device)
 
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    """A zeroed int32 per device that the fused finish counts programs with (and resets to 0).
+def _scratch(device: torch.device, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partial sums, a zeroed int32 the fused finish counts programs with and resets to 0), kept per
+    device so that a call allocates nothing but its output (an allocation costs ~3 us a call).
 
     One per device: two persistent reductions running at once on different streams of one device
-    would share it, which this kernel does not support.
+    would share them, which this kernel does not support.
     """
-    counter = _COUNTERS.get(device)
-    if counter is None:
-        counter = _COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return counter
+    held = _SCRATCH.get(device)
+    if held is None or held[0].numel() < partials:
+        held = _SCRATCH[device] = (torch.empty(max(partials, 1024), dtype=torch.float32, device=device),
+                                   torch.zeros(1, dtype=torch.int32, device=device))
+    return held
 
 
 def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> torch.Tensor:
@@ -364,8 +374,8 @@ def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> t
         launch(main, xf, yf, out, out, out, n, scale)
         return out
     fused = main.constexprs["FUSED_FINISH"]
-    partials = new_output(main.grid, torch.float32, x.device)
-    launch(main, xf, yf, partials, out, _counter(x.device) if fused else out, n, scale)
+    partials, counter = _scratch(x.device, main.grid[0])
+    launch(main, xf, yf, partials, out, counter if fused else out, n, scale)
     if not fused:
         launch(steps[1], partials, out, main.grid[0], scale)
     return out

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from kernels.fastlaunch import fast_launcher
+
 GRID_LIMIT = 65_535
 UB_BYTES = 196_608
 UB_ALIGN = 32
@@ -299,11 +301,12 @@ def check_args(step: Launch, args: Sequence[Any]) -> None:
 
 
 def launch(step: Launch, *args: Any) -> None:
-    """``step.fn[step.grid](*args, **step.constexprs, **options)``."""
+    """``step.fn[step.grid](*args, **step.constexprs, **options)``, through the short CUDA launch path
+    of :mod:`kernels.fastlaunch` where it applies."""
     if _recorder is not None:
         check_args(step, args)
         _recorder.steps.append(step)
-    step.fn[step.grid](*args, **step._kwargs)
+    fast_launcher(step.fn)(step.grid, args, step._kwargs)
 
 
 def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **constexprs: Any) -> None:

@@ -140,11 +140,13 @@ def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
     assert [_config(s) for s in MSE.plan_backward(5000, "sum", True, False, "fp16", h200)] == [
         ("_mse_backward_kernel", (5,), {"G_SCALAR": True, "WRITE_GX": True, "WRITE_GY": False, "BLOCK": 1024},
          None, None)]
-    n_rows = 32 * 16 * 2048
+    n_rows = 32 * 16 * 2048  # masked rows up to 2048: every head of a (batch, query row block) in one program
     assert [_config(s) for s in SMX.plan_forward(n_rows, 2048, 16, 2048, "fp16", "u8", False, h200)] == [
-        ("_softmax_fwd_kernel", (n_rows,), {"ROWS": 1, "BLOCK_N": 2048, "HAS_MASK": True, "CAUSAL": False}, 8, None)]
+        ("_softmax_fwd_heads_kernel", (32 * 2048,), {"ROWS": 1, "BLOCK_N": 2048}, 4, None)]
     assert [_config(s) for s in SMX.plan_forward(32 * 16 * 512, 512, 16, 512, "fp16", "u8", False, h200)] == [
-        ("_softmax_fwd_kernel", (32 * 16 * 256,), {"ROWS": 2, "BLOCK_N": 512, "HAS_MASK": True, "CAUSAL": False},
+        ("_softmax_fwd_heads_kernel", (32 * 128,), {"ROWS": 4, "BLOCK_N": 512}, 4, None)]
+    assert [_config(s) for s in SMX.plan_forward(8 * 16 * 4096, 4096, 16, 4096, "fp16", "u8", False, h200)] == [
+        ("_softmax_fwd_kernel", (8 * 16 * 4096,), {"ROWS": 1, "BLOCK_N": 4096, "HAS_MASK": True, "CAUSAL": False},
          4, None)]
     assert [_config(s) for s in SMX.plan_backward(2, 33000, "fp32", h200)] == [
         ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096}, 4, None)]
