@@ -732,14 +732,17 @@ def study_percall2() -> None:
     for n in (4096, 1 << 20):
         x = torch.randn(n, device="cuda")
         y = torch.randn(n, device="cuda")
-        grid, block, warps = km._persistent_plan(x.device, n)
+        from kernels.device import describe
+
+        step = km._forward_plan(n, "mean", "persistent", "fp32", describe(x.device))[0]
+        grid, block, warps = step.grid[0], step.constexprs["BLOCK"], step.num_warps
         candidates = {
             "F.mse_loss": lambda: torch.nn.functional.mse_loss(x, y),
             "kernels.mse_loss": lambda: km.mse_loss(x, y),
             "mse_loss_forward": lambda: km.mse_loss_forward(x, y, "mean", "persistent"),
             "torch.empty(())": lambda: torch.empty((), device="cuda"),
             "noop triton launch (1 arg)": lambda: _noop_kernel[(1,)](x),
-            "plan lookup": lambda: km._persistent_plan(x.device, n),
+            "plan lookup": lambda: km._forward_plan(n, "mean", "persistent", "fp32", describe(x.device)),
             "x.is_contiguous()+view": lambda: x.view(-1) if x.is_contiguous() else None,
         }
         if grid == 1:

@@ -43,6 +43,8 @@ def softmax(backend: Backend, peak: float) -> None:
             smx.TILE_ELEMENTS["nvidia"] = tile
             smx._warps = lambda t, w=warps: w  # noqa: B023
             smx._plan.cache_clear()
+            smx._forward_plan.cache_clear()
+            smx._backward_plan.cache_clear()
             tf = med(backend, lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
             tb = med(backend, lambda: smx.softmax_backward(y, dy, 0.125))
             rows.append((tile, warps, tf, fwd_bytes / tf / 1e6 / peak * 100, tb, bwd_bytes / tb / 1e6 / peak * 100))
@@ -72,7 +74,7 @@ def rmsnorm(backend: Backend, peak_tflops: float) -> None:
             "eager": lambda: frm.eager_rmsnorm_linear(x, w, g, None, 1e-6),
         }.items():
             res[name] = med(backend, fn)
-        best = frm._fused_autotuned.cache
+        best = frm.autotuned_kernel().cache
         cfgs = {str(key[:3]): str(cfg) for key, cfg in best.items()}
         print(f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: " + ", ".join(
             f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +75,25 @@ def software_versions() -> dict[str, str | None]:
     return versions
 
 
-def _cann_version() -> str | None:
-    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
-    for name in ("version.cfg", "compiler/version.info", "runtime/version.info"):
-        path = Path(home) / name
-        if path.exists():
-            for line in path.read_text(errors="replace").splitlines():
-                if "version" in line.lower() and "=" in line:
-                    return line.split("=", 1)[1].strip().strip('"[]')
+def cann_version(env: Mapping[str, str]) -> str | None:
+    """The toolkit's version from its version files (``ASCEND_TOOLKIT_HOME`` or ``ASCEND_HOME_PATH``)."""
+    for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
+        home = env.get(var)
+        if not home:
+            continue
+        for name in ("version.cfg", "compiler/version.info", "runtime/version.info", "version.info"):
+            path = Path(home) / name
+            if path.is_file():
+                for line in path.read_text(errors="replace").splitlines():
+                    if "version" in line.lower() and "=" in line:
+                        return line.split("=", 1)[1].strip().strip('"[]')
     return None
+
+
+def _cann_version() -> str | None:
+    env = dict(os.environ)
+    env.setdefault("ASCEND_TOOLKIT_HOME", "/usr/local/Ascend/ascend-toolkit/latest")
+    return cann_version(env)
 
 
 def _nvidia_driver() -> str | None:
@@ -115,25 +126,29 @@ def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
     """The hardware block of a run artifact for device ``index`` (peaks come from the backend's measurement)."""
     import torch
 
+    from kernels.device import describe
+
     if device_type == "cuda":
         props = torch.cuda.get_device_properties(index)
         bw, tf = DATASHEET.get(props.name, (None, None))
         return {"vendor": "nvidia", "device_name": props.name, "device_count": torch.cuda.device_count(),
-                "compute_units": props.multi_processor_count, "memory_bytes": props.total_memory,
+                "compute_units": describe(torch.device("cuda", index)).compute_units,
+                "memory_bytes": props.total_memory,
                 "driver": _nvidia_driver(), "toolkit": f"CUDA {torch.version.cuda}",
                 "peak_gbps_datasheet": bw, "peak_tflops_datasheet": tf}
     if device_type == "npu":
         import torch_npu  # noqa: F401
 
         props = torch.npu.get_device_properties(index)
-        vector = getattr(props, "vector_core_num", None)
-        cube = getattr(props, "cube_core_num", None)
         cann = _cann_version()
+        # vector cores, as the grids use them (kernels.device.describe), not vector + cube cores
         return {"vendor": "ascend", "device_name": torch.npu.get_device_name(index),
                 "device_count": torch.npu.device_count(),
-                "compute_units": (vector or 0) + (cube or 0) or None, "memory_bytes": props.total_memory,
+                "compute_units": describe(torch.device("npu", index)).compute_units,
+                "memory_bytes": props.total_memory,
                 "driver": None, "toolkit": f"CANN {cann}" if cann else None,
                 "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}
-    return {"vendor": "cpu", "device_name": _cpu_name(), "device_count": 1, "compute_units": os.cpu_count(),
+    return {"vendor": "cpu", "device_name": _cpu_name(), "device_count": 1,
+            "compute_units": describe(torch.device("cpu")).compute_units,
             "memory_bytes": _memory_bytes(), "driver": None, "toolkit": "triton-interpreter",
             "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}

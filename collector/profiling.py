@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +28,41 @@ from collector.profile_target import NVTX_RANGE, runner
 
 NCU_TIMEOUT_S = 240
 
-# ncu metric -> (short name, unit, ideal for memory-bound, ideal for compute-bound)
-NCU_METRICS: dict[str, tuple[str, str, str | None, str | None]] = {
-    "gpu__time_duration.sum": ("duration_ns", "ns", None, None),
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput_pct", "%", ">80", None),
-    "dram__bytes_read.sum": ("dram_bytes_read", "byte", None, None),
-    "dram__bytes_write.sum": ("dram_bytes_write", "byte", None, None),
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("sm_throughput_pct", "%", None, ">80"),
-    "lts__t_sector_hit_rate.pct": ("l2_hit_rate_pct", "%", None, None),
-    "lts__t_sector_op_write_hit_rate.pct": ("l2_write_hit_rate_pct", "%", None, None),
+# ncu metric -> (short name, unit)
+NCU_METRICS: dict[str, tuple[str, str]] = {
+    "gpu__time_duration.sum": ("duration_ns", "ns"),
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput_pct", "%"),
+    "dram__bytes_read.sum": ("dram_bytes_read", "byte"),
+    "dram__bytes_write.sum": ("dram_bytes_write", "byte"),
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("sm_throughput_pct", "%"),
+    "lts__t_sector_hit_rate.pct": ("l2_hit_rate_pct", "%"),
+    "lts__t_sector_op_write_hit_rate.pct": ("l2_write_hit_rate_pct", "%"),
 }
 
-# Ascend metric columns (ratios in [0, 1]) -> (ideal from the design documents)
-ASCEND_RATIOS: dict[str, str | None] = {
-    "aiv_vec_ratio": "<0.3",
-    "aiv_mte2_ratio": ">0.8",
-    "aiv_mte3_ratio": "<0.01",
-    "aiv_scalar_ratio": None,
-    "aiv_vec_wait_ratio": "<0.4",
+# Ascend pipe-utilization columns (ratios in [0, 1]): vector cores (aiv_) and cube cores (aic_).
+ASCEND_VECTOR = ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio", "aiv_scalar_ratio", "aiv_vec_wait_ratio")
+ASCEND_CUBE = ("aic_cube_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio", "aic_scalar_ratio")
+ASCEND_ALIASES = {"aic_mac_ratio": "aic_cube_ratio"}  # the cube ratio's name in older CANN
+ASCEND_RATIOS = (*ASCEND_VECTOR, *ASCEND_CUBE)
+
+# Ideals by what bounds a kernel (KernelSpec.bound); a spec's ``profiler_ideals`` overrides single metrics.
+# memory: the MSELoss design document's Ascend ideals (MTE2 > 80%, MTE3 < 1% for a reduction, vector < 30%,
+# vector wait < 40%) and DRAM busy on CUDA. compute: the matrix units busy, cube ratio on Ascend, SM
+# throughput on CUDA; what the vector side or DRAM does then has no documented ideal.
+IDEALS: dict[str, dict[str, str | None]] = {
+    "memory": {"dram_throughput_pct": ">80", "aiv_mte2_ratio": ">0.8", "aiv_mte3_ratio": "<0.01",
+               "aiv_vec_ratio": "<0.3", "aiv_vec_wait_ratio": "<0.4"},
+    "compute": {"sm_throughput_pct": ">80", "aic_cube_ratio": ">0.8"},
 }
+
+
+def ideals_for(bound: str, overrides: Mapping[str, str | None] | None = None) -> dict[str, str | None]:
+    """Metric short name -> ideal (``">0.8"``, ``"<0.01"``) for a kernel bounded by ``bound``."""
+    if bound not in IDEALS:
+        raise ValueError(f"unknown bound {bound!r}: use {', '.join(IDEALS)}")
+    return {**IDEALS[bound], **dict(overrides or {})}
+
+
 ASCEND_PASSES = ("PipeUtilization", "ResourceConflictRatio", "L2Cache")
 
 
@@ -79,7 +96,8 @@ def metric(source: str, name: str, value: float | None, unit: str | None, ideal:
 # ---------------------------------------------------------------------------------------------
 # Nsight Compute
 # ---------------------------------------------------------------------------------------------
-def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory") -> list[dict[str, Any]]:
+def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
+                  overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
     """Metric rows of the first profiled kernel in ``ncu --csv`` output.
 
     Tolerates the ``==PROF==``/``==WARNING==`` preamble, thousands separators, ``n/a`` and extra
@@ -97,20 +115,19 @@ def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory") 
     rows = [r for r in reader if r.get("Metric Name")]
     if not rows:
         raise ProfileError(f"{source}: ncu CSV has a header but no metric rows (did the kernel name match?)")
+    ideals = ideals_for(bound, overrides)
     first = rows[0]["ID"]
     found: dict[str, dict[str, Any]] = {}
     for r in rows:
         if r["ID"] != first or r["Metric Name"] not in NCU_METRICS:
             continue
-        short, unit, mem_ideal, cmp_ideal = NCU_METRICS[r["Metric Name"]]
-        ideal = mem_ideal if bound == "memory" else cmp_ideal
+        short, unit = NCU_METRICS[r["Metric Name"]]
         value = _number(r["Metric Value"])
-        found[short] = metric("ncu", short, value, r["Metric Unit"] or unit, ideal,
+        found[short] = metric("ncu", short, value, r["Metric Unit"] or unit, ideals.get(short),
                               None if value is not None else f"ncu reported {r['Metric Value']!r}")
-    for name, (short, unit, mem_ideal, cmp_ideal) in NCU_METRICS.items():
+    for name, (short, unit) in NCU_METRICS.items():
         if short not in found:
-            found[short] = metric("ncu", short, None, unit, mem_ideal if bound == "memory" else cmp_ideal,
-                                  f"{name} absent from the ncu output")
+            found[short] = metric("ncu", short, None, unit, ideals.get(short), f"{name} absent from the ncu output")
     return [found[NCU_METRICS[n][0]] for n in NCU_METRICS]
 
 
@@ -121,7 +138,7 @@ def ncu_command(ncu: str, kernel_regex: str, target: list[str]) -> list[str]:
 
 
 def profile_cuda(kernel: str, case_key: str, device: str, extra_modules: tuple[str, ...], kernel_regex: str,
-                 bound: str) -> list[dict[str, Any]]:
+                 bound: str, overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
     ncu = shutil.which("ncu")
     if ncu is None:
         return [metric("ncu", "ncu", None, None, error="ncu is not on the PATH: no counters recorded")]
@@ -136,7 +153,7 @@ def profile_cuda(kernel: str, case_key: str, device: str, extra_modules: tuple[s
     if "ERR_NVGPUCTRPERM" in text or "permission" in text.lower() and "counter" in text.lower():
         return [metric("ncu", "ncu", None, None, error="no permission to read GPU performance counters")]
     try:
-        return parse_ncu_csv(out.stdout, f"ncu for {case_key}", bound)
+        return parse_ncu_csv(out.stdout, f"ncu for {case_key}", bound, overrides)
     except ProfileError as exc:
         tail = " | ".join(line for line in text.splitlines()[-3:] if line.strip())[:300]
         return [metric("ncu", "ncu", None, None, error=f"{exc} (exit {out.returncode}: {tail})")]
@@ -174,12 +191,14 @@ def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details
     rows = [r for r in reader if any(pattern.search(r.get(c) or "") for c in name_columns)]
     if not rows:
         raise ProfileError(f"{source}: no row for a kernel matching {kernel_regex!r}")
-    wanted = [*ASCEND_RATIOS, "aiv_write_cache_hit", "aiv_write_cache_miss_allocate"]
+    wanted = [*ASCEND_RATIOS, *ASCEND_ALIASES, "aiv_write_cache_hit", "aiv_write_cache_miss_allocate"]
     out: dict[str, float | None] = {}
     for column in wanted:
         values = [_number(r[column]) for r in rows if column in r]
         values = [v for v in values if v is not None]
-        out[column] = sum(values) / len(values) if values else None
+        name = ASCEND_ALIASES.get(column, column)
+        if values or name not in out:
+            out[name] = sum(values) / len(values) if values else None
     durations = [_number(_pick(r, DURATION_COLUMNS) or "") for r in rows]
     durations = [d for d in durations if d is not None]
     out["duration_us"] = sum(durations) / len(durations) if durations else None
@@ -188,11 +207,19 @@ def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details
     return out
 
 
-def ascend_metrics(parsed: dict[str, float | None]) -> list[dict[str, Any]]:
+def ascend_metrics(parsed: dict[str, float | None], bound: str = "memory",
+                   overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """Metric rows with the ideals of ``bound``: the vector columns of a memory-bound kernel and the cube
+    columns of a compute-bound one are always reported (missing ones as missing); the other core type's
+    columns only when the profiler wrote them (a mixed cube+vector kernel has both)."""
+    ideals = ideals_for(bound, overrides)
+    expected = ASCEND_VECTOR if bound == "memory" else ASCEND_CUBE
     rows = []
-    for name, ideal in ASCEND_RATIOS.items():
+    for name in ASCEND_RATIOS:
         value = parsed.get(name)
-        rows.append(metric("torch_npu", name, value, "ratio", ideal,
+        if name not in expected and value is None:
+            continue
+        rows.append(metric("torch_npu", name, value, "ratio", ideals.get(name),
                            None if value is not None else f"{name} absent from the profiler output"))
     hit, miss = parsed.get("aiv_write_cache_hit"), parsed.get("aiv_write_cache_miss_allocate")
     rate = hit / (hit + miss) if hit is not None and miss is not None and hit + miss > 0 else None
@@ -203,7 +230,8 @@ def ascend_metrics(parsed: dict[str, float | None]) -> list[dict[str, Any]]:
     return rows
 
 
-def profile_npu(run_once, kernel_regex: str) -> list[dict[str, Any]]:  # noqa: ANN001
+def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN001
+                overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
     """Three profiler passes over ``run_once`` (never run on an NPU in this project's own CI)."""
     try:
         import torch_npu
@@ -229,14 +257,15 @@ def profile_npu(run_once, kernel_regex: str) -> list[dict[str, Any]]:  # noqa: A
             return [metric("torch_npu", "torch_npu", None, None, error=f"{group} pass: {exc}")]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    return ascend_metrics(merged)
+    return ascend_metrics(merged, bound, overrides)
 
 
 def profile_case(spec, case, backend, extra_modules: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN001
     """Counters for one perf case's kernel on the worker's device; [] on the CPU."""
     regex = spec.profile_kernel(case)
     if backend.kind == "cuda":
-        return profile_cuda(spec.name, case.key, str(backend.device), extra_modules, regex, spec.bound)
+        return profile_cuda(spec.name, case.key, str(backend.device), extra_modules, regex, spec.bound,
+                            spec.profiler_ideals)
     if backend.kind == "npu":
-        return profile_npu(runner(spec, case, backend.device), regex)
+        return profile_npu(runner(spec, case, backend.device), regex, spec.bound, spec.profiler_ideals)
     return []

@@ -14,38 +14,73 @@ applied in the epilogue, and the normalised x never exists in memory. gamma is e
 the weight once per weight version (``fold_gamma``: W' = W diag(gamma), cached, recomputed when
 weight or gamma change, in place too) or multiplied into each A tile in the prologue
 (``prologue_gamma``). Sum of squares and accumulation in fp32. Backward is unfused (PyTorch).
+
+Launches come from :func:`plan_forward`: autotuned tiles on NVIDIA (one program per output tile); on
+Ascend one program per AI core looping over the output tiles, with a tile whose unified-buffer
+estimate fits (cube and vector work mix here, so tail axes are aligned to 512 B).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.device import vendor
+from kernels.device import describe
+from kernels.plan import (
+    Autotuned,
+    DeviceInfo,
+    Footprint,
+    Launch,
+    Step,
+    int_type,
+    launch,
+    launch_autotuned,
+    load,
+    pointer,
+    work,
+)
 from kernels.poison import new_output
-from kernels.spec import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Target, Tolerance, element_size
+from kernels.spec import (
+    COMPILE_IMPL,
+    DTYPE_NAMES,
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    Case,
+    KernelSpec,
+    Target,
+    Tolerance,
+    element_size,
+)
 
 VARIANTS = ("fold_gamma", "prologue_gamma", "rstd_prepass")
+FLAGS = ("HAS_BIAS", "PROLOGUE_GAMMA", "RSTD_GIVEN", "IEEE", "UPCAST")  # the constexprs the autotuner does not pick
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # ---------------------------------------------------------------------------------------------
 # Tile configurations, per vendor
 # ---------------------------------------------------------------------------------------------
-CUDA_CONFIGS = [
-    triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
-    for bm, bn, bk, s, w in (
-        (128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 256, 64, 4, 8),
-        (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 128, 4, 4),
-        (16, 64, 256, 4, 4), (16, 32, 256, 5, 4), (32, 64, 128, 5, 4), (16, 128, 128, 4, 4),
-        (16, 32, 512, 4, 4), (16, 32, 256, 7, 4), (32, 32, 256, 5, 4),
-    )
-]
-# Ascend (triton-ascend): cube tiles; never run on an NPU here (see README).
-ASCEND_CONFIG = {"BM": 128, "BN": 256, "BK": 64, "GROUP_M": 8}
+# NVIDIA: the autotuner's candidates (BM, BN, BK, num_stages, num_warps), GROUP_M 8; kernels/NOTES.md.
+CUDA_TILES = (
+    (128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 256, 64, 4, 8),
+    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 128, 4, 4),
+    (16, 64, 256, 4, 4), (16, 32, 256, 5, 4), (32, 64, 128, 5, 4), (16, 128, 128, 4, 4),
+    (16, 32, 512, 4, 4), (16, 32, 256, 7, 4), (32, 32, 256, 5, 4),
+)
+CUDA_GROUP_M = 8
+AUTOTUNE_KEY = ("M", "N", "K", "HAS_BIAS", "PROLOGUE_GAMMA", "RSTD_GIVEN")
+# Ascend (triton-ascend): cube tiles (BM, BN, BK) in order of preference; the first whose unified-buffer
+# estimate fits is used, BM capped by the rows there are. A kernel that mixes cube and vector work aligns
+# every tail axis to 512 B (kernels/plan.py), so BN = 128 (fp32 accumulator rows of 512 B) and BK = 128
+# waste nothing, and a (BM, 1) row statistic costs BM x 512 B: the 128x256x64 tile this project started
+# with needs 256 KB by this estimate, 128-row tiles sit at the 192 KB limit; 64 rows leave half of it free.
+ASCEND_TILES = ((64, 128, 128), (32, 128, 128), (16, 128, 128))
+ASCEND_GROUP_M = 8
 INTERPRETER_CONFIG = {"BM": 16, "BN": 32, "BK": 32, "GROUP_M": 4}
 # Problems smaller than this (M*N*K) skip autotuning: one fixed tile is fine and tuning every small
 # accuracy shape cost minutes on the H200 (kernels/NOTES.md).
@@ -54,16 +89,27 @@ SMALL_CUDA_CONFIG = {"BM": 64, "BN": 64, "BK": 64, "GROUP_M": 8, "num_warps": 4,
 RSTD_TILE = {"nvidia": (4, 1024), "ascend": (4, 1024), "cpu": (4, 128)}  # (rows, BLOCK_K) of the prepass
 
 
+def _bm_cap(m: int) -> int:
+    """Tiles much taller than M (decode shapes) are not worth trying."""
+    return max(16, triton.next_power_of_2(m))
+
+
+def cuda_candidates(m: int) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The CUDA tiles the autotuner tries for M rows: those no taller than ``_bm_cap(M)``, else the last four."""
+    kept = tuple(t for t in CUDA_TILES if t[0] <= _bm_cap(m))
+    return kept or CUDA_TILES[-4:]
+
+
 def _prune(configs, named_args, **kwargs):  # noqa: ANN001, ANN003
-    """Drop tiles much taller than M (decode shapes) so autotuning stays short."""
-    m = named_args["M"]
-    cap = max(16, triton.next_power_of_2(m))
-    kept = [c for c in configs if c.kwargs["BM"] <= cap]
-    return kept or configs[-4:]
+    """The autotuner's early prune: exactly the candidates of :func:`cuda_candidates`."""
+    wanted = cuda_candidates(named_args["M"])
+    return [c for c in configs if (c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_stages, c.num_warps)
+            in wanted]
 
 
 # ---------------------------------------------------------------------------------------------
-# Triton kernel
+# Triton kernels. _matmul_tile is one output tile; the plain kernel does one tile per program (NVIDIA,
+# interpreter), the persistent kernel loops tiles over one program per AI core (Ascend).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _round_to_bf16(v):
@@ -83,20 +129,19 @@ def _round_to_bf16(v):
 
 
 @triton.jit
-def _fused_rmsnorm_matmul_kernel(
-    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
+def _matmul_tile(
+    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps, tile,
     HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
+    first_m = (tile // group) * GROUP_M
     size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
+    pid_m = first_m + (tile % group) % size_m
+    pid_n = (tile % group) // size_m
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
@@ -144,9 +189,33 @@ def _fused_rmsnorm_matmul_kernel(
 
 
 @triton.jit
-def _rstd_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1/sqrt(mean(x^2) + eps) per row: the only thing the prepass variant writes (4 bytes a row)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+def _fused_rmsnorm_matmul_kernel(
+    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
+    HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    _matmul_tile(x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                 stride_ym, eps, tl.program_id(0), HAS_BIAS, PROLOGUE_GAMMA, RSTD_GIVEN, IEEE, UPCAST, BM, BN, BK,
+                 GROUP_M)
+
+
+@triton.jit
+def _fused_rmsnorm_matmul_persistent_kernel(
+    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
+    HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        _matmul_tile(x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                     stride_ym, eps, tile, HAS_BIAS, PROLOGUE_GAMMA, RSTD_GIVEN, IEEE, UPCAST, BM, BN, BK, GROUP_M)
+
+
+@triton.jit
+def _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tile * ROWS + tl.arange(0, ROWS)
     acc = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
@@ -157,10 +226,125 @@ def _rstd_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constex
     tl.store(r_ptr + rows, 1.0 / tl.sqrt(tl.sum(acc, axis=1) / K + eps), mask=rows < M)
 
 
-_fused_autotuned = triton.autotune(
-    configs=CUDA_CONFIGS, key=["M", "N", "K", "HAS_BIAS", "PROLOGUE_GAMMA", "RSTD_GIVEN"],
-    prune_configs_by={"early_config_prune": _prune},
-)(_fused_rmsnorm_matmul_kernel)
+@triton.jit
+def _rstd_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1/sqrt(mean(x^2) + eps) per row: the only thing the prepass variant writes (4 bytes a row)."""
+    _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tl.program_id(0), ROWS, BLOCK_K)
+
+
+@triton.jit
+def _rstd_persistent_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr,
+                            BLOCK_K: tl.constexpr):
+    for tile in range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0)):
+        _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS, BLOCK_K)
+
+
+_AUTOTUNED: list[Any] = []
+
+
+def autotuned_kernel() -> Any:
+    """The CUDA autotuner over CUDA_TILES, built on first use: ``triton.autotune`` needs an active driver,
+    and importing this module must not (the Ascend compile check imports it on a machine without one)."""
+    if not _AUTOTUNED:
+        configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": CUDA_GROUP_M}, num_stages=s, num_warps=w)
+                   for bm, bn, bk, s, w in CUDA_TILES]
+        _AUTOTUNED.append(triton.autotune(configs=configs, key=list(AUTOTUNE_KEY),
+                                          prune_configs_by={"early_config_prune": _prune})(
+            _fused_rmsnorm_matmul_kernel))
+    return _AUTOTUNED[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch plans: pure functions of (M, N, K, dtype, variant, device description)
+# ---------------------------------------------------------------------------------------------
+def _matmul_footprint(bm: int, bn: int, bk: int, dtype: str, prologue: bool, rstd_given: bool,
+                      has_bias: bool) -> Footprint:
+    """Unified-buffer tiles of one program (cube operands live in L1/L0 and are not counted; the vector side
+    needs every tail axis aligned to 512 B). K loop: the A tile (multi-buffered) with its fp32 copy for
+    sum(x^2) and the row sums; with the gamma prologue also gamma (multi-buffered), A*gamma in fp32 and cast
+    back. Epilogue: the fp32 accumulator, 1/rms as a (BM, 1) tile, the bias, the cast output."""
+    loop = [load("a", (bm, bk), dtype)]
+    if not rstd_given:
+        loop += [work("a_f32", (bm, bk)), work("sumsq", (bm,))]
+    if prologue:
+        loop += [load("gamma", (bk,), dtype), work("a_gamma", (bm, bk)), work("a_gamma_cast", (bm, bk), dtype)]
+    epilogue = [work("acc", (bm, bn)), work("rstd", (bm, 1))]
+    if not rstd_given:
+        epilogue.append(work("sumsq", (bm,)))
+    if has_bias:
+        epilogue.append(load("bias", (bn,), dtype))
+    if dtype != "fp32":
+        epilogue.append(work("y_out", (bm, bn), dtype))
+    return Footprint((tuple(loop), tuple(epilogue)), cube_vector=True)
+
+
+def _ascend_matmul_tile(m: int, dtype: str, prologue: bool, rstd_given: bool, has_bias: bool) -> tuple[int, ...]:
+    for bm, bn, bk in ASCEND_TILES:
+        bm = min(bm, _bm_cap(m))
+        if _matmul_footprint(bm, bn, bk, dtype, prologue, rstd_given, has_bias).fits():
+            return bm, bn, bk
+    raise ValueError(f"fused_rmsnorm_matmul: no Ascend tile fits the unified buffer for {dtype}")
+
+
+def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
+                 device: DeviceInfo) -> tuple[Step, ...]:
+    """The launches of ``fused_rmsnorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when
+    m or n is 0): the rstd prepass for that variant, then the GEMM (autotuned on NVIDIA for large problems)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"fused_rmsnorm_matmul: variant must be one of {VARIANTS}, got {variant!r}")
+    if m == 0 or n == 0:
+        return ()
+    kind = device.vendor
+    prologue, rstd_given = variant == "prologue_gamma", variant == "rstd_prepass"
+    ints = int_type(max(m * k, n * k, m * n))
+    steps: list[Step] = []
+    if rstd_given:
+        rows, block_k = RSTD_TILE[kind]
+        tiles = triton.cdiv(m, rows)
+        fn, grid = (_rstd_persistent_kernel, (min(tiles, device.compute_units),)) if kind == "ascend" else \
+            (_rstd_kernel, (tiles,))
+        footprint = Footprint(((load("x", (rows, block_k), dtype), work("x_f32", (rows, block_k)),
+                                work("acc", (rows, block_k)), work("r", (rows, 1))),))
+        sig = {"x_ptr": pointer(dtype), "r_ptr": "*fp32", "M": ints, "K": ints, "stride_xm": ints, "stride_xk": ints,
+               "eps": "fp32"}
+        steps.append(Launch(fn, grid, {"ROWS": rows, "BLOCK_K": block_k}, sig, footprint=footprint))
+    sig = {"x_ptr": pointer(dtype), "w_ptr": pointer(dtype), "g_ptr": pointer(dtype), "b_ptr": pointer(dtype),
+           "r_ptr": "*fp32" if rstd_given else pointer(dtype), "y_ptr": pointer(dtype), "M": ints, "N": ints, "K": ints,
+           "stride_xm": ints, "stride_xk": ints, "stride_wn": ints, "stride_wk": ints, "stride_ym": ints,
+           "eps": "fp32"}
+    flags = {"HAS_BIAS": has_bias, "PROLOGUE_GAMMA": prologue, "RSTD_GIVEN": rstd_given, "IEEE": dtype == "fp32",
+             "UPCAST": device.interpreter and dtype == "bf16"}
+
+    def gemm(fn: Any, bm: int, bn: int, bk: int, group_m: int, warps: int | None = None, stages: int | None = None,
+             programs: int | None = None) -> Launch:
+        tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+        grid = (min(tiles, programs),) if programs else (tiles,)
+        footprint = _matmul_footprint(bm, bn, bk, dtype, prologue, rstd_given, has_bias)
+        return Launch(fn, grid, {**flags, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m}, sig, warps, stages,
+                      footprint)
+
+    if kind == "nvidia" and m * n * k >= AUTOTUNE_MIN_WORK:
+        candidates = tuple(gemm(_fused_rmsnorm_matmul_kernel, bm, bn, bk, CUDA_GROUP_M, w, s)
+                           for bm, bn, bk, s, w in cuda_candidates(m))
+        steps.append(Autotuned(candidates, AUTOTUNE_KEY))
+    elif kind == "nvidia":
+        c = SMALL_CUDA_CONFIG
+        steps.append(gemm(_fused_rmsnorm_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"], c["num_warps"],
+                          c["num_stages"]))
+    elif kind == "ascend":
+        bm, bn, bk = _ascend_matmul_tile(m, dtype, prologue, rstd_given, has_bias)
+        steps.append(gemm(_fused_rmsnorm_matmul_persistent_kernel, bm, bn, bk, ASCEND_GROUP_M,
+                          programs=device.cube_units))
+    else:
+        c = INTERPRETER_CONFIG
+        steps.append(gemm(_fused_rmsnorm_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"]))
+    return tuple(steps)
+
+
+@functools.lru_cache(maxsize=512)
+def _forward_plan(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
+                  device: DeviceInfo) -> tuple[Step, ...]:
+    return plan_forward(m, n, k, dtype, variant, has_bias, device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,28 +418,20 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
         return y.reshape(*x.shape[:-1], n)
     prologue = variant == "prologue_gamma"
     w = weight if prologue else FOLDED.get(weight, gamma)
-    kind = vendor(x.device)
+    steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device))
     rstd = y
     if variant == "rstd_prepass":
         rstd = new_output((m,), torch.float32, x.device)
-        rows, block_k = RSTD_TILE[kind]
-        _rstd_kernel[(triton.cdiv(m, rows),)](x2, rstd, m, k, x2.stride(0), x2.stride(1), float(eps), ROWS=rows,
-                                              BLOCK_K=block_k)
+        launch(steps[0], x2, rstd, m, k, x2.stride(0), x2.stride(1), float(eps))
     args = (x2, w, gamma, bias if bias is not None else y, rstd, y, m, n, k, x2.stride(0), x2.stride(1),
             w.stride(0), w.stride(1), y.stride(0), float(eps))
-    flags = {"HAS_BIAS": bias is not None, "PROLOGUE_GAMMA": prologue, "RSTD_GIVEN": variant == "rstd_prepass",
-             "IEEE": x.dtype == torch.float32, "UPCAST": kind == "cpu" and x.dtype == torch.bfloat16}
-    if kind == "nvidia" and m * n * k >= AUTOTUNE_MIN_WORK:
+    gemm = steps[-1]
+    if isinstance(gemm, Autotuned):
+        flags = {name: gemm.candidates[0].constexprs[name] for name in FLAGS}
         grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
-        _fused_autotuned[grid](*args, **flags)
-    elif kind == "nvidia":
-        cfg = SMALL_CUDA_CONFIG
-        grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"]),)
-        _fused_rmsnorm_matmul_kernel[grid](*args, **flags, **cfg)
+        launch_autotuned(gemm, autotuned_kernel(), grid, *args, **flags)
     else:
-        cfg = ASCEND_CONFIG if kind == "ascend" else INTERPRETER_CONFIG
-        grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"]),)
-        _fused_rmsnorm_matmul_kernel[grid](*args, **flags, **cfg)
+        launch(gemm, *args)
     return y.reshape(*x.shape[:-1], n)
 
 
@@ -478,6 +654,12 @@ def _flops(case: Case) -> int:
     return 2 * m * n * k + 3 * m * k
 
 
+def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Step, ...]:
+    """Every launch that running ``case`` makes on ``device`` (the backward is PyTorch's)."""
+    m, n, k = _mnk(case)
+    return plan_forward(m, n, k, case.dtype, case.variant, bool(case.p["bias"]), device)
+
+
 SPEC = KernelSpec(
     name=NAME,
     variants=VARIANTS,
@@ -489,7 +671,8 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
-    profile_kernel=lambda case: "_fused_rmsnorm_matmul_kernel",
+    profile_kernel=lambda case: "_fused_rmsnorm_matmul",
+    launch_plans=_launch_plans,
     bound="compute",
     doc=__doc__ or "",
 )

@@ -16,17 +16,23 @@ Two reduction variants, both kept so the dashboard shows what the optimisation b
   programs (one per vector core on Ascend, SMs x waves on CUDA) that stride over the tensor,
   accumulate in registers and write one partial each; a second one-program stage adds the
   partials in a fixed order, so the result has the same bits on every run.
+
+On Ascend a launch has at most 65,535 programs, so every launch there is a grid of one program per
+vector core looping over the blocks (``*_persistent_kernel``); the atomic variant keeps one
+``atomic_add`` per BLOCK. Launches come from :func:`plan_forward` / :func:`plan_backward`.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.device import compute_units, vendor
+from kernels.device import INTERPRETER_PROGRAMS, describe
+from kernels.plan import DeviceInfo, Footprint, Launch, Tile, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
     COMPILE_IMPL,
@@ -70,11 +76,13 @@ def _pick(table: tuple[tuple[int | None, int], ...], n: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Triton kernels
+# Triton kernels. The *_tile helpers are one block's work; the plain kernels run one block per program
+# (NVIDIA, interpreter), the *_persistent kernels loop blocks over a grid of one program per vector
+# core (Ascend: a launch has at most 65,535 programs, see kernels/plan.py).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _mse_none_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _mse_none_tile(x_ptr, y_ptr, out_ptr, n, tile, BLOCK: tl.constexpr):
+    offs = tl.cast(tile, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -83,13 +91,36 @@ def _mse_none_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mse_atomic_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _mse_none_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    _mse_none_tile(x_ptr, y_ptr, out_ptr, n, tl.program_id(0), BLOCK)
+
+
+@triton.jit
+def _mse_none_persistent_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    for tile in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        _mse_none_tile(x_ptr, y_ptr, out_ptr, n, tile, BLOCK)
+
+
+@triton.jit
+def _mse_atomic_tile(x_ptr, y_ptr, acc_ptr, n, tile, BLOCK: tl.constexpr):
+    offs = tl.cast(tile, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     d = x - y
     tl.atomic_add(acc_ptr, tl.sum(d * d, axis=0))
+
+
+@triton.jit
+def _mse_atomic_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    _mse_atomic_tile(x_ptr, y_ptr, acc_ptr, n, tl.program_id(0), BLOCK)
+
+
+@triton.jit
+def _mse_atomic_persistent_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    """One atomic_add per BLOCK as in the design document, the blocks looped over the vector cores."""
+    for tile in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        _mse_atomic_tile(x_ptr, y_ptr, acc_ptr, n, tile, BLOCK)
 
 
 @triton.jit
@@ -135,9 +166,9 @@ def _mse_finish_kernel(partial_ptr, out_ptr, num_partials, scale, BLOCK: tl.cons
 
 
 @triton.jit
-def _mse_backward_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
-                         WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SCALAR: tl.constexpr,
+                       WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.cast(tile, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -152,18 +183,135 @@ def _mse_backward_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR
         tl.store(gy_ptr + offs, (-gx).to(gy_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _mse_backward_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
+                         WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+    _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tl.program_id(0), G_SCALAR, WRITE_GX,
+                       WRITE_GY, BLOCK)
+
+
+@triton.jit
+def _mse_backward_persistent_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
+                                    WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+    for tile in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SCALAR, WRITE_GX, WRITE_GY,
+                           BLOCK)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch plans: pure functions of (n, dtype, device description); the launchers below start exactly these
+# ---------------------------------------------------------------------------------------------
+def _upcast(name: str, shape: tuple[int, ...], dtype: str) -> list[Tile]:
+    return [] if dtype == "fp32" else [work(name, shape)]
+
+
+def _cast(name: str, shape: tuple[int, ...], dtype: str) -> list[Tile]:
+    return [] if dtype == "fp32" else [work(name, shape, dtype)]
+
+
+def _stream_tiles(block: int, dtype: str, loads: tuple[str, ...] = ("x", "y")) -> list[Tile]:
+    """Loaded inputs (multi-buffered), their fp32 copies and one fp32 working tile."""
+    tiles = [load(name, (block,), dtype) for name in loads]
+    for name in loads:
+        tiles += _upcast(name + "_f32", (block,), dtype)
+    return [*tiles, work("d", (block,))]
+
+
+def _elementwise(fn_plain: Any, fn_persistent: Any, n: int, block: int, device: DeviceInfo) -> tuple[Any, tuple]:
+    """One program per block, or (Ascend) blocks looped over one program per vector core."""
+    tiles = triton.cdiv(n, block)
+    if device.vendor == "ascend":
+        return fn_persistent, (min(tiles, device.compute_units),)
+    return fn_plain, (tiles,)
+
+
+def _persistent_launch(n: int, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
+    kind = device.vendor
+    if kind == "ascend":
+        block, warps, programs = _pick(ASCEND_PERSISTENT_BLOCKS, n), 4, device.compute_units
+    elif kind == "nvidia":
+        block, warps = CUDA_PERSISTENT["BLOCK"], CUDA_PERSISTENT["num_warps"]
+        programs = device.compute_units * CUDA_PERSISTENT["waves"]
+        if n <= CUDA_SMALL_N:
+            block = max(256, min(block, triton.next_power_of_2(max(n, 1))))
+            programs = 1
+    else:
+        block, warps, programs = INTERPRETER_PERSISTENT_BLOCK, 4, INTERPRETER_PROGRAMS
+    grid = max(1, min(programs, triton.cdiv(n, block)))
+    footprint = Footprint(((*_stream_tiles(block, dtype), work("acc", (block,))),))
+    sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "partial_ptr": pointer(dtype), "out_ptr": pointer(dtype),
+           "count_ptr": pointer(dtype), "n": int_type(n), "scale": "fp32"}
+    if grid == 1:
+        return (Launch(_mse_persistent_kernel, (1,), {"BLOCK": block, "SINGLE": True, "FUSED_FINISH": False,
+                                                      "FINISH_BLOCK": 1}, sig, warps, footprint=footprint),)
+    fused = FUSED_FINISH[kind]
+    finish_block = triton.next_power_of_2(grid)
+    sig = {**sig, "partial_ptr": "*fp32", "count_ptr": "*i32" if fused else pointer(dtype)}
+    main = Launch(_mse_persistent_kernel, (grid,), {"BLOCK": block, "SINGLE": False, "FUSED_FINISH": fused,
+                                                    "FINISH_BLOCK": finish_block}, sig, warps, footprint=footprint)
+    if fused:
+        return (main,)
+    return (main, _finish_launch(grid, finish_block, dtype))
+
+
+def _finish_launch(partials: int, block: int, dtype: str) -> Launch:
+    sig = {"partial_ptr": "*fp32", "out_ptr": pointer(dtype), "num_partials": "i32", "scale": "fp32"}
+    return Launch(_mse_finish_kernel, (1,), {"BLOCK": block}, sig, footprint=Footprint(((work("p", (block,)),),)))
+
+
+def plan_forward(n: int, reduction: str, variant: str, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
+    """The launches of ``mse_loss_forward`` for n elements of ``dtype`` on ``device`` (none for n = 0)."""
+    if n == 0:
+        return ()
+    sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "out_ptr": pointer(dtype), "n": int_type(n)}
+    if reduction == "none":
+        block = ELEMENTWISE_BLOCK[device.vendor]
+        fn, grid = _elementwise(_mse_none_kernel, _mse_none_persistent_kernel, n, block, device)
+        tiles = (*_stream_tiles(block, dtype), *_cast("out", (block,), dtype))
+        return (Launch(fn, grid, {"BLOCK": block}, sig, footprint=Footprint((tiles,))),)
+    if variant == "atomic":
+        block = _pick(ATOMIC_BLOCKS, n)
+        fn, grid = _elementwise(_mse_atomic_kernel, _mse_atomic_persistent_kernel, n, block, device)
+        sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "acc_ptr": "*fp32", "n": int_type(n)}
+        atomic = Launch(fn, grid, {"BLOCK": block}, sig, footprint=Footprint((tuple(_stream_tiles(block, dtype)),)))
+        return (atomic, _finish_launch(1, 2, dtype))
+    return _persistent_launch(n, dtype, device)
+
+
+def plan_backward(n: int, reduction: str, need_input: bool, need_target: bool, dtype: str,
+                  device: DeviceInfo) -> tuple[Launch, ...]:
+    """The launch of ``mse_loss_backward`` (none when nothing is needed or n = 0)."""
+    if n == 0 or not (need_input or need_target):
+        return ()
+    block = ELEMENTWISE_BLOCK[device.vendor]
+    fn, grid = _elementwise(_mse_backward_kernel, _mse_backward_persistent_kernel, n, block, device)
+    scalar = reduction != "none"
+    loads = ("x", "y") if scalar else ("x", "y", "g")
+    tiles = (*_stream_tiles(block, dtype, loads), *_cast("gx", (block,), dtype), *_cast("gy", (block,), dtype))
+    sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "g_ptr": pointer(dtype), "gx_ptr": pointer(dtype),
+           "gy_ptr": pointer(dtype), "n": int_type(n), "scale": "fp32"}
+    constexprs = {"G_SCALAR": scalar, "WRITE_GX": need_input, "WRITE_GY": need_target, "BLOCK": block}
+    return (Launch(fn, grid, constexprs, sig, footprint=Footprint((tiles,))),)
+
+
 # ---------------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------------
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: str) -> None:
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("mse_loss: input and target must be tensors")
+    if (input.dtype is target.dtype and input.dtype in _FLOATS and reduction in REDUCTIONS and variant in VARIANTS
+            and input.shape == target.shape and input.get_device() == target.get_device()):
+        return  # every call pays for this line only (each check below costs about a microsecond)
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {tuple(input.shape)} != target shape {tuple(target.shape)} "
                          "(no broadcasting)")
     if input.dtype != target.dtype:
         raise TypeError(f"mse_loss: input dtype {input.dtype} != target dtype {target.dtype}")
-    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if input.dtype not in _FLOATS:
         raise TypeError(f"mse_loss: dtype {input.dtype} is not supported (fp32, fp16, bf16)")
     if input.device != target.device:
         raise ValueError(f"mse_loss: input on {input.device}, target on {target.device}")
@@ -174,42 +322,37 @@ def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: s
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+    """The elements in memory order. A contiguous tensor already is that (no view: the kernels index a
+    flat pointer, and a view costs a microsecond on every call)."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
-@functools.lru_cache(maxsize=256)
-def _persistent_plan(device: torch.device, n: int) -> tuple[int, int, int]:
-    """(grid, BLOCK, num_warps) for the persistent reduction of n elements on ``device``."""
-    kind = vendor(device)
-    if kind == "ascend":
-        block, warps = _pick(ASCEND_PERSISTENT_BLOCKS, n), 4
-        programs = compute_units(device)
-    elif kind == "nvidia":
-        block, warps = CUDA_PERSISTENT["BLOCK"], CUDA_PERSISTENT["num_warps"]
-        programs = compute_units(device) * CUDA_PERSISTENT["waves"]
-        if n <= CUDA_SMALL_N:
-            block = max(256, min(block, triton.next_power_of_2(max(n, 1))))
-            programs = 1
-    else:
-        block, warps = INTERPRETER_PERSISTENT_BLOCK, 4
-        programs = compute_units(device)
-    grid = max(1, min(programs, triton.cdiv(n, block)))
-    return grid, block, warps
+@functools.lru_cache(maxsize=512)
+def _forward_plan(n: int, reduction: str, variant: str, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
+    return plan_forward(n, reduction, variant, dtype, device)
 
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+@functools.lru_cache(maxsize=512)
+def _backward_plan(n: int, reduction: str, need_input: bool, need_target: bool, dtype: str,
+                   device: DeviceInfo) -> tuple[Launch, ...]:
+    return plan_backward(n, reduction, need_input, need_target, dtype, device)
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    """A zeroed int32 per device that the fused finish counts programs with (and resets to 0).
+_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _scratch(device: torch.device, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partial sums, a zeroed int32 the fused finish counts programs with and resets to 0), kept per
+    device so that a call allocates nothing but its output (an allocation costs ~3 us a call).
 
     One per device: two persistent reductions running at once on different streams of one device
-    would share it, which this kernel does not support.
+    would share them, which this kernel does not support.
     """
-    counter = _COUNTERS.get(device)
-    if counter is None:
-        counter = _COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return counter
+    held = _SCRATCH.get(device)
+    if held is None or held[0].numel() < partials:
+        held = _SCRATCH[device] = (torch.empty(max(partials, 1024), dtype=torch.float32, device=device),
+                                   torch.zeros(1, dtype=torch.int32, device=device))
+    return held
 
 
 def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> torch.Tensor:
@@ -219,25 +362,22 @@ def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> t
     if n == 0:
         return out.fill_(scale * 0.0)
     xf, yf = _flat(x), _flat(y)
+    steps = _forward_plan(n, reduction, variant, DTYPE_NAMES[x.dtype], describe(x.device))
     if variant == "atomic":
-        block = _pick(ATOMIC_BLOCKS, n)
+        atomic, finish = steps
         acc = torch.zeros(1, dtype=torch.float32, device=x.device)
-        _mse_atomic_kernel[(triton.cdiv(n, block),)](xf, yf, acc, n, BLOCK=block)
-        _mse_finish_kernel[(1,)](acc, out, 1, scale, BLOCK=2)
+        launch(atomic, xf, yf, acc, n)
+        launch(finish, acc, out, 1, scale)
         return out
-    grid, block, warps = _persistent_plan(x.device, n)
-    if grid == 1:
-        _mse_persistent_kernel[(1,)](xf, yf, out, out, out, n, scale, BLOCK=block, SINGLE=True, FUSED_FINISH=False,
-                                     FINISH_BLOCK=1, num_warps=warps)
+    main = steps[0]
+    if main.constexprs["SINGLE"]:
+        launch(main, xf, yf, out, out, out, n, scale)
         return out
-    fused = FUSED_FINISH[vendor(x.device)]
-    partials = new_output((grid,), torch.float32, x.device)
-    finish_block = triton.next_power_of_2(grid)
-    _mse_persistent_kernel[(grid,)](xf, yf, partials, out, _counter(x.device) if fused else out, n, scale,
-                                    BLOCK=block, SINGLE=False, FUSED_FINISH=fused, FINISH_BLOCK=finish_block,
-                                    num_warps=warps)
+    fused = main.constexprs["FUSED_FINISH"]
+    partials, counter = _scratch(x.device, main.grid[0])
+    launch(main, xf, yf, partials, out, counter if fused else out, n, scale)
     if not fused:
-        _mse_finish_kernel[(1,)](partials, out, grid, scale, BLOCK=finish_block)
+        launch(steps[1], partials, out, main.grid[0], scale)
     return out
 
 
@@ -249,8 +389,8 @@ def mse_loss_forward(input: torch.Tensor, target: torch.Tensor, reduction: str =
     out = new_output(input.shape, input.dtype, input.device)
     n = input.numel()
     if n:
-        block = ELEMENTWISE_BLOCK[vendor(input.device)]
-        _mse_none_kernel[(triton.cdiv(n, block),)](_flat(input), _flat(target), out, n, BLOCK=block)
+        (step,) = _forward_plan(n, reduction, variant, DTYPE_NAMES[input.dtype], describe(input.device))
+        launch(step, _flat(input), _flat(target), out, n)
     return out
 
 
@@ -265,12 +405,10 @@ def mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
         return gx, gy
     scale = 1.0 / n if reduction == "mean" else 1.0
     g = grad_output.reshape(()) if reduction != "none" else _flat(grad_output.expand(input.shape))
-    block = ELEMENTWISE_BLOCK[vendor(input.device)]
+    (step,) = _backward_plan(n, reduction, need_input, need_target, DTYPE_NAMES[input.dtype], describe(input.device))
     dummy = gx if gx is not None else gy
-    _mse_backward_kernel[(triton.cdiv(n, block),)](
-        _flat(input), _flat(target), g, gx if gx is not None else dummy, gy if gy is not None else dummy, n, scale,
-        G_SCALAR=reduction != "none", WRITE_GX=need_input, WRITE_GY=need_target, BLOCK=block,
-    )
+    launch(step, _flat(input), _flat(target), g, gx if gx is not None else dummy, gy if gy is not None else dummy, n,
+           scale)
     return gx, gy
 
 
@@ -442,6 +580,16 @@ def _flops(case: Case) -> int:
     return 3 * numel(case.p["shape"])  # subtract, multiply, add
 
 
+def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Launch, ...]:
+    """Every launch that running ``case`` makes on ``device`` (the forward, then the backward)."""
+    p = case.p
+    n = numel(p["shape"])
+    steps = plan_forward(n, p["reduction"], case.variant, case.dtype, device)
+    if p["direction"] == "bwd":
+        steps += plan_backward(n, p["reduction"], True, True, case.dtype, device)
+    return steps
+
+
 SPEC = KernelSpec(
     name="mse_loss",
     variants=VARIANTS,
@@ -453,7 +601,8 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
-    profile_kernel=lambda case: "_mse_atomic_kernel" if case.variant == "atomic" else "_mse_persistent_kernel",
+    profile_kernel=lambda case: "_mse_atomic" if case.variant == "atomic" else "_mse_persistent_kernel",
+    launch_plans=_launch_plans,
     doc=__doc__ or "",
 )
 

@@ -13,22 +13,28 @@ Backward, from the saved output only:  dx = s * y * (dy - \sum_j dy_j y_j).
 
 Computed in fp32 for fp16, bf16 and fp32 inputs. Rows that fit one block are done in one pass
 (several rows per program when rows are short); longer rows use an online-softmax pass for
-(max, sum) and a second pass that writes, so any ``sk`` works.
+(max, sum) and a second pass that writes, so any ``sk`` works. Launches come from
+:func:`plan_forward` / :func:`plan_backward`: one program per row tile on NVIDIA, one program per
+vector core looping over the row tiles on Ascend (at most 65,535 programs a launch there), with
+tiles sized to the 192 KB unified buffer.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.device import vendor
+from kernels.device import describe
+from kernels.plan import ITEMSIZE, DeviceInfo, Footprint, Launch, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
     COMPILE_IMPL,
+    DTYPE_NAMES,
     EAGER_IMPL,
     KERNEL_IMPL,
     Case,
@@ -49,6 +55,16 @@ LOG2E = 1.4426950408889634
 SINGLE_PASS_MAX = {"nvidia": 16384, "ascend": 8192, "cpu": 64}
 TILE_ELEMENTS = {"nvidia": 1024, "ascend": 4096, "cpu": 2048}  # nvidia: H200 sweep, kernels/NOTES.md
 LOOP_BLOCK = {"nvidia": 4096, "ascend": 4096, "cpu": 2048}
+# NVIDIA, masked rows up to this long: one program per (batch, query-row block) walks every head so the
+# mask is read once (H200 sweep, kernels/NOTES.md: ROWS x BLOCK_N = 2048 elements, 4 warps; at sk = 4096
+# the per-row-tile kernel stays ahead, 88% against 82%). The interpreter takes it for rows up to 64 so
+# the CPU tests run it.
+HEADS_LOOP_MAX_SK = {"nvidia": 2048, "cpu": 64}
+HEADS_LOOP_TILE = 2048
+HEADS_LOOP_WARPS = 4
+# Ascend: a tile's last axis is padded to 32 B in the unified buffer, so a row narrower than that costs as
+# much as one of 32 B; BLOCK_N is at least that wide and ROWS shrinks until the tile plan fits (plan.py).
+UB_ROW_BYTES = 32
 
 
 def _warps(tile: int) -> int:
@@ -57,7 +73,7 @@ def _warps(tile: int) -> int:
 
 @functools.lru_cache(maxsize=512)
 def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
-    """(ROWS per program, BLOCK_N, num_warps, single pass?) for rows of sk elements."""
+    """(ROWS per program, BLOCK_N, num_warps, single pass?) for rows of sk elements (NVIDIA, interpreter)."""
     if sk <= SINGLE_PASS_MAX[kind]:
         block_n = triton.next_power_of_2(max(sk, 1))
         rows = max(1, TILE_ELEMENTS[kind] // block_n)
@@ -67,7 +83,9 @@ def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Triton kernels
+# Triton kernels. *_tile / *_row helpers are one unit of work; the plain kernels do one unit per program
+# (NVIDIA, interpreter), the *_persistent kernels loop units over one program per vector core (Ascend: a
+# launch has at most 65,535 programs, see kernels/plan.py).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
@@ -106,10 +124,10 @@ def _program_rows(pid, sq, H, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                        ACC: tl.constexpr):
-    row, row_mask = _program_rows(tl.program_id(0), sq, H, ROWS)
+def _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tile,
+                      ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                      ACC: tl.constexpr):
+    row, row_mask = _program_rows(tile, sq, H, ROWS)
     cols = tl.arange(0, BLOCK_N)
     z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                     HAS_MASK, CAUSAL, ACC)
@@ -124,10 +142,53 @@ def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq
 
 
 @triton.jit
-def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                               ACC: tl.constexpr):
-    row, row_mask = _program_rows(tl.program_id(0), sq, H, 1)
+def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                        ACC: tl.constexpr):
+    _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tl.program_id(0),
+                      ROWS, BLOCK_N, HAS_MASK, CAUSAL, ACC)
+
+
+@triton.jit
+def _softmax_fwd_persistent_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr,
+                                   CAUSAL: tl.constexpr, ACC: tl.constexpr):
+    num_tiles = n_rows // (sq * H) * H * tl.cdiv(sq, ROWS)
+    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tile,
+                          ROWS, BLOCK_N, HAS_MASK, CAUSAL, ACC)
+
+
+@triton.jit
+def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                              ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """One program per (batch, block of ROWS query rows) walks every head. The mask tile, shared by all
+    heads, is read once and kept in registers: per head only x is read and y written, so the traffic is
+    the floor's (kernels/NOTES.md: 68-73% -> 88-92% of the copy-bandwidth floor on an H200)."""
+    pid = tl.program_id(0)
+    q_blocks = tl.cdiv(sq, ROWS)
+    b = pid // q_blocks
+    q = (pid % q_blocks) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    inb = (q < sq)[:, None] & (cols < sk)[None, :]
+    m_offs = b.to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * mask_sq + cols[None, :]
+    keep = tl.load(m_ptr + m_offs, mask=inb, other=1) == 0
+    for h in range(H):
+        offs = ((b * H + h).to(tl.int64) * sq + q)[:, None] * sk + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first").to(ACC)
+        z = tl.where(keep, x * scale2, float("-inf"))
+        m = tl.max(z, axis=1)
+        m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
+        e = tl.exp2(z - m[:, None])
+        s = tl.sum(e, axis=1)
+        inv = tl.where(s > 0, 1.0 / s, 0.0)
+        tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
+
+
+@triton.jit
+def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, unit,
+                            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
+    row, row_mask = _program_rows(unit, sq, H, 1)
     m_run = tl.full([1], float("-inf"), ACC)
     s_run = tl.zeros([1], ACC)
     for start in range(0, sk, BLOCK_N):
@@ -150,9 +211,26 @@ def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, 
 
 
 @triton.jit
-def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        ACC: tl.constexpr):
-    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                               ACC: tl.constexpr):
+    _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tl.program_id(0),
+                            BLOCK_N, HAS_MASK, CAUSAL, ACC)
+
+
+@triton.jit
+def _softmax_fwd_looped_persistent_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
+                                          BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                                          ACC: tl.constexpr):
+    for unit in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, unit,
+                                BLOCK_N, HAS_MASK, CAUSAL, ACC)
+
+
+@triton.jit
+def _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                      ACC: tl.constexpr):
+    row = tile * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     ok = (row < n_rows)[:, None] & (cols[None, :] < sk)
     offs = row[:, None].to(tl.int64) * sk + cols[None, :]
@@ -164,8 +242,22 @@ def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.const
 
 
 @triton.jit
-def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                        ACC: tl.constexpr):
+    _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), ROWS, BLOCK_N, ACC)
+
+
+@triton.jit
+def _softmax_bwd_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr,
+                                   BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    for tile in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
+        _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS, BLOCK_N, ACC)
+
+
+@triton.jit
+def _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N: tl.constexpr,
+                            ACC: tl.constexpr):
+    row = tl.cast(unit, tl.int64)
     dot = tl.zeros([BLOCK_N], ACC)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -182,17 +274,158 @@ def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N
         tl.store(dx_ptr + row * sk + cols, (scale * y * (dy - total)).to(dx_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), BLOCK_N, ACC)
+
+
+@triton.jit
+def _softmax_bwd_looped_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr,
+                                          ACC: tl.constexpr):
+    for unit in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N, ACC)
+
+
 # ---------------------------------------------------------------------------------------------
-# Launchers
+# Launch plans: pure functions of (rows, sizes, dtype, device description); the launchers start exactly these
 # ---------------------------------------------------------------------------------------------
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # fp64: gradcheck
 
 
-def _acc(dtype: torch.dtype):  # noqa: ANN202
+def _acc(dtype: str):  # noqa: ANN202
     """fp32 arithmetic for every dtype but fp64 (which exists so gradcheck can be exact)."""
-    return tl.float64 if dtype == torch.float64 else tl.float32
+    return tl.float64 if dtype == "fp64" else tl.float32
 
 
+def _acc_name(dtype: str) -> str:
+    return "fp64" if dtype == "fp64" else "fp32"
+
+
+def _fwd_footprint(rows: int, block_n: int, dtype: str, has_mask: bool, looped: bool) -> Footprint:
+    """x and the mask loaded, x in fp32, the logits z, the exponentials e (y in place), the row statistics
+    m, s, 1/s as (rows, 1) tiles and the cast output. The looped path's two phases hold the same tiles."""
+    acc, shape = _acc_name(dtype), (rows, block_n)
+    tiles = [load("x", shape, dtype)]
+    if has_mask:
+        tiles.append(load("mask", shape, "u8"))
+    if dtype != acc:
+        tiles.append(work("x_acc", shape, acc))
+    tiles += [work("z", shape, acc), work("e", shape, acc)]
+    tiles += [work(s, (rows, 1), acc) for s in ("m", "s", "inv")]
+    if dtype != acc:
+        tiles.append(work("y_out", shape, dtype))
+    phase = tuple(tiles)
+    return Footprint((phase, phase) if looped else (phase,))
+
+
+def _bwd_footprint(rows: int, block_n: int, dtype: str, looped: bool) -> Footprint:
+    """y and dy loaded and in fp32, their product, dx, the row sum (a (rows, 1) tile, or the loop's fp32
+    partial-sum tile), the cast output."""
+    acc, shape = _acc_name(dtype), (rows, block_n)
+    tiles = [load("y", shape, dtype), load("dy", shape, dtype)]
+    if dtype != acc:
+        tiles += [work("y_acc", shape, acc), work("dy_acc", shape, acc)]
+    tiles += [work("prod", shape, acc), work("dx", shape, acc)]
+    tiles.append(work("dot", (block_n,), acc) if looped else work("dot", (rows, 1), acc))
+    if dtype != acc:
+        tiles.append(work("dx_out", shape, dtype))
+    return Footprint((tuple(tiles),))
+
+
+def _ascend_tile(sk: int, dtype: str, footprint: Any) -> tuple[int, int, bool]:
+    """(ROWS, BLOCK_N, single pass?) on Ascend: one pass when a whole row fits the unified buffer, rows
+    padded to at least 32 B, ROWS halved from TILE_ELEMENTS / BLOCK_N until the tile plan fits."""
+    min_cols = max(1, UB_ROW_BYTES // ITEMSIZE[dtype])
+    block_n = max(triton.next_power_of_2(max(sk, 1)), min_cols)
+    if sk <= SINGLE_PASS_MAX["ascend"] and footprint(1, block_n, False).fits():
+        rows = max(1, TILE_ELEMENTS["ascend"] // block_n)
+        while rows > 1 and not footprint(rows, block_n, False).fits():
+            rows //= 2
+        return rows, block_n, True
+    block_n = LOOP_BLOCK["ascend"]
+    while block_n > min_cols and not footprint(1, block_n, True).fits():
+        block_n //= 2
+    return 1, block_n, False
+
+
+def plan_forward(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool,
+                 device: DeviceInfo) -> tuple[Launch, ...]:
+    """The launch of the forward over ``n_rows`` rows of ``sk`` (``sq`` rows per head, ``heads`` heads);
+    ``mask_dtype`` is ``"u8"`` for a mask tensor, None without one (none when there are no rows)."""
+    if n_rows == 0:
+        return ()
+    has_mask = mask_dtype is not None
+    constexprs = {"HAS_MASK": has_mask, "CAUSAL": causal, "ACC": _acc(dtype)}
+    ints = int_type(max(n_rows, sk, sq * sk))
+    sig = {"x_ptr": pointer(dtype), "m_ptr": pointer(mask_dtype or dtype), "y_ptr": pointer(dtype), "n_rows": ints,
+           "sk": ints, "sq": ints, "H": ints, "mask_sb": ints, "mask_sq": ints, "scale2": "fp32"}
+    kind = device.vendor
+    if has_mask and not causal and sk <= HEADS_LOOP_MAX_SK.get(kind, 0):
+        block_n = triton.next_power_of_2(max(sk, 1))
+        rows = max(1, HEADS_LOOP_TILE // block_n)
+        grid = (n_rows // (sq * heads) * triton.cdiv(sq, rows),)
+        return (Launch(_softmax_fwd_heads_kernel, grid, {"ROWS": rows, "BLOCK_N": block_n, "ACC": constexprs["ACC"]},
+                       sig, HEADS_LOOP_WARPS, footprint=_fwd_footprint(rows, block_n, dtype, True, False)),)
+    if kind == "ascend":
+        rows, block_n, single = _ascend_tile(sk, dtype, lambda r, b, lp: _fwd_footprint(r, b, dtype, has_mask, lp))
+        warps = None
+    else:
+        rows, block_n, warps, single = _plan(kind, sk)
+    footprint = _fwd_footprint(rows, block_n, dtype, has_mask, not single)
+    if single:
+        units = n_rows // (sq * heads) * heads * triton.cdiv(sq, rows)
+        fn = _softmax_fwd_kernel
+        constexprs = {"ROWS": rows, "BLOCK_N": block_n, **constexprs}
+        if kind == "ascend":
+            fn = _softmax_fwd_persistent_kernel
+    else:
+        units = n_rows
+        fn = _softmax_fwd_looped_persistent_kernel if kind == "ascend" else _softmax_fwd_looped_kernel
+        constexprs = {"BLOCK_N": block_n, **constexprs}
+    grid = (min(units, device.compute_units),) if kind == "ascend" else (units,)
+    return (Launch(fn, grid, constexprs, sig, warps, footprint=footprint),)
+
+
+def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
+    """The launch of :func:`softmax_backward` over ``n_rows`` rows of ``sk`` (none when there are no rows)."""
+    if n_rows == 0:
+        return ()
+    ints = int_type(max(n_rows, sk, n_rows * sk))
+    sig = {"y_ptr": pointer(dtype), "dy_ptr": pointer(dtype), "dx_ptr": pointer(dtype), "n_rows": ints, "sk": ints,
+           "scale": "fp32"}
+    kind = device.vendor
+    if kind == "ascend":
+        rows, block_n, single = _ascend_tile(sk, dtype, lambda r, b, lp: _bwd_footprint(r, b, dtype, lp))
+        warps = None
+    else:
+        rows, block_n, warps, single = _plan(kind, sk)
+    footprint = _bwd_footprint(rows, block_n, dtype, not single)
+    if single:
+        units = triton.cdiv(n_rows, rows)
+        fn = _softmax_bwd_persistent_kernel if kind == "ascend" else _softmax_bwd_kernel
+        constexprs = {"ROWS": rows, "BLOCK_N": block_n, "ACC": _acc(dtype)}
+    else:
+        units = n_rows
+        fn = _softmax_bwd_looped_persistent_kernel if kind == "ascend" else _softmax_bwd_looped_kernel
+        constexprs = {"BLOCK_N": block_n, "ACC": _acc(dtype)}
+    grid = (min(units, device.compute_units),) if kind == "ascend" else (units,)
+    return (Launch(fn, grid, constexprs, sig, warps, footprint=footprint),)
+
+
+@functools.lru_cache(maxsize=512)
+def _forward_plan(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool,
+                  device: DeviceInfo) -> tuple[Launch, ...]:
+    return plan_forward(n_rows, sq, heads, sk, dtype, mask_dtype, causal, device)
+
+
+@functools.lru_cache(maxsize=512)
+def _backward_plan(n_rows: int, sk: int, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
+    return plan_backward(n_rows, sk, dtype, device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
 def _check_input(x: torch.Tensor, rank: int, name: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: input must be a tensor")
@@ -230,15 +463,9 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: b
     has_mask = mask is not None
     m = mask if has_mask else x
     mask_sb = (0 if mask.shape[0] == 1 else sq * sk) if has_mask else 0
-    rows, block_n, warps, single = _plan(vendor(x.device), sk)
-    args = (x, m, y, n_rows, sk, sq, heads, mask_sb, sk, float(scale) * LOG2E)
-    if single:
-        grid = (n_rows // (sq * heads) * heads * triton.cdiv(sq, rows),)
-        _softmax_fwd_kernel[grid](*args, ROWS=rows, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
-                                  ACC=_acc(x.dtype), num_warps=warps)
-    else:
-        _softmax_fwd_looped_kernel[(n_rows,)](*args, BLOCK_N=block_n, HAS_MASK=has_mask, CAUSAL=causal,
-                                              ACC=_acc(x.dtype), num_warps=warps)
+    (step,) = _forward_plan(n_rows, sq, heads, sk, DTYPE_NAMES[x.dtype], "u8" if has_mask else None, causal,
+                            describe(x.device))
+    launch(step, x, m, y, n_rows, sk, sq, heads, mask_sb, sk, float(scale) * LOG2E)
     return y
 
 
@@ -250,13 +477,8 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.T
     dx = new_output(y.shape, y.dtype, y.device)
     if n_rows == 0:
         return dx
-    rows, block_n, warps, single = _plan(vendor(y.device), sk)
-    if single:
-        _softmax_bwd_kernel[(triton.cdiv(n_rows, rows),)](y, dy, dx, n_rows, sk, float(scale), ROWS=rows,
-                                                           BLOCK_N=block_n, ACC=_acc(y.dtype), num_warps=warps)
-    else:
-        _softmax_bwd_looped_kernel[(n_rows,)](y, dy, dx, n_rows, sk, float(scale), BLOCK_N=block_n,
-                                              ACC=_acc(y.dtype), num_warps=warps)
+    (step,) = _backward_plan(n_rows, sk, DTYPE_NAMES[y.dtype], describe(y.device))
+    launch(step, y, dy, dx, n_rows, sk, float(scale))
     return dx
 
 
@@ -511,6 +733,20 @@ def _flops(case: Case) -> int:
     return 5 * numel(case.p["shape"])  # scale, max, exp, sum, divide
 
 
+def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Launch, ...]:
+    """Every launch that running ``case`` makes on ``device`` (the forward, then the backward)."""
+    p = case.p
+    shape = p["shape"]
+    sk, sq = shape[-1], shape[-2]
+    heads = shape[1] if len(shape) == 4 else 1
+    n_rows = numel(shape) // sk if sk else 0
+    mask_dtype = "u8" if case.variant == "masked" and p.get("mask", "none") != "none" else None
+    steps = plan_forward(n_rows, sq, heads, sk, case.dtype, mask_dtype, case.variant == "causal", device)
+    if p["direction"] == "bwd":
+        steps += plan_backward(n_rows, sk, case.dtype, device)
+    return steps
+
+
 SPEC = KernelSpec(
     name=NAME,
     variants=("masked", "causal"),
@@ -523,5 +759,9 @@ SPEC = KernelSpec(
     bytes_moved=_bytes,
     flops=_flops,
     profile_kernel=lambda case: "_softmax_bwd" if case.p["direction"] == "bwd" else "_softmax_fwd",
+    launch_plans=_launch_plans,
+    # Softmax writes as many bytes as it reads (MTE3 carries about half the traffic, not < 1% as in a
+    # reduction) and takes an exponential per element: the MSELoss document's mte3 and vec ideals do not apply.
+    profiler_ideals={"aiv_mte3_ratio": None, "aiv_vec_ratio": None},
     doc=__doc__ or "",
 )

@@ -16,6 +16,7 @@ import torch
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                                   "fp64": torch.float64}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+BOUNDS = ("memory", "compute")
 KERNEL_IMPL = "triton"
 EAGER_IMPL = "torch_eager"
 COMPILE_IMPL = "torch_compile"
@@ -131,6 +132,10 @@ class KernelSpec:
       must include ``"triton"`` and ``"torch_eager"``.
     * ``bytes_moved`` / ``flops``: the minimum traffic and arithmetic of a case (roofline).
     * ``profile_kernel``: a regex of the Triton kernel name(s) a profiler should look at.
+    * ``launch_plans(case, device)``: every kernel launch (``kernels.plan.Launch``) running the case makes
+      on a device description, from the same plan functions the launchers use.
+    * ``bound``: ``"memory"`` (vector / bandwidth-bound) or ``"compute"`` (cube / matrix-bound), which
+      selects the profiler ideals; ``profiler_ideals`` overrides single metrics' ideals.
     """
 
     name: str
@@ -144,8 +149,14 @@ class KernelSpec:
     bytes_moved: Callable[[Case], int]
     flops: Callable[[Case], int] = field(default=lambda case: 0)
     profile_kernel: Callable[[Case], str] = field(default=lambda case: ".")
-    bound: str = "memory"  # or "compute": which profiler ideals apply
+    launch_plans: Callable[[Case, Any], tuple[Any, ...]] = field(default=lambda case, device: ())
+    bound: str = "memory"
+    profiler_ideals: Mapping[str, str | None] = field(default_factory=dict)
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.bound not in BOUNDS:
+            raise ValueError(f"KernelSpec {self.name!r}: bound must be one of {BOUNDS}, got {self.bound!r}")
 
     def baseline_key(self, case: Case) -> str:
         """Cases that differ only in variant share their PyTorch baselines."""

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("kernelwatch.commands.dashboard", "Serve the dashboard on loopback."),
     "schema": ("kernelwatch.commands.schema", "Print the JSON Schema of kernelwatch.run/1."),
     "db": ("kernelwatch.commands.db", "Manage the results database schema."),
+    "doctor": ("kernelwatch.commands.doctor", "Check what a run on this host needs; one line per missing piece."),
 }
 
 

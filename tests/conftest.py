@@ -14,6 +14,10 @@ from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# Kernels run on the CPU through Triton's interpreter in every test. Triton fixes the mode when a kernel
+# module is first imported, and test_collector.py (collected first) imports kernels through the collector,
+# so it is set here, before any test module; tests that compile for real drop it in a subprocess.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.pgserver import admin_url  # noqa: E402
 

@@ -45,4 +45,15 @@ def test_versions_and_cpu_fingerprint() -> None:
     hw = hardware_info("cpu")
     assert hw["vendor"] == "cpu" and hw["toolkit"] == "triton-interpreter" and hw["compute_units"] >= 1
     assert hardware_fingerprint(hw) == hardware_fingerprint(dict(hw, peak_gbps=123.0))  # identity only
-    assert hardware_fingerprint(hw) != hardware_fingerprint(dict(hw, device_count=2))
+    # identity is vendor, device, compute units, memory: the device count is context of the run
+    assert hardware_fingerprint(hw) == hardware_fingerprint(dict(hw, device_count=2))
+    assert hardware_fingerprint(hw) != hardware_fingerprint(dict(hw, compute_units=hw["compute_units"] + 1))
+
+
+def test_compute_units_are_the_ones_the_grids_size_from() -> None:
+    """One definition: what run metadata records is what kernels.device.describe gives the plans."""
+    import torch
+
+    from kernels.device import describe
+
+    assert hardware_info("cpu")["compute_units"] == describe(torch.device("cpu")).compute_units

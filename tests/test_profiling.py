@@ -93,3 +93,37 @@ def test_collect_profile_on_a_machine_without_a_profiler_records_why(tmp_path, m
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
     (row,) = profile_cuda("mse_loss", "k", "cuda:0", (), ".", "memory")
     assert row["value"] is None and "ncu is not on the PATH" in row["error"]
+
+
+def test_cube_bound_kernels_are_judged_by_the_cube_ratio_not_by_the_mseloss_ideals() -> None:
+    """A matmul's MTE2 share has no 80% ideal; its cube ratio (aic_, or aic_mac_ in older CANN) has."""
+    text = ("Name,Duration(us),Block Dim,aic_mac_ratio,aic_mte2_ratio,aiv_vec_ratio,aiv_mte2_ratio\n"
+            "_fused_rmsnorm_matmul_persistent_kernel,120,24,0.85,0.4,0.2,0.3\n")
+    parsed = parse_ascend_csv(text, "_fused_rmsnorm_matmul")
+    assert parsed["aic_cube_ratio"] == 0.85
+    compute = {r["name"]: r for r in ascend_metrics(parsed, "compute")}
+    assert compute["aic_cube_ratio"]["ideal"] == ">0.8" and compute["aic_cube_ratio"]["meets_ideal"] is True
+    assert compute["aiv_mte2_ratio"]["ideal"] is None and compute["aiv_mte2_ratio"]["meets_ideal"] is None
+    assert compute["aic_fixpipe_ratio"]["value"] is None and "absent" in compute["aic_fixpipe_ratio"]["error"]
+    memory = {r["name"]: r for r in ascend_metrics(parsed, "memory")}
+    assert memory["aiv_mte2_ratio"]["meets_ideal"] is False  # what the old, bound-blind ideals said
+    assert "aic_fixpipe_ratio" not in memory  # a memory-bound kernel does not report missing cube columns
+
+
+def test_ideals_follow_the_spec_bound_and_its_overrides() -> None:
+    import importlib
+
+    from collector.profiling import ideals_for
+
+    softmax = importlib.import_module("kernels.scaled_masked_softmax").SPEC
+    matmul = importlib.import_module("kernels.fused_rmsnorm_matmul").SPEC
+    mse = importlib.import_module("kernels.mse_loss").SPEC
+    assert ideals_for(mse.bound, mse.profiler_ideals)["aiv_mte3_ratio"] == "<0.01"
+    assert ideals_for(softmax.bound, softmax.profiler_ideals)["aiv_mte3_ratio"] is None  # writes what it reads
+    assert ideals_for(softmax.bound, softmax.profiler_ideals)["aiv_mte2_ratio"] == ">0.8"
+    matmul_ideals = ideals_for(matmul.bound, matmul.profiler_ideals)
+    assert matmul_ideals.get("aiv_mte2_ratio") is None and matmul_ideals["sm_throughput_pct"] == ">80"
+    ncu = {r["name"]: r for r in parse_ncu_csv(_reference("ncu_metrics_h200.csv"), bound="compute")}
+    assert ncu["dram_throughput_pct"]["ideal"] is None
+    with pytest.raises(ValueError, match="unknown bound"):
+        ideals_for("latency")

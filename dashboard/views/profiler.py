@@ -18,8 +18,10 @@ def metric_rank(name: str, unit: str | None, has_ideal: bool) -> tuple:
 
 
 eng, params = common.start("Profiler counters across commits")
-st.caption("Ascend ideals (design documents): mte2 > 80%, mte3 < 1%, vec < 30%, vec_wait < 40%. "
-           "CUDA: DRAM throughput > 80% for memory-bound kernels, SM throughput > 80% for matmuls.")
+st.caption("Ideals follow what bounds the kernel. Memory-bound (vector) kernels: Ascend mte2 > 80%, mte3 < 1% "
+           "(reductions), vec < 30%, vec_wait < 40% (MSELoss design document); CUDA DRAM throughput > 80%. "
+           "Compute-bound (cube) kernels: Ascend aic_cube_ratio > 80%, CUDA SM throughput > 80%. "
+           "Each stored counter carries the ideal it was judged by.")
 options = data.hardware_options(eng)
 with_counters = {fp: label for fp, label in options.items() if queries.profiler_kernels(eng, fp)}
 c1, c2, c3 = st.columns(3)

@@ -1,0 +1,106 @@
+"""A shorter launch path for small, hot kernels on CUDA.
+
+Triton's ``kernel[grid](...)`` re-derives every argument's specialization (dtype, 16-byte alignment
+of pointers, integers equal to 1 or divisible by 16, 32- or 64-bit integers), builds a cache key and
+looks the compiled kernel up on every call: on an H200 host that is 10-12 us for a one-argument
+kernel and 17.5 us for the ten-argument MSELoss reduction, against 21.8 us for the whole eager
+``F.mse_loss`` (benchmarks/results/2026-11-30-h200-dev3.log). :class:`FastLauncher` keys its own
+cache on exactly those properties, takes the compiled kernel from Triton's normal path the first time
+a key is seen, and afterwards calls the compiled launcher directly.
+
+The key over-approximates Triton's specialization (any difference in what Triton specializes on is
+a different key here), so a cached kernel is only reused where Triton itself would reuse it. It is
+used only where it was verified (CUDA, the Triton versions in :data:`VERIFIED`), never under the
+interpreter or with launch hooks installed (profilers), and ``KERNELWATCH_FAST_LAUNCH=0`` turns it
+off; anything unexpected falls back to the normal path for good.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import triton
+
+VERIFIED = ("3.6", "3.9")
+
+
+def _enabled() -> bool:
+    """Checked once per kernel, when its launcher is made."""
+    if os.environ.get("KERNELWATCH_FAST_LAUNCH", "1") in ("0", "false", "no"):
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return False
+    return triton.__version__.rsplit(".", 1)[0] in VERIFIED
+
+
+def _int_key(value: int) -> tuple[bool, bool, bool, bool]:
+    return value == 1, value % 16 == 0, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63
+
+
+def _arg_key(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, bool):
+        return bool, value
+    if isinstance(value, int):
+        return _int_key(value)
+    if isinstance(value, float):
+        return float
+    return type(value), value
+
+
+def _hooks_installed() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    runtime = getattr(knobs, "runtime", None)
+    return runtime is None or runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+
+
+class FastLauncher:
+    """``FastLauncher(jit_fn)(grid, args, kwargs)`` does what ``jit_fn[grid](*args, **kwargs)`` does.
+
+    ``kwargs`` holds every constexpr by name, and ``num_warps`` / ``num_stages``.
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.names = list(fn.arg_names)
+        self._cache: dict[Any, Any] = {}
+        self._broken = not _enabled()
+
+    def __call__(self, grid: tuple[int, ...], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        first = args[0]
+        if self._broken or not isinstance(first, torch.Tensor) or not first.is_cuda:
+            self.fn[grid](*args, **kwargs)
+            return
+        index = first.get_device()
+        key = (index, tuple(_arg_key(a) for a in args), tuple(kwargs.items()))
+        compiled = self._cache.get(key)
+        if compiled is None or _hooks_installed():
+            compiled = self.fn[grid](*args, **kwargs)
+            if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
+                self._broken = True  # a Triton without the launcher this relies on: the normal path for good
+            else:
+                self._cache[key] = compiled
+            return
+        try:
+            values = [*args, *(kwargs[name] for name in self.names[len(args):])]
+        except KeyError:  # a constexpr left to its default: only Triton's own path knows it
+            self._broken = True
+            self.fn[grid](*args, **kwargs)
+            return
+        g = (*grid, 1, 1)
+        compiled.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(index), compiled.function,
+                     compiled.packed_metadata, None, None, None, *values)
+
+
+_LAUNCHERS: dict[Any, FastLauncher] = {}
+
+
+def fast_launcher(fn: Any) -> FastLauncher:
+    launcher = _LAUNCHERS.get(fn)
+    if launcher is None:
+        launcher = _LAUNCHERS[fn] = FastLauncher(fn)
+    return launcher
