@@ -199,7 +199,7 @@ def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_nam
         with simulated(info) if info is not None else contextlib.nullcontext():
             device = describe(CPU)
             with recording() as rec:
-                result = check_case(spec, case, CPU, run_seed=1)
+                result = check_case(spec, case, CPU, seed=1)
         assert result["error"] is None and result["passed"], (case.key, result)
         planned = list(spec.launch_plans(case, device))
         trials = case.trials
