@@ -190,6 +190,9 @@ class WorkerHandle:
         self.process = None
 
     def death_message(self) -> str:
+        if self.process is not None:
+            # The pipe closes a moment before the process is reaped: wait for its exit status.
+            self.process.join(timeout=10)
         code = self.process.exitcode if self.process else None
         if code is not None and code < 0:
             try:

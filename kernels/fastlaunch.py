@@ -40,6 +40,10 @@ def _int_key(value: int) -> tuple[bool, bool, bool, bool]:
     return value == 1, value % 16 == 0, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63
 
 
+class _NotKeyed(Exception):
+    """An argument (a TMA descriptor, say) whose specialization this launcher does not model."""
+
+
 def _arg_key(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.dtype, value.data_ptr() % 16 == 0
@@ -49,7 +53,9 @@ def _arg_key(value: Any) -> Any:
         return _int_key(value)
     if isinstance(value, float):
         return float
-    return type(value), value
+    if value is None:
+        return None
+    raise _NotKeyed
 
 
 def _hooks_installed() -> bool:
@@ -76,7 +82,11 @@ class FastLauncher:
             self.fn[grid](*args, **kwargs)
             return
         index = first.get_device()
-        key = (index, tuple(_arg_key(a) for a in args), tuple(kwargs.items()))
+        try:
+            key = (index, tuple(_arg_key(a) for a in args), tuple(kwargs.items()))
+        except _NotKeyed:
+            self.fn[grid](*args, **kwargs)
+            return
         compiled = self._cache.get(key)
         if compiled is None or _hooks_installed():
             compiled = self.fn[grid](*args, **kwargs)

@@ -38,6 +38,7 @@ from kernels.plan import (
     Footprint,
     Launch,
     Step,
+    descriptor,
     int_type,
     launch,
     launch_autotuned,
@@ -87,6 +88,21 @@ INTERPRETER_CONFIG = {"BM": 16, "BN": 32, "BK": 32, "GROUP_M": 4}
 AUTOTUNE_MIN_WORK = 1 << 28
 SMALL_CUDA_CONFIG = {"BM": 64, "BN": 64, "BK": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
 RSTD_TILE = {"nvidia": (4, 1024), "ascend": (4, 1024), "cpu": (4, 128)}  # (rows, BLOCK_K) of the prepass
+# Hopper (sm_90), fold_gamma, fp16/bf16, M*N*K >= AUTOTUNE_MIN_WORK: a persistent GEMM that moves its tiles with
+# the tensor memory accelerator (TMA) and scales by 1/rms in the epilogue, after a prepass that writes 1/rms
+# (4 bytes a row). H200, kernels/NOTES.md: the GEMM alone equals cuBLAS (91.3 vs 91.6 us at [1024,8192]x4096);
+# summing x^2 from the shared-memory A tiles inside it cost 45% (and was wrong at BN=256 on Triton 3.6), so
+# the sum moves to the prepass: one row per program, the whole row in one load.
+# (BM, BN, BK, num_stages, num_warps, GROUP_M); 4 stages of 128x256x64 do not fit in shared memory.
+HOPPER_GEMM = (128, 256, 64, 3, 8, 8)
+HOPPER_RSTD_MAX_BLOCK = 8192
+HOPPER_MIN_WORK = 1 << 23
+# Decode (at most DECODE_MAX_M rows), NVIDIA, fold_gamma: the weight read is the whole cost, so K is split
+# over SPLITS programs per BN columns to put a program on every SM; the last program of a column block adds
+# the partial sums, scales and writes (one launch). H200 sweep (kernels/NOTES.md): (BN, BK, SPLITS, stages, warps).
+DECODE_MAX_M = 16
+DECODE_MIN_WEIGHTS = 1 << 20  # below this the weight read is not what a call waits for
+DECODE_TILE = (128, 128, 2, 4, 4)
 
 
 def _bm_cap(m: int) -> int:
@@ -239,6 +255,94 @@ def _rstd_persistent_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS:
         _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS, BLOCK_K)
 
 
+@triton.jit
+def _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    size_m = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % group) % size_m, (tile % group) // size_m
+
+
+@triton.jit
+def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, bias_ptr, M, N, K, HAS_BIAS: tl.constexpr,
+                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                         NUM_SMS: tl.constexpr):
+    """Persistent GEMM y = diag(r) x W'^T (+ b) on Hopper: TMA descriptors move the A, B and C tiles, tiles are
+    walked GROUP_M row blocks at a time; r (1/rms per row) comes from the prepass. The tile loop is
+    flattened into the K loop so the next tile's loads overlap this tile's epilogue."""
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    tile_c = start - NUM_SMS  # the epilogue's own counter (the flattened loop must not share one)
+    for tile in tl.range(start, num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+        pid_m, pid_n = _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([pid_m * BM, ki * BK])
+            b = b_desc.load([pid_n * BN, ki * BK])
+            acc = tl.dot(a, b.T, acc)
+        tile_c += NUM_SMS
+        pid_m, pid_n = _gemm_tile_ids(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        rows = pid_m * BM + tl.arange(0, BM)
+        acc = acc * tl.load(r_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if HAS_BIAS:
+            cols = pid_n * BN + tl.arange(0, BN)
+            acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _decode_splitk_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, eps,
+                          HAS_BIAS: tl.constexpr, W_DESC: tl.constexpr, UPCAST: tl.constexpr, SPLITS: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Program (n, s): partial sums of columns [n*BN, n*BN + BN) over the s-th share of K, and of x^2 over it.
+    The last program of column block n (an acq_rel counter) adds the SPLITS partials, scales by 1/rms, adds
+    the bias, writes y, and zeroes the counter for the next launch. ``w`` is a TMA descriptor of W' when
+    W_DESC (Hopper), else its pointer (rows of K contiguous elements)."""
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    rows = tl.arange(0, BM)
+    cols = pid_n * BN + tl.arange(0, BN)
+    kk = tl.arange(0, BK)
+    k_per = tl.cdiv(tl.cdiv(K, BK), SPLITS) * BK
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    ss = tl.zeros((BM, BK), dtype=tl.float32)
+    for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
+        k_ok = (k0 + kk) < K
+        a = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
+                    mask=(rows < M)[:, None] & k_ok[None, :], other=0.0)
+        if W_DESC:
+            b = w.load([pid_n * BN, k0])
+        else:
+            b = tl.load(w + cols[:, None].to(tl.int64) * K + (k0 + kk)[None, :],
+                        mask=(cols < N)[:, None] & k_ok[None, :], other=0.0)
+        af = a.to(tl.float32)
+        ss += af * af
+        if UPCAST:  # the interpreter multiplies bf16 tiles wrongly (see _matmul_tile); fp32 products are exact
+            acc = tl.dot(af, b.to(tl.float32).T, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b.T, acc)
+    slot = (pid_n * SPLITS + s) * BM
+    tl.store(part_ptr + (slot + rows[:, None]) * BN + tl.arange(0, BN)[None, :], acc)
+    tl.store(ss_ptr + slot + rows, tl.sum(ss, axis=1))
+    if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLITS - 1:
+        total = tl.zeros((BM, BN), dtype=tl.float32)
+        sumsq = tl.zeros((BM,), dtype=tl.float32)
+        for t in tl.static_range(SPLITS):
+            first = (pid_n * SPLITS + t) * BM
+            total += tl.load(part_ptr + (first + rows[:, None]) * BN + tl.arange(0, BN)[None, :], cache_modifier=".cg")
+            sumsq += tl.load(ss_ptr + first + rows, cache_modifier=".cg")
+        total = total * (1.0 / tl.sqrt(sumsq / K + eps))[:, None]
+        if HAS_BIAS:
+            total += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        if UPCAST:
+            total = _round_to_bf16(total)
+        tl.store(y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(y_ptr.dtype.element_ty),
+                 mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.atomic_xchg(count_ptr + pid_n, 0)
+
+
 _AUTOTUNED: list[Any] = []
 
 
@@ -286,15 +390,57 @@ def _ascend_matmul_tile(m: int, dtype: str, prologue: bool, rstd_given: bool, ha
     raise ValueError(f"fused_rmsnorm_matmul: no Ascend tile fits the unified buffer for {dtype}")
 
 
+def _hopper_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: DeviceInfo) -> tuple[Step, ...]:
+    """The 1/rms prepass (one row per program) and the persistent TMA GEMM that scales by it."""
+    ints = int_type(max(m * k, n * k, m * n))
+    block_k = min(triton.next_power_of_2(k), HOPPER_RSTD_MAX_BLOCK)
+    rstd = Launch(_rstd_kernel, (m,), {"ROWS": 1, "BLOCK_K": block_k},
+                  {"x_ptr": pointer(dtype), "r_ptr": "*fp32", "M": ints, "K": ints, "stride_xm": ints,
+                   "stride_xk": ints, "eps": "fp32"}, 8 if block_k >= 8192 else 4)
+    bm, bn, bk, stages, warps, group_m = HOPPER_GEMM
+    programs = min(device.compute_units, triton.cdiv(m, bm) * triton.cdiv(n, bn))
+    sig = {"a_desc": descriptor(dtype, (bm, bk)), "b_desc": descriptor(dtype, (bn, bk)),
+           "c_desc": descriptor(dtype, (bm, bn)), "r_ptr": "*fp32", "bias_ptr": pointer(dtype), "M": ints, "N": ints,
+           "K": ints}
+    gemm = Launch(_rms_gemm_tma_kernel, (programs,), {"HAS_BIAS": has_bias, "BM": bm, "BN": bn, "BK": bk,
+                                                      "GROUP_M": group_m, "NUM_SMS": programs}, sig, warps, stages)
+    return rstd, gemm
+
+
+def _decode_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: DeviceInfo,
+                 w_desc: bool) -> tuple[Step, ...]:
+    bn, bk, splits, stages, warps = DECODE_TILE if device.vendor == "nvidia" else (32, 32, 2, None, None)
+    ints = int_type(max(m * k, n * k, m * n))
+    sig = {"x_ptr": pointer(dtype), "w": descriptor(dtype, (bn, bk)) if w_desc else pointer(dtype),
+           "part_ptr": "*fp32", "ss_ptr": "*fp32", "count_ptr": "*i32", "bias_ptr": pointer(dtype),
+           "y_ptr": pointer(dtype), "M": ints, "N": ints, "K": ints, "stride_xm": ints, "eps": "fp32"}
+    constexprs = {"HAS_BIAS": has_bias, "W_DESC": w_desc, "UPCAST": device.interpreter and dtype == "bf16",
+                  "SPLITS": splits, "BM": _bm_cap(m), "BN": bn, "BK": bk}
+    return (Launch(_decode_splitk_kernel, (triton.cdiv(n, bn), splits), constexprs, sig, warps, stages),)
+
+
 def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
-                 device: DeviceInfo) -> tuple[Step, ...]:
+                 device: DeviceInfo, dense: bool = True) -> tuple[Step, ...]:
     """The launches of ``fused_rmsnorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when
-    m or n is 0): the rstd prepass for that variant, then the GEMM (autotuned on NVIDIA for large problems)."""
+    m or n is 0): the rstd prepass for that variant, then the GEMM (autotuned on NVIDIA for large problems).
+
+    fold_gamma in fp16/bf16 on NVIDIA takes two special paths: decode shapes (at most DECODE_MAX_M rows of a
+    large weight) split K over programs; on Hopper, problems of at least 2^23 multiply-adds use the
+    persistent TMA GEMM after a 1/rms prepass when ``dense`` (x's rows contiguous, every row and the
+    weight's 16-byte aligned, as TMA requires). The interpreter takes the decode path too, on small shapes,
+    so the CPU tests run it."""
     if variant not in VARIANTS:
         raise ValueError(f"fused_rmsnorm_matmul: variant must be one of {VARIANTS}, got {variant!r}")
     if m == 0 or n == 0:
         return ()
     kind = device.vendor
+    decode_size = (kind == "nvidia" and n * k >= DECODE_MIN_WEIGHTS) or (kind == "cpu" and n >= 32)
+    if variant == "fold_gamma" and dtype in ("fp16", "bf16") and m <= DECODE_MAX_M and decode_size:
+        return _decode_plan(m, n, k, dtype, has_bias, device, dense and (device.capability or 0) >= 90)
+    if (variant == "fold_gamma" and dtype in ("fp16", "bf16") and kind == "nvidia" and dense
+            and (device.capability or 0) >= 90 and m > DECODE_MAX_M and m * n * k >= HOPPER_MIN_WORK
+            and not (device.interpreter and dtype == "bf16")):  # the interpreter's bf16 dots are wrong
+        return _hopper_plan(m, n, k, dtype, has_bias, device)
     prologue, rstd_given = variant == "prologue_gamma", variant == "rstd_prepass"
     ints = int_type(max(m * k, n * k, m * n))
     steps: list[Step] = []
@@ -343,8 +489,8 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: boo
 
 @functools.lru_cache(maxsize=512)
 def _forward_plan(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
-                  device: DeviceInfo) -> tuple[Step, ...]:
-    return plan_forward(m, n, k, dtype, variant, has_bias, device)
+                  device: DeviceInfo, dense: bool) -> tuple[Step, ...]:
+    return plan_forward(m, n, k, dtype, variant, has_bias, device, dense)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +548,57 @@ def _check(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: tor
         raise ValueError(f"fused_rmsnorm_matmul: bias shape {tuple(bias.shape)} != [{weight.shape[0]}]")
 
 
+def _dense(x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> bool:
+    """What TMA descriptors need: unit inner strides, 16-byte aligned rows and bases."""
+    size = x2.element_size()
+    return (x2.stride(1) == 1 and w.stride(1) == 1 and (x2.stride(0) * size) % 16 == 0
+            and (w.stride(0) * size) % 16 == 0 and (y.stride(0) * size) % 16 == 0
+            and all(t.data_ptr() % 16 == 0 for t in (x2, w, y)))
+
+
+def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> Any:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(t, list(block))
+
+
+def _launch_hopper(steps: tuple[Step, ...], x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                   y: torch.Tensor, eps: float) -> None:
+    prepass, gemm = steps
+    m, k = x2.shape
+    rstd = new_output((m,), torch.float32, x2.device)
+    launch(prepass, x2, rstd, m, k, x2.stride(0), x2.stride(1), eps)
+    c = gemm.constexprs
+    launch(gemm, _descriptor(x2, (c["BM"], c["BK"])), _descriptor(w, (c["BN"], c["BK"])),
+           _descriptor(y, (c["BM"], c["BN"])), rstd, bias if bias is not None else y, m, w.shape[0], k)
+
+
+_DECODE_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _decode_scratch(device: torch.device, floats: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partial sums, a zeroed int32 counter per column block that the last program resets), kept per
+    device: two decode calls running at once on different streams of one device would share them."""
+    held = _DECODE_SCRATCH.get(device)
+    if held is None or held[0].numel() < floats or held[1].numel() < blocks:
+        held = _DECODE_SCRATCH[device] = (torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
+                                          torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device))
+    return held
+
+
+def _launch_decode(step: Launch, x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
+                   eps: float) -> None:
+    m, k = x2.shape
+    n = w.shape[0]
+    c = step.constexprs
+    blocks, splits, bm = step.grid[0], c["SPLITS"], c["BM"]
+    part_floats = blocks * splits * bm * c["BN"]
+    scratch, counts = _decode_scratch(x2.device, part_floats + blocks * splits * bm, blocks)
+    parts, sums = scratch[:part_floats], scratch[part_floats:part_floats + blocks * splits * bm]
+    w_arg = _descriptor(w, (c["BN"], c["BK"])) if c["W_DESC"] else w
+    launch(step, x2, w_arg, parts, sums, counts, bias if bias is not None else y, y, m, n, k, x2.stride(0), eps)
+
+
 def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
                                  bias: torch.Tensor | None = None, eps: float = 1e-6,
                                  variant: str = "fold_gamma") -> torch.Tensor:
@@ -418,7 +615,15 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
         return y.reshape(*x.shape[:-1], n)
     prologue = variant == "prologue_gamma"
     w = weight if prologue else FOLDED.get(weight, gamma)
-    steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device))
+    steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device),
+                          _dense(x2, w, y))
+    last = steps[-1]
+    if isinstance(last, Launch) and last.fn is _rms_gemm_tma_kernel:
+        _launch_hopper(steps, x2, w, bias, y, float(eps))
+        return y.reshape(*x.shape[:-1], n)
+    if isinstance(last, Launch) and last.fn is _decode_splitk_kernel:
+        _launch_decode(last, x2, w, bias, y, float(eps))
+        return y.reshape(*x.shape[:-1], n)
     rstd = y
     if variant == "rstd_prepass":
         rstd = new_output((m,), torch.float32, x.device)
@@ -541,6 +746,8 @@ ACCURACY_POINTS = (  # (x shape, N, bias, layout)
     ((2, 5, 96), 40, True, "contiguous"),
     ((40, 128), 64, True, "transposed"),
     ((3, 520), 33, True, "contiguous"),
+    ((5, 1024), 1040, True, "contiguous"),  # decode (split K): a wide weight, N not a multiple of its tile
+    ((130, 256), 264, True, "contiguous"),  # the Hopper path (TMA): M and N not multiples of its tiles
 )
 PERF_POINTS = (((1024, 8192), 4096, 1.05), ((4096, 4096), 4096, 1.10), ((16, 8192), 8192, 1.10),
                ((4, 512, 4096), 4096, None))
@@ -655,9 +862,13 @@ def _flops(case: Case) -> int:
 
 
 def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Step, ...]:
-    """Every launch that running ``case`` makes on ``device`` (the backward is PyTorch's)."""
+    """Every launch that running ``case`` makes on ``device`` (the backward is PyTorch's). Fresh allocations
+    are 16-byte aligned, so a case's rows suit TMA when its layout is contiguous and its rows are whole
+    multiples of 16 bytes."""
     m, n, k = _mnk(case)
-    return plan_forward(m, n, k, case.dtype, case.variant, bool(case.p["bias"]), device)
+    size = element_size(case.dtype)
+    dense = case.p["layout"] == "contiguous" and (k * size) % 16 == 0 and (n * size) % 16 == 0
+    return plan_forward(m, n, k, case.dtype, case.variant, bool(case.p["bias"]), device, dense)
 
 
 SPEC = KernelSpec(

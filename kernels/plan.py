@@ -252,6 +252,11 @@ def pointer(dtype: str) -> str:
     return "*" + dtype
 
 
+def descriptor(dtype: str, block: tuple[int, ...]) -> str:
+    """A TMA tensor descriptor argument (Hopper and later), as Triton names its type."""
+    return f"tensordesc<{dtype}{list(block)}>"
+
+
 # ---------------------------------------------------------------------------------------------
 # Starting a launch (the only way the launchers start a kernel), and checking launches in tests
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +282,8 @@ def recording() -> Iterator[Recorder]:
 def arg_type(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return pointer(TORCH_TYPES.get(value.dtype, str(value.dtype)))
+    if hasattr(value, "base") and hasattr(value, "block_shape"):  # triton.tools.tensor_descriptor.TensorDescriptor
+        return descriptor(TORCH_TYPES.get(value.base.dtype, str(value.base.dtype)), tuple(value.block_shape))
     if isinstance(value, bool):
         return "i1"
     if isinstance(value, int):

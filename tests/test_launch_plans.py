@@ -150,14 +150,27 @@ def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
          4, None)]
     assert [_config(s) for s in SMX.plan_backward(2, 33000, "fp32", h200)] == [
         ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096}, 4, None)]
-    (tuned,) = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
-    assert isinstance(tuned, Autotuned) and len(tuned.candidates) == 14
-    first = tuned.candidates[0]
-    assert _config(first) == ("_fused_rmsnorm_matmul_kernel", (8 * 16,), {
-        "HAS_BIAS": False, "PROLOGUE_GAMMA": False, "RSTD_GIVEN": False, "IEEE": False, "UPCAST": False,
-        "BM": 128, "BN": 256, "BK": 64, "GROUP_M": 8}, 8, 3)
+    # fold_gamma on Hopper: the 1/rms prepass, one row per program, then the persistent TMA GEMM
+    prepass, gemm = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
+    assert _config(prepass) == ("_rstd_kernel", (1024,), {"ROWS": 1, "BLOCK_K": 8192}, 8, None)
+    assert _config(gemm) == ("_rms_gemm_tma_kernel", (128,), {"HAS_BIAS": False, "BM": 128, "BN": 256, "BK": 64,
+                                                               "GROUP_M": 8, "NUM_SMS": 128}, 8, 3)
+    assert gemm.signature["a_desc"] == "tensordesc<fp16[128, 64]>"
+    assert FRM.plan_forward(4096, 4096, 4096, "bf16", "fold_gamma", False, h200)[1].grid == (132,)
+    # ... not on an A100, nor for rows TMA cannot describe, nor for the other variants: the autotuned GEMM
+    for planned in (FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, NVIDIA_A100),
+                    FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200, dense=False),
+                    FRM.plan_forward(1024, 4096, 8192, "fp16", "prologue_gamma", False, h200)):
+        (tuned,) = planned
+        assert isinstance(tuned, Autotuned) and len(tuned.candidates) == 14
+        assert _config(tuned.candidates[0])[2]["BN"] == 256
+    # decode: K split in two over 64 column blocks of 128, the last program of a block finishes it
     (decode,) = FRM.plan_forward(16, 8192, 8192, "bf16", "fold_gamma", False, h200)
-    assert [c.constexprs["BM"] for c in decode.candidates] == [16] * 5
+    assert _config(decode) == ("_decode_splitk_kernel", (64, 2), {"HAS_BIAS": False, "W_DESC": True, "UPCAST": False,
+                                                                  "SPLITS": 2, "BM": 16, "BN": 128, "BK": 128}, 4, 4)
+    assert FRM.plan_forward(16, 8192, 8192, "bf16", "fold_gamma", False, NVIDIA_A100)[0].constexprs["W_DESC"] is False
+    (tuned,) = FRM.plan_forward(16, 8192, 8192, "bf16", "rstd_prepass", False, h200)[1:]
+    assert [c.constexprs["BM"] for c in tuned.candidates] == [16] * 5
     (small,) = FRM.plan_forward(7, 48, 100, "fp32", "fold_gamma", True, h200)
     assert _config(small)[1:] == ((1,), {"HAS_BIAS": True, "PROLOGUE_GAMMA": False, "RSTD_GIVEN": False,
                                          "IEEE": True, "UPCAST": False, "BM": 64, "BN": 64, "BK": 64,
@@ -171,7 +184,7 @@ def test_the_autotuner_prunes_to_the_planned_candidates() -> None:
         configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
                    for bm, bn, bk, s, w in FRM.CUDA_TILES]
         kept = FRM._prune(configs, {"M": m})
-        planned = FRM.plan_forward(m, 4096, 4096, "fp16", "fold_gamma", False, NVIDIA_H200)[0]
+        planned = FRM.plan_forward(m, 4096, 4096, "fp16", "prologue_gamma", False, NVIDIA_H200)[0]
         assert [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_warps, c.num_stages) for c in kept] == [
             (s.constexprs["BM"], s.constexprs["BN"], s.constexprs["BK"], s.num_warps, s.num_stages)
             for s in planned.candidates]
@@ -204,6 +217,26 @@ def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_nam
         planned = list(spec.launch_plans(case, device))
         trials = case.trials
         assert rec.steps == planned * trials, f"{case.key}: launched {[s.name for s in rec.steps]}"
+
+
+@pytest.mark.slow
+def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter() -> None:
+    """The TMA GEMM (with its 1/rms prepass) and the split-K decode kernel with a TMA weight, which only
+    an H200 plan starts, run through the interpreter and pass the accuracy check."""
+    spec = SPECS["fused_rmsnorm_matmul"]
+    wanted = {"n=264,shape=130x256": ["_rstd_kernel", "_rms_gemm_tma_kernel"],
+              "n=1040,shape=5x1024": ["_decode_splitk_kernel"]}
+    for case in spec.accuracy_cases():
+        names = next((v for k, v in wanted.items() if case.key.endswith(k)), None)
+        if names is None or case.variant != "fold_gamma" or case.dtype != "fp16" or case.p["direction"] != "fwd":
+            continue
+        with simulated(NVIDIA_H200), recording() as rec:
+            result = check_case(spec, case, CPU, seed=3)
+        assert result["passed"] and result["error"] is None, (case.key, result)
+        assert [s.name for s in rec.steps] == names * case.trials
+        assert all(s.constexprs.get("W_DESC", True) for s in rec.steps)
+        wanted.pop(next(k for k in wanted if case.key.endswith(k)))
+    assert not wanted, f"no fp16 fold_gamma accuracy case for {sorted(wanted)}"
 
 
 def test_check_args_names_a_wrong_argument() -> None:
