@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU runs behind ci/history/: what one call on a lent two-GPU machine runs, with a time limit per step.
+#
+#   benchmarks/gpu_history.sh full OUT          the whole suite on both GPUs (first, with cold compile caches),
+#                                               then on one GPU: the scaling comparison of issue 14
+#   benchmarks/gpu_history.sh repeats OUT SECS  perf-only MSELoss + softmax runs repeated on each GPU until SECS
+#                                               have passed (real run-to-run noise), and the 20-seed accuracy
+#                                               margin on the second GPU first
+#
+# The machine has no git history: KERNELWATCH_GIT_META names a JSON file with the commit (see
+# collector/metadata.py). Every artifact is written by `kernelwatch collect --out`, never edited.
+set -uo pipefail
+mode=$1
+out=$2
+export PYTHONUNBUFFERED=1
+kw() { python3 -m kernelwatch "$@"; }
+
+collect_logged() {  # NAME LIMIT_S ARGS...: one collect, its stderr (phase table included) kept in NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout -s TERM "$limit" python3 -m kernelwatch collect --no-progress --out "$out/$name.json" "$@" \
+    2> >(tee "$out/$name.log" >&2)
+  echo "== $name: exit $?, $((SECONDS - start)) s"
+}
+
+case $mode in
+full)
+  nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+  collect_logged full-2gpu 250 --devices all
+  collect_logged full-1gpu 330 --devices one
+  ;;
+repeats)
+  budget=$3
+  mkdir -p "$out/rep"
+  repeat_loop() {  # GPU FIRST_INDEX: repeats on one GPU while time is left
+    local gpu=$1 i=$2
+    while [ $((SECONDS + 75)) -lt "$budget" ]; do
+      CUDA_VISIBLE_DEVICES=$gpu timeout -s TERM $((budget - SECONDS)) python3 -m kernelwatch collect --no-progress \
+        --kernels mse_loss,scaled_masked_softmax --suite perf --out "$out/rep/repeat-$i.json" 2>"$out/rep/repeat-$i.log"
+      echo "== repeat $i on GPU $gpu: exit $? at $SECONDS s"
+      i=$((i + 2))
+    done
+  }
+  repeat_loop 0 1 &
+  (
+    CUDA_VISIBLE_DEVICES=1 timeout -s TERM $((budget / 2)) python3 benchmarks/accuracy_margin.py --device cuda \
+      --seeds 20 --jsonl "$out/rep/margin-h200.jsonl" --top 60 >"$out/rep/margin-h200.txt" 2>&1
+    echo "== margin: exit $? at $SECONDS s"
+    repeat_loop 1 2
+  ) &
+  wait
+  tar -C "$out" -czf "$out/repeats.tgz" rep && rm -rf "$out/rep"
+  ;;
+*)
+  echo "usage: $0 full|repeats OUT [SECS]" >&2
+  exit 2
+  ;;
+esac
