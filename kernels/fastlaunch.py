@@ -9,10 +9,15 @@ cache on exactly those properties, takes the compiled kernel from Triton's norma
 a key is seen, and afterwards calls the compiled launcher directly.
 
 The key over-approximates Triton's specialization (any difference in what Triton specializes on is
-a different key here), so a cached kernel is only reused where Triton itself would reuse it. It is
-used only where it was verified (CUDA, the Triton versions in :data:`VERIFIED`), never under the
-interpreter or with launch hooks installed (profilers), and ``KERNELWATCH_FAST_LAUNCH=0`` turns it
-off; anything unexpected falls back to the normal path for good.
+a different key here), so a cached kernel is only reused where Triton itself would reuse it. It never
+runs under the interpreter or with launch hooks installed (profilers), only on the Triton versions in
+:data:`VERIFIED`, and a launcher that refuses the call (a ``TypeError``: another argument layout) sends
+that kernel back to the normal path for good.
+
+OFF unless ``KERNELWATCH_FAST_LAUNCH=1``: the first GPU runs with it (2026-11-30) never took it (Triton
+3.9's ``launch_enter_hook`` is an empty ``HookChain``, not ``None``, and an earlier check read that as a
+profiler being installed), so it has not yet been measured or checked on a GPU; it becomes the default
+once a collector run shows it correct and faster (kernels/NOTES.md, "Cost per call").
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ VERIFIED = ("3.6", "3.9")
 
 def _enabled() -> bool:
     """Checked once per kernel, when its launcher is made."""
-    if os.environ.get("KERNELWATCH_FAST_LAUNCH", "1") in ("0", "false", "no"):
+    if os.environ.get("KERNELWATCH_FAST_LAUNCH", "0") not in ("1", "true", "yes"):
         return False
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return False
@@ -58,10 +63,20 @@ def _arg_key(value: Any) -> Any:
     raise _NotKeyed
 
 
+def _hook_set(hook: Any) -> bool:
+    """A launch hook is set: not None, and (Triton 3.9's ``HookChain``) not an empty chain."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
+
+
 def _hooks_installed() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    runtime = getattr(knobs, "runtime", None)
-    return runtime is None or runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if runtime is None:
+        return True  # a Triton without knobs: not a version this path knows
+    return _hook_set(getattr(runtime, "launch_enter_hook", None)) or _hook_set(
+        getattr(runtime, "launch_exit_hook", None))
 
 
 class FastLauncher:
@@ -102,8 +117,12 @@ class FastLauncher:
             self.fn[grid](*args, **kwargs)
             return
         g = (*grid, 1, 1)
-        compiled.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(index), compiled.function,
-                     compiled.packed_metadata, None, None, None, *values)
+        try:
+            compiled.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(index), compiled.function,
+                         compiled.packed_metadata, None, None, None, *values)
+        except TypeError:  # the launcher parses its arguments before launching: nothing ran
+            self._broken = True
+            self.fn[grid](*args, **kwargs)
 
 
 _LAUNCHERS: dict[Any, FastLauncher] = {}

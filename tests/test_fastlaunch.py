@@ -1,0 +1,40 @@
+"""The short CUDA launch path's guards, on this machine (no GPU): when it must stay out of the way."""
+
+from __future__ import annotations
+
+import triton
+
+from kernels import fastlaunch
+
+
+def test_off_unless_asked_for_and_never_under_the_interpreter(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.delenv("KERNELWATCH_FAST_LAUNCH", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not fastlaunch._enabled()
+    monkeypatch.setenv("KERNELWATCH_FAST_LAUNCH", "1")
+    assert fastlaunch._enabled() == (triton.__version__.rsplit(".", 1)[0] in fastlaunch.VERIFIED)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not fastlaunch._enabled()
+
+
+def test_an_empty_hook_chain_is_no_hook_and_a_set_one_is() -> None:
+    class Chain:
+        def __init__(self, calls: list) -> None:
+            self.calls = calls
+
+    assert not fastlaunch._hook_set(None)
+    assert not fastlaunch._hook_set(Chain([]))
+    assert fastlaunch._hook_set(Chain([print]))
+    assert fastlaunch._hook_set(print)
+
+
+def test_the_key_tells_apart_what_triton_specializes_on() -> None:
+    key = fastlaunch._int_key
+    assert key(1) != key(2) and key(16) != key(17) and key(2**31) != key(2**31 - 16) and key(2**63) != key(2**62)
+    assert fastlaunch._arg_key(3.0) == fastlaunch._arg_key(5.5)
+    try:
+        fastlaunch._arg_key(object())
+    except fastlaunch._NotKeyed:
+        pass
+    else:
+        raise AssertionError("an argument the key cannot describe must keep the normal path")
