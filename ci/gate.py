@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, benjamini_hochberg, compare_case
+from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, compare_case, regressions
 from db.export import export_run
 from db.models import Hardware, Run
 from db.queries import acks, perf_rows, recent_runs, run_info
@@ -90,6 +90,7 @@ class GateResult:
     undecided: str | None = None  # why nothing could be judged (exit 2), else None
     explored: list[dict[str, Any]] = field(default_factory=list)  # exploration rows: reported, never judged
     notes: list[str] = field(default_factory=list)
+    metric: str = "gpu"  # which time is compared: see METRICS
 
     @property
     def failed(self) -> list[CaseVerdict]:
@@ -207,15 +208,21 @@ def baseline_run(engine: Engine, spec: str, fingerprint: str, exclude: str,
         raise GateUndecided(f"no complete run of branch {spec!r} to compare with: " + "; ".join(parts))
 
 
-def _histories(engine: Engine, fingerprint: str, exclude: str) -> dict[str, list[float]]:
+# What ``--metric`` compares: (per-run summary column, its samples). gpu: GPU time with the L2 flushed, one
+# sample per repetition; call: wall time per call with calls issued back to back (host + device), one
+# sample per batch (the collector's cost per call).
+METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples_ms")}
+
+
+def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "median_ms") -> dict[str, list[float]]:
     """Per case, the kernel's medians over the last HISTORY_RUNS runs on this hardware (one query)."""
     runs = [r for r in recent_runs(engine, fingerprint, HISTORY_RUNS + 1) if r["id"] != exclude][-HISTORY_RUNS:]
     order = {r["id"]: i for i, r in enumerate(runs)}
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        if r["median_ms"]:
-            out.setdefault(r["case"], []).append((order[r["run_id"]], r["median_ms"]))
+        if r[column]:
+            out.setdefault(r["case"], []).append((order[r["run_id"]], r[column]))
     return {case: [m for _, m in sorted(points)] for case, points in out.items()}
 
 
@@ -290,13 +297,17 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: dict[str, Any], b
                 kernel_of: dict[str, str], fingerprint: str, min_effects: dict[str, float]) -> int:
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
     base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == KERNEL_IMPL}
-    histories = _histories(engine, fingerprint, candidate["run"]["id"])
+    median, samples = METRICS[result.metric]
+    histories = _histories(engine, fingerprint, candidate["run"]["id"], median)
     compared: list[tuple[CaseVerdict, Comparison]] = []
     for p in candidate["perf"]:
         if p["implementation"] != KERNEL_IMPL:
             continue
         kernel = kernel_of[p["case"]]
         b = base_perf.get(p["case"])
+        p = {**p, "samples_ms": p.get(samples) or [], "median_ms": p.get(median)}
+        if b is not None:
+            b = {**b, "samples_ms": b.get(samples) or [], "median_ms": b.get(median)}
         v = CaseVerdict(p["case"], kernel, "new", time_ms=p["median_ms"], baseline_ms=(b or {}).get("median_ms"))
         result.verdicts.append(v)
         if p["error"]:
@@ -309,17 +320,18 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: dict[str, Any], b
             v.message = "the baseline has no timing samples of this case" + (f" ({b['error']})" if b["error"] else "")
         else:
             effect = min_effects.get(p["case"], min_effects.get(kernel, result.min_effect))
-            c = compare_case(p["case"], b["samples_ms"], p["samples_ms"], histories.get(p["case"], []), effect)
+            c = compare_case(p["case"], b["samples_ms"], p["samples_ms"], histories.get(p["case"], []), effect,
+                             heavy_tailed=result.metric == "call")
             v.comparison, v.effect, v.p_value = c, c.effect, c.p
             v.time_ms, v.baseline_ms = c.candidate_ms, c.baseline_ms
             compared.append((v, c))
-    rejected = benjamini_hochberg([c.p for _, c in compared], result.fdr)
-    for (v, c), reject in zip(compared, rejected):
+    found = {id(c) for c in regressions([c for _, c in compared], result.fdr)}
+    for v, c in compared:
         evidence = (f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} "
                     + (f"from {c.history} runs of history" if c.basis == "history"
                        else f"from the noise floor ({c.history} runs of history, fewer than needed)"))
         times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
-        if reject and c.effect > c.min_effect:
+        if id(c) in found:
             v.status = "regression"
             v.message = f"{c.effect:+.1%} slower ({times}; {evidence}; minimum effect {c.min_effect:.0%})"
         elif c.effect > c.min_effect:
@@ -338,7 +350,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: dict[str, Any], b
 
 def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spec: str,
            min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
-           min_effects: dict[str, float] | None = None) -> GateResult:
+           min_effects: dict[str, float] | None = None, metric: str = "gpu") -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
 
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
@@ -347,12 +359,15 @@ def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spe
     if isinstance(candidate, RunDocument):
         candidate = to_data(candidate)
     min_effects = check_options(candidate, min_effect, fdr, min_effects)
+    if metric not in METRICS:
+        raise GateUndecided(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     fingerprint = hardware_fingerprint(candidate["hardware"])
     cand_run = candidate["run"]
     base_ref = baseline_run(engine, baseline_spec, fingerprint, cand_run["id"],
                             candidate["hardware"].get("device_name") or "this hardware")
     base = to_data(export_run(engine, base_ref["id"]))
-    result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr))
+    result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr),
+                        metric=metric)
     result.explored = [a for a in candidate["accuracy"] if a.get("kind", "gate") != "gate"]
     kernel_of = {c["key"]: c["kernel"] for c in candidate["cases"]}
 
@@ -430,6 +445,4 @@ def speedups(engine: Engine, candidate: RunDocument | dict[str, Any], result: Ga
     pairs = [compare_case(p["case"], p["samples_ms"], base_perf[p["case"]]["samples_ms"],
                           histories.get(p["case"], []), quick[p["case"]].min_effect)
              for p in candidate["perf"] if p["implementation"] == "triton" and p["case"] in quick]
-    pvalues = [c.p for c in pairs] + [1.0] * (len(compared) - len(pairs))
-    rejected = benjamini_hochberg(pvalues, result.fdr)
-    return {c.case: c for c, reject in zip(pairs, rejected) if reject and c.effect > c.min_effect}
+    return {c.case: c for c in regressions(pairs, result.fdr, tested=len(compared))}

@@ -47,7 +47,9 @@ def markdown(result: GateResult) -> str:
     lines = [f"## KernelWatch gate: {result.verdict}", "",
              f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
              f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
-             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}); minimum effect {result.min_effect:.0%}, "
+             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}); "
+             + ("wall time per call (calls back to back); " if result.metric == "call" else "")
+             + f"minimum effect {result.min_effect:.0%}, "
              f"false discovery rate {result.fdr:.0%}.", ""]
     if result.undecided:
         lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]

@@ -26,8 +26,10 @@ DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
 # interpreter's perf path quick; nothing measured there is meaningful anyway.
 FLUSH_BYTES = {"cuda": 512 << 20, "npu": 512 << 20, "cpu": 32 << 20}
-CALL_BATCH_MS = 15.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
-CALL_BATCHES = 5
+CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
+# Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
+# pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
+CALL_BATCHES = 10
 MAX_CALLS_PER_BATCH = 100_000
 
 

@@ -219,8 +219,8 @@ def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, imp
     if not run_ids:
         return []
     cols = [PerfResult.run_id, PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms,
-            PerfResult.min_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak, PerfResult.bytes,
-            PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
+            PerfResult.min_ms, PerfResult.call_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak,
+            PerfResult.bytes, PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
             PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
     if with_params:
         cols.append(Case.params)

@@ -873,7 +873,6 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Step, ...]:
 
 SPEC = KernelSpec(
     name=NAME,
-    variants=VARIANTS,
     accuracy_cases=_accuracy_cases,
     perf_cases=_perf_cases,
     make_inputs=_make_inputs,

@@ -592,7 +592,6 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Launch, ...]:
 
 SPEC = KernelSpec(
     name="mse_loss",
-    variants=VARIANTS,
     accuracy_cases=_accuracy_cases,
     perf_cases=_perf_cases,
     make_inputs=_make_inputs,

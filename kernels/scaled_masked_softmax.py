@@ -749,7 +749,6 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Launch, ...]:
 
 SPEC = KernelSpec(
     name=NAME,
-    variants=("masked", "causal"),
     accuracy_cases=_accuracy_cases,
     perf_cases=_perf_cases,
     make_inputs=_make_inputs,

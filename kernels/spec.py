@@ -139,7 +139,6 @@ class KernelSpec:
     """
 
     name: str
-    variants: tuple[str, ...]
     accuracy_cases: Callable[[], list[Case]]
     perf_cases: Callable[[], list[Case]]
     make_inputs: Callable[[Case, torch.device, int], Inputs]

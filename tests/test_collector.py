@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.backends import CALL_BATCHES
 from collector.perf import summarise
 from collector.schedule import Dispatcher, plan
 from db.artifact import load_artifact, to_data
@@ -272,7 +273,7 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
         assert r["error"] is None
         assert r["median_ms"] == statistics.median(r["samples_ms"])
         assert r["min_ms"] == min(r["samples_ms"])
-        assert len(r["call_samples_ms"]) == 5 and r["call_ms"] == statistics.median(r["call_samples_ms"])
+        assert len(r["call_samples_ms"]) == CALL_BATCHES and r["call_ms"] == statistics.median(r["call_samples_ms"])
         assert r["peak_mem_bytes"] is None  # the CPU allocator keeps no high-water mark
     # Each result is compared with the ceilings of the device that measured it.
     ceilings = _ceilings_from_notes(doc["run"]["notes"])

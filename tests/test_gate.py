@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import dumps, parse_artifact, to_data
+from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
-from db.synthetic import Step, SyntheticHistory
+from db.synthetic import Step, SyntheticHistory, stepped_copies
 from kernelwatch.cli import main
 
 RUNS = 24
@@ -414,3 +414,37 @@ def test_markdown_helpers() -> None:
     assert md_code("a`b") == "`` a`b ``" and md_code("plain") == "`plain`" and md_code("x|y") == "`x\\|y`"
     assert md_text("*a* _b_ <i> [l](u) $x$ ~s~ & |") == r"\*a\* \_b\_ \<i> \[l\](u) \$x\$ \~s\~ \& \|"
     assert "http://" not in md_text("go to http://x.example") and "www." not in md_text("www.x.example")
+
+
+def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+    """--metric call compares wall time per call (the collector's call samples). An A/A of real H200 repeats
+    passes: the held-out repeat paid 1.6-2x more host time on six cases, so host time is judged with the
+    outlier-run model (one run fails only past those runs). On SYNTHETIC copies with ten call samples a
+    run, 3x is flagged noisy and 8x fails, and the GPU-time gate stays green."""
+    repeats = REPEAT_GROUPS["73812d88"]
+    assert cli.invoke(main, ["ingest", "--db", db_url, *map(str, repeats[:-1])]).exit_code == 0
+    gate = ["gate", "--baseline", "main", "--db", db_url, "--report-dir", str(tmp_path / "r"), "--metric", "call"]
+    same = cli.invoke(main, [*gate, "--artifact", str(repeats[-1])])
+    assert same.exit_code == 0 and "wall time per call" in same.output, same.output
+
+    slow = "scaled_masked_softmax/masked/fp16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=32x16x512x512"
+    synthetic = f"sqlite:///{tmp_path / 'synthetic.db'}"
+    copies = [to_data(d) for d in stepped_copies(load_artifact(repeats[0]), 9, 1.0, slow)]
+    for doc in copies:
+        for p in doc["perf"]:  # ten call samples a run, around the run's own GPU samples
+            p["call_samples_ms"] = [v * 1.5 for v in p["samples_ms"][:10]]
+            p["call_ms"] = sorted(p["call_samples_ms"])[5] if p["call_samples_ms"] else None
+    ingest_documents(open_database(synthetic), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(copies[:-1])])
+    candidate, path = copies[-1], tmp_path / "c.json"
+    gate = ["gate", "--baseline", "synthetic/step", "--db", synthetic, "--report-dir", str(tmp_path / "s"),
+            "--metric", "call", "--artifact", str(path)]
+    for factor, code, status in ((3.0, 0, "noisy"), (8.0, 1, "regression")):
+        row = next(p for p in candidate["perf"] if p["case"] == slow and p["implementation"] == "triton")
+        row["call_samples_ms"] = [v * factor for v in next(
+            p for p in copies[-2]["perf"] if p["case"] == slow and p["implementation"] == "triton")["call_samples_ms"]]
+        row["call_ms"] = sorted(row["call_samples_ms"])[5]
+        path.write_text(dumps(candidate))
+        result = cli.invoke(main, gate)
+        assert result.exit_code == code and f"| `{slow}` | {status} |" in result.output, result.output
+    assert result.output.count("| regression |") == 1
+    assert cli.invoke(main, gate[:-4] + ["--artifact", str(path)]).exit_code == 0

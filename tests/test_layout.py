@@ -43,3 +43,12 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 assert not any(n == "torch" or n.startswith("torch.") for n in names), f"{path} imports torch"
+
+
+def test_the_public_kernel_api_is_at_package_level_with_its_docstrings() -> None:
+    import kernels
+
+    for name in ("mse_loss", "scaled_masked_softmax", "scaled_upper_triang_masked_softmax", "fused_rmsnorm_matmul",
+                 "FusedRMSLinear"):
+        obj = getattr(kernels, name)
+        assert name in kernels.__all__ and obj.__doc__ and len(obj.__doc__.strip()) > 20, name

@@ -23,11 +23,14 @@ from kernelwatch.options import db_option
               help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 (a kernel or case of the candidate).")
 @click.option("--fdr", type=float, default=0.05, show_default=True,
               help="False discovery rate across cases, in (0, 1).")
+@click.option("--metric", type=click.Choice(["gpu", "call"]), default="gpu", show_default=True,
+              help="gpu: GPU time per call with the L2 flushed; call: wall time per call, calls back to back "
+                   "(host + device: what a loop pays).")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-report"),
               show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
 @db_option
 def command(candidate: str | None, artifact: Path | None, baseline: str, min_effect: float,
-            case_min_effect: tuple[str, ...], fdr: float, report_dir: Path, db_url: str | None) -> None:
+            case_min_effect: tuple[str, ...], fdr: float, metric: str, report_dir: Path, db_url: str | None) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
 
     Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the
@@ -60,7 +63,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
     except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
         msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
         click.echo(f"kernelwatch gate: cannot decide: {msg}", err=True)
