@@ -12,6 +12,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from ci.gate import GateResult
+from db.schema import printable
 
 ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "warning": "⚠️",
          "noisy": "〰️", "pass": "✅", "new": "🆕", "acknowledged": "☑️"}
@@ -25,15 +26,17 @@ _AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=(?:://|@)|(?<=www)\.)")
 def md_text(value: object) -> str:
     """Any text as inert Markdown inside a line (a table cell): the characters with inline meaning
     backslash-escaped (CommonMark renders each as itself), line breaks flattened, and a zero-width space
-    where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes."""
-    text = " ".join(str(value).split())
+    where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes. Control
+    characters (ESC, backspace...) are shown escaped: a report is also printed to terminals."""
+    text = printable(" ".join(str(value).split()))
     return _INLINE.sub(r"\\\1", _AUTOLINK.sub("\u200b", text))
 
 
 def md_code(value: object) -> str:
     """Any text as one code span: a backtick fence longer than any backtick run inside, padded with spaces,
-    pipes escaped (a GFM table splits cells on them even inside code spans), line breaks flattened."""
-    text = " ".join(str(value).split()).replace("|", "\\|")
+    pipes escaped (a GFM table splits cells on them even inside code spans), line breaks flattened,
+    control characters shown escaped."""
+    text = printable(" ".join(str(value).split())).replace("|", "\\|")
     fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
@@ -82,6 +85,7 @@ def markdown(result: GateResult) -> str:
 
 
 def junit(result: GateResult) -> str:
+    """JUnit XML; every text escaped to printable characters (XML 1.0 cannot hold ESC or backspace)."""
     suites = ET.Element("testsuites", name="kernelwatch-gate")
     by_kernel = defaultdict(list)
     for v in result.verdicts:
@@ -92,13 +96,14 @@ def junit(result: GateResult) -> str:
         suite = ET.SubElement(suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures),
                               errors=str(errors))
         for v in verdicts:
-            case = ET.SubElement(suite, "testcase", classname=kernel, name=v.case)
+            message = printable(v.message)
+            case = ET.SubElement(suite, "testcase", classname=printable(kernel), name=printable(v.case))
             if v.status in ("regression", "accuracy", "missing", "unmeasured"):
-                ET.SubElement(case, "failure", message=v.message, type=v.status).text = v.message
+                ET.SubElement(case, "failure", message=message, type=v.status).text = message
             elif v.status == "error":
-                ET.SubElement(case, "error", message=v.message, type="error").text = v.message
+                ET.SubElement(case, "error", message=message, type="error").text = message
             elif v.status in ("warning", "noisy"):
-                ET.SubElement(case, "system-out").text = f"{v.status}: {v.message}"
+                ET.SubElement(case, "system-out").text = f"{v.status}: {message}"
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
@@ -107,7 +112,8 @@ def _ratio_chart(result: GateResult) -> go.Figure:
     rows.sort(key=lambda v: v.comparison.ratio)
     colors = ["#d62728" if v.status == "regression" else "#2ca02c" for v in rows]
     # Plotly renders a subset of HTML in labels (<a href> becomes a link): case names go in escaped.
-    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=[html.escape(v.case, quote=False) for v in rows],
+    labels = [html.escape(printable(v.case), quote=False) for v in rows]
+    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=labels,
                            orientation="h", marker={"color": colors}, name="candidate / baseline time"))
     fig.add_vline(x=1.0, line_dash="dot")
     fig.add_vline(x=1.0 + result.min_effect, line_dash="dash", line_color="red")
@@ -119,8 +125,8 @@ def html_report(result: GateResult) -> str:
     """One file, no server: the Plotly library is embedded."""
     chart = _ratio_chart(result).to_html(include_plotlyjs=True, full_html=False, div_id="ratios")
     rows = "".join(
-        f"<tr class='{v.status}'><td>{html.escape(v.case)}</td><td>{v.status}</td>"
-        f"<td>{html.escape(v.message)}</td></tr>"
+        f"<tr class='{v.status}'><td>{html.escape(printable(v.case))}</td><td>{v.status}</td>"
+        f"<td>{html.escape(printable(v.message))}</td></tr>"
         for v in sorted(result.verdicts, key=lambda v: (v.status == "pass", v.case)))
     md = html.escape(markdown(result))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>KernelWatch gate</title><style>"

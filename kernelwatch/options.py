@@ -21,11 +21,12 @@ def open_readonly(db_url: str | None):  # noqa: ANN201 - an Engine
     A missing, unmigrated or unreachable database is refused with one line and exit status 2.
     """
     from db.engine import DatabaseError, open_database
+    from kernelwatch.output import terminal
 
     try:
         return open_database(db_url, readonly=True)
     except DatabaseError as exc:
-        click.echo(f"kernelwatch: error: {exc}", err=True)
+        click.echo(terminal(f"kernelwatch: error: {exc}"), err=True)
         sys.exit(2)
 
 
@@ -35,6 +36,7 @@ def clean_errors(f):
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         from db.artifact import ArtifactError
+        from kernelwatch.output import terminal
 
         expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError, LookupError)
         try:
@@ -48,7 +50,7 @@ def clean_errors(f):
             return f(*args, **kwargs)
         except expected as exc:
             msg = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
-            click.echo(f"kernelwatch: error: {msg}", err=True)
+            click.echo(terminal(f"kernelwatch: error: {msg}"), err=True)
             sys.exit(1)
 
     return wrapper

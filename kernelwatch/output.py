@@ -1,4 +1,9 @@
-"""Printing records as a table, JSON or CSV (for `kernelwatch runs` and `show`)."""
+"""Printing records as a table, JSON or CSV (for `kernelwatch runs` and `show`), and any stored text to a terminal.
+
+Text from artifacts and the database (branch names, commit subjects, error messages) may hold ESC, carriage
+returns or backspaces; printed as they are, they would recolour, overwrite or hide what a reviewer reads.
+Tables, CSV and every message show them escaped (``\\x1b``); JSON escapes them itself.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,13 @@ import io
 import json
 from collections.abc import Sequence
 from typing import Any
+
+from db.schema import printable
+
+
+def terminal(text: str) -> str:
+    """``text`` safe to print: every character that is not printable escaped, line breaks kept."""
+    return "\n".join(printable(line) for line in str(text).split("\n"))
 
 
 def _cell(value: Any) -> str:
@@ -17,8 +29,8 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
+        return printable(",".join(f"{k}={v}" for k, v in value.items()))
+    return printable(str(value))
 
 
 def table(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -37,9 +49,16 @@ def as_csv(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in records:
-        writer.writerow({c: ("" if r.get(c) is None else json.dumps(r[c]) if isinstance(r[c], dict) else r[c])
-                         for c in columns})
+        writer.writerow({c: _csv_cell(r.get(c)) for c in columns})
     return buf.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return printable(value) if isinstance(value, str) else value
 
 
 def render(records: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -406,6 +407,36 @@ def test_reports_escape_case_names_and_messages(db_url, tmp_path, cli) -> None: 
     page = (tmp_path / "report" / "gate.html").read_text()
     assert '<a href="http://evil' not in page and "<b>http" not in page
     assert "&lt;a href=&quot;http://evil.example/&quot;&gt;" in page
+
+
+CONTROL = "\x1b[2J\x1b[32mPASS\x1b[0m\rok\x08\x07"  # clear screen, green "PASS", overwrite, backspace, bell
+
+
+def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+    """An artifact's branch, subject and error text may carry ESC, CR or backspace (a compiler's coloured
+    message, a hostile branch name): printed raw they would repaint a reviewer's terminal, and JUnit XML
+    cannot hold them at all. Every command and report shows them escaped."""
+    candidate = _history(db_url, runs=3)
+    candidate["run"]["commit"].update(branch="main" + CONTROL, subject="fix" + CONTROL)
+    bad = candidate["accuracy"][0]
+    bad.update(passed=False, error="boom" + CONTROL)
+    result = _gate(cli, db_url, candidate, tmp_path)
+    assert result.exit_code == 1
+    report = tmp_path / "report"
+    texts = {"terminal": result.output, **{f.name: f.read_text() for f in report.iterdir() if f.suffix != ".png"}}
+    for name, text in texts.items():
+        assert not set(text) & set("\x1b\r\x08\x07"), name
+    assert "main\\\\x1b\\[2J" in result.output  # shown (as Markdown source), not swallowed
+    suites = ET.fromstring((report / "gate-junit.xml").read_text())
+    assert any("boom" in (f.get("message") or "") for f in suites.iter("failure"))
+
+    _ingest(db_url, candidate)
+    for command in (["runs"], ["show", candidate["run"]["id"]], ["show", candidate["run"]["id"], "--format", "csv"]):
+        out = cli.invoke(main, [*command, "--db", db_url])
+        assert out.exit_code == 0 and not set(out.output) & set("\x1b\r\x08\x07"), command
+    assert "main\\x1b[2J" in cli.invoke(main, ["runs", "--db", db_url]).output
+    shown = cli.invoke(main, ["show", candidate["run"]["id"], "--db", db_url, "--format", "json"]).output
+    assert "\x1b" not in shown and "boom" + CONTROL in {r["error"] for r in json.loads(shown)}
 
 
 def test_markdown_helpers() -> None:

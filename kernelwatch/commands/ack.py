@@ -29,7 +29,7 @@ def command(case: str | None, hardware: str | None, commit: str | None, reason: 
     from db.ack import AckError, add_ack, find_hardware
     from db.engine import open_database
     from db.queries import acks
-    from kernelwatch.output import render
+    from kernelwatch.output import render, terminal
 
     engine = open_readonly(db_url)  # a missing or unmigrated database is refused, never created
     try:
@@ -53,9 +53,9 @@ def command(case: str | None, hardware: str | None, commit: str | None, reason: 
         writer = open_database(db_url, migrate=False)
         row = add_ack(writer, case, hardware, commit, reason, author or _login())
     except AckError as exc:
-        click.echo(f"kernelwatch: error: {exc}", err=True)
+        click.echo(terminal(f"kernelwatch: error: {exc}"), err=True)
         sys.exit(1)
-    click.echo(f"acknowledged {row['case']} on {row['hardware']} from {row['commit'][:12]}: {row['reason']}")
+    click.echo(terminal(f"acknowledged {row['case']} on {row['hardware']} from {row['commit'][:12]}: {row['reason']}"))
 
 
 def _login() -> str | None:

@@ -17,15 +17,16 @@ from kernelwatch.options import clean_errors, db_option, open_readonly
 def command(case: str, hardware: str, implementation: str, min_effect: float, db_url: str | None) -> None:
     """Where did a change in CASE's time enter the history on HARDWARE? Prints the commits to re-run."""
     from ci.bisect import find_hardware, rerun_command, steps
+    from kernelwatch.output import terminal
 
     engine = open_readonly(db_url)
     hw = find_hardware(engine, hardware)
     count, found = steps(engine, case, hw["fingerprint"], implementation, min_effect)
     if not found:
-        click.echo(f"no change of {min_effect:.0%} or more in {count} runs of {case} on {hw['device_name']}")
+        click.echo(terminal(f"no change of {min_effect:.0%} or more in {count} runs of {case} on {hw['device_name']}"))
         return
     for step in found:
         click.echo(f"a change of {step.point.change:+.1%} (p={step.point.pvalue:.1e}) entered between "
                    f"{step.good[:12]} and {step.bad[:12]}")
         for sha in step.commits:
-            click.echo(f"  {rerun_command(sha, case)}")
+            click.echo(terminal(f"  {rerun_command(sha, case)}"))

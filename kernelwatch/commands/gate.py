@@ -43,6 +43,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     from db.artifact import ArtifactError, load_artifact
     from db.engine import DatabaseError, open_database
     from db.export import RunNotFound, export_run, find_run_id
+    from kernelwatch.output import terminal
 
     try:
         if (candidate is None) == (artifact is None):
@@ -66,11 +67,11 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
     except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
         msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
-        click.echo(f"kernelwatch gate: cannot decide: {msg}", err=True)
+        click.echo(terminal(f"kernelwatch gate: cannot decide: {msg}"), err=True)
         sys.exit(2)
-    click.echo(markdown(result))
+    click.echo(terminal(markdown(result)))
     for line in publish(result, report_dir):
-        click.echo(line, err=line.startswith("warning"))
+        click.echo(terminal(line), err=line.startswith("warning"))
     if result.undecided:
-        click.echo(f"kernelwatch gate: cannot decide: {result.undecided}", err=True)
+        click.echo(terminal(f"kernelwatch gate: cannot decide: {result.undecided}"), err=True)
     sys.exit(result.exit_code)

@@ -26,7 +26,8 @@ def command(files: tuple[Path, ...], db_url: str | None) -> None:
     """
     from db.engine import open_database
     from db.ingest import ingest_documents, load_files
+    from kernelwatch.output import terminal
 
     docs = load_files(files)
     for outcome in ingest_documents(open_database(db_url), docs):
-        click.echo(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})")
+        click.echo(terminal(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})"))
