@@ -56,10 +56,13 @@ def commits_between(good: str, bad: str) -> list[str]:
 
 
 def rerun_command(sha: str, case: str, suite: str = "perf") -> str:
-    """The shell command that re-measures ``case`` at ``sha``; every value quoted for the shell."""
+    """The shell command that re-measures exactly ``case`` at ``sha``; every value quoted for the shell.
+
+    ``--case`` is exact (``--match`` is a substring: ``shape=1`` would take ``shape=128`` too); commits
+    older than ``--case`` take ``--match`` with the same key."""
     kernel = case.split("/", 1)[0]
     return (f"git checkout {shlex.quote(sha[:12])} && kernelwatch collect --kernels {shlex.quote(kernel)} "
-            f"--suite {shlex.quote(suite)} --match {shlex.quote(case)}")
+            f"--suite {shlex.quote(suite)} --case {shlex.quote(case)}")
 
 
 def bisect_command(case: str, hardware: str) -> str:

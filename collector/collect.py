@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import difflib
 import multiprocessing as mp
 import os
 import random
@@ -59,6 +60,10 @@ HOST_BYTES_PER_S = 1e9
 REFERENCE_BYTES_PER_S = 2e8
 
 
+class SelectionError(ValueError):
+    """The kernels or cases asked for do not exist (a usage error: nothing was run)."""
+
+
 @dataclass
 class Options:
     kernels: tuple[str, ...] = ()
@@ -69,7 +74,8 @@ class Options:
     trigger: str = "manual"
     ci_job: str | None = None
     extra_modules: tuple[str, ...] = ()
-    match: str | None = None
+    match: str | None = None  # substring of the case key
+    cases: tuple[str, ...] = ()  # exact case keys
     seed: int | None = None  # base of the exploration seeds (fresh when None)
     explore_seeds: int = 0
     profile: bool = False
@@ -96,15 +102,17 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
     specs = discover(opts.extra_modules)
     unknown = [k for k in opts.kernels if k not in specs]
     if unknown:
-        raise ValueError(f"unknown kernel {unknown[0]!r}; known: {', '.join(sorted(specs))}")
+        raise SelectionError(f"unknown kernel {unknown[0]!r}; known: {', '.join(sorted(specs))}")
     chosen = [specs[k] for k in (opts.kernels or tuple(sorted(specs)))]
     items: list[WorkItem] = []
     cases: dict[WorkItem, Any] = {}
     explore: list[WorkItem] = []
+    known: set[str] = set()
     for spec in chosen:
         for suite in opts.suites:
             for case in spec.accuracy_cases() if suite == "accuracy" else spec.perf_cases():
-                if opts.match and opts.match not in case.key:
+                known.add(case.key)
+                if (opts.match and opts.match not in case.key) or (opts.cases and case.key not in opts.cases):
                     continue
                 item = (suite, case.key)
                 if item not in cases:
@@ -113,7 +121,22 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
                     if suite == "accuracy" and opts.explore_seeds > 0:
                         explore.append(("explore", case.key))
                         cases[explore[-1]] = (spec, case)
+    _check_selection(opts, known, items)
     return items + explore, cases
+
+
+def _check_selection(opts: Options, known: set[str], items: list[WorkItem]) -> None:
+    """A case filter that selects nothing is a typo or a case this commit does not have: say so, never
+    write an empty "complete" run."""
+    where = f"{', '.join(opts.kernels) or 'any kernel'} (suites: {', '.join(opts.suites) or 'none'})"
+    for key in opts.cases:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise SelectionError(f"--case {key!r}: no such case in {where}{hint}")
+    if not items and (opts.match or opts.cases):
+        what = f"--match {opts.match!r}" if opts.match else "--case"
+        raise SelectionError(f"{what} selects no case of {where}")
 
 
 def worker_devices(device: str, all_devices: bool) -> list[tuple[str, str]]:

@@ -95,6 +95,33 @@ def test_unknown_kernel_and_suite_are_named(cli) -> None:  # noqa: ANN001
     assert result.exit_code != 0 and "unknown suite 'speed'" in result.output
 
 
+MSE_KEY = "mse_loss/persistent/fp32/direction=fwd,reduction=none,shape=1"
+
+
+def test_case_selects_exactly_one_key_and_a_selection_of_nothing_is_refused(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """--case is exact (--match on the same text also takes ...shape=1280 style neighbours); a typo or a case
+    this commit lacks is a usage error (exit 2, nothing written), never an empty "complete" run."""
+    out = tmp_path / "run.json"
+    collect = ["collect", "--kernels", "mse_loss", "--device", "cpu", "--no-progress", "--out", str(out)]
+    result = cli.invoke(main, [*collect, "--case", MSE_KEY])
+    assert result.exit_code == 0, result.output
+    assert [a["case"] for a in to_data(load_artifact(out))["accuracy"]] == [MSE_KEY]
+    assert len([k for k in _accuracy_keys() if MSE_KEY in k]) > 1  # the substring takes shape=128, 1024...
+    out.unlink()
+    for args, message in ((["--case", MSE_KEY + "9"], "did you mean"),
+                          (["--case", "nonsense"], "--case 'nonsense': no such case in mse_loss"),
+                          (["--match", "nonsense"], "--match 'nonsense' selects no case of mse_loss")):
+        result = cli.invoke(main, [*collect, *args])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not out.exists() and "Traceback" not in result.output
+
+
+def _accuracy_keys() -> list[str]:
+    from kernels import discover
+
+    return [c.key for c in discover()["mse_loss"].accuracy_cases()]
+
+
 def test_dispatcher_hands_out_each_item_once_whatever_the_order() -> None:
     rng = random.Random(3)
     items = [("accuracy", f"case{i}") for i in range(97)]

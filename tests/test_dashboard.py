@@ -171,7 +171,7 @@ def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_
     assert "slower: 1 · unchanged: 11" in [t.value for t in at.text]
     # the commands, quoted for the shell, name the case and this hardware
     assert shlex.split(top["bisect"]) == ["kernelwatch", "bisect", STEP_CASE, "--hardware", h200[:12]]
-    assert shlex.split(top["reproduce"])[-2:] == ["--match", STEP_CASE]
+    assert shlex.split(top["reproduce"])[-2:] == ["--case", STEP_CASE]
 
 
 def test_triage_default_shows_changes_of_every_hardware(page) -> None:  # noqa: ANN001

@@ -15,6 +15,12 @@ from kernelwatch.options import clean_errors, db_option
 RESUME_COMPANIONS = {"resume", "out", "db_url", "no_progress"}
 
 
+class UsageError(click.ClickException):
+    """Nothing was run: the kernels or cases asked for do not exist (exit status 2, one line)."""
+
+    exit_code = 2
+
+
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for value in values for v in value.split(",") if v)
 
@@ -80,6 +86,8 @@ def _summary(doc) -> None:  # noqa: ANN001
 @click.option("--devices", type=click.Choice(["one", "all"]), default="one", show_default=True,
               help="all: shard the cases over every device of the host, one worker process per device.")
 @click.option("--match", default=None, metavar="TEXT", help="Only cases whose key contains TEXT.")
+@click.option("--case", "case_keys", multiple=True, metavar="KEY",
+              help="Only this case (its exact key, as `kernelwatch show` prints it). Repeatable.")
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds one case may take (compilation included) before it is recorded as an error.")
 @click.option("--trigger", type=click.Choice(["manual", "pr", "nightly"]), default="manual", show_default=True)
@@ -102,7 +110,7 @@ def _summary(doc) -> None:  # noqa: ANN001
 @db_option
 @clean_errors
 @click.pass_context
-def command(ctx: click.Context, kernels, suites, device, devices, match, case_timeout, trigger, ci_job,  # noqa: ANN001
+def command(ctx: click.Context, kernels, suites, device, devices, match, case_keys, case_timeout, trigger, ci_job,  # noqa: ANN001
             explore_seeds, seed, profile, out, resume, extra_kernels, cpu_perf, no_progress, db_url) -> None:
     """Run accuracy and perf suites and write one run.
 
@@ -131,7 +139,7 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ti
         click.echo(f"recovered {len(doc.accuracy)} accuracy and {len(doc.perf)} perf results from {resume}")
         _summary(doc)
 
-    from collector.collect import Options, format_phases, reproduce_command, run_collection
+    from collector.collect import Options, SelectionError, format_phases, reproduce_command, run_collection
     from db.journal import journal_path
     from db.schema import new_run_id
 
@@ -147,10 +155,13 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ti
     journal = journal_path(out, run_id)
     opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
                    case_timeout_s=case_timeout, trigger=trigger, ci_job=ci_job, extra_modules=tuple(extra_kernels),
-                   match=match, seed=seed, explore_seeds=explore_seeds, profile=profile, progress=not no_progress,
+                   match=match, cases=tuple(case_keys), seed=seed, explore_seeds=explore_seeds, profile=profile,
+                   progress=not no_progress,
                    command=reproduce_command(sys.argv[1:]), time_on_cpu=cpu_perf, run_id=run_id, journal=journal)
     try:
         doc = run_collection(opts)
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     writing = _store_keeping_journal(doc, out, db_url, journal)
