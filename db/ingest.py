@@ -60,13 +60,23 @@ def _hardware_id(conn: Connection, doc: RunDocument) -> int:
     return conn.execute(select(Hardware.id).where(Hardware.fingerprint == fp)).scalar_one()
 
 
-def _case_ids(conn: Connection, doc: RunDocument) -> dict[str, int]:
-    _insert_ignore(conn, Case, [c.model_dump() for c in doc.cases], ["key"])
-    keys = [c.key for c in doc.cases]
+def _case_ids(conn: Connection, doc: RunDocument, source: str) -> dict[str, int]:
+    """Ids of the run's cases, inserting new ones. A key already stored with another kernel, variant, dtype
+    or params is refused: every run of a key must describe the same point, or its history mixes two."""
+    given = {c.key: c.model_dump() for c in doc.cases}
+    _insert_ignore(conn, Case, list(given.values()), ["key"])
+    keys = list(given)
     ids: dict[str, int] = {}
+    fields = ("kernel", "variant", "dtype", "params")
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
-        ids.update(conn.execute(select(Case.key, Case.id).where(Case.key.in_(chunk))).all())
+        for row in conn.execute(select(Case.key, Case.id, *(getattr(Case, f) for f in fields))
+                                .where(Case.key.in_(chunk))).all():
+            ids[row.key] = row.id
+            for name in fields:
+                if getattr(row, name) != given[row.key][name]:
+                    raise IngestError(f"{source}: cases: case {row.key!r} is stored with {name} "
+                                      f"{getattr(row, name)!r}; this run gives {given[row.key][name]!r}")
     return ids
 
 
@@ -99,7 +109,7 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
             device_count=hw.device_count, content_hash=digest,
         )
     )
-    ids = _case_ids(conn, doc)
+    ids = _case_ids(conn, doc, source)
     common = {"run_id": run.id, "hardware_id": hw_id}
 
     def rows(section: str) -> list[dict[str, Any]]:

@@ -232,6 +232,29 @@ def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Pa
         ingest_documents(engine, [("b", parse_artifact(second.read_text()))])
 
 
+def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+    """Every run of a key must describe the same point: a run that reuses a stored key with other params
+    (a spec edited without renaming its cases) is refused whole, naming the key and the field."""
+    engine = open_database(db_url)
+    first = tmp_path / "a.json"
+    first.write_text(dumps(make_doc(0, cases=4)))
+    assert cli.invoke(main, ["ingest", str(first), "--db", db_url]).exit_code == 0
+    before = snapshot(engine)
+    doc = make_doc(1, cases=4)
+    case = doc["cases"][1]
+    case["params"] = {**case["params"], "n": 12345}
+    second = tmp_path / "b.json"
+    second.write_text(dumps(doc))
+    result = cli.invoke(main, ["ingest", str(second), "--db", db_url])
+    assert result.exit_code == 1, result.output
+    assert f"case {case['key']!r} is stored with params" in result.output and "12345" in result.output
+    assert str(second) in result.output and len(result.output.strip().splitlines()) == 1
+    assert snapshot(engine) == before
+    doc["cases"][1]["params"] = make_doc(1, cases=4)["cases"][1]["params"]
+    second.write_text(dumps(doc))
+    assert cli.invoke(main, ["ingest", str(second), "--db", db_url]).exit_code == 0
+
+
 def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
     path = tmp_path / "a.json"
     path.write_text(dumps(make_doc()))
