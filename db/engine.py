@@ -96,6 +96,23 @@ def _readonly_uri(path: Path, shown: str) -> str:
         raise DatabaseError(f"cannot open database {shown}: {exc}") from None
 
 
+def _refuse_foreign_sqlite(file: Path, shown: str) -> None:
+    """Refuse, before a writer's connection switches it to WAL, a SQLite file that holds tables but no
+    KernelWatch revision: someone else's database (a mistyped --db) is never written into."""
+    if not file.is_file() or file.stat().st_size == 0:
+        return
+    try:
+        probe = sqlite3.connect(f"file:{quote(str(file.absolute()))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            tables = sorted(r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        return  # not readable as SQLite: the writer's own open says why
+    if tables and "alembic_version" not in tables:
+        raise DatabaseError(_foreign(shown, tables) + _FOREIGN_HINT)
+
+
 def _sqlite_engine(url: URL, readonly: bool) -> Engine:
     path = url.database
     if not path or path == ":memory:":
@@ -112,6 +129,7 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         engine = create_engine(url, creator=lambda: sqlite3.connect(
             uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
     else:
+        _refuse_foreign_sqlite(Path(path), redact(url))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
 
@@ -216,6 +234,11 @@ def known_revisions() -> set[str]:
     return {rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
 
 
+def _foreign(shown: str, tables: list[str]) -> str:
+    listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
+    return f"{shown} is not a KernelWatch database (it holds other tables: {listed})"
+
+
 def _not_ready(engine: Engine, rev: str | None) -> str:
     """Why a database is not one this KernelWatch can read as it is; the message says what to do."""
     from sqlalchemy import inspect
@@ -224,14 +247,23 @@ def _not_ready(engine: Engine, rev: str | None) -> str:
     if rev is None:
         tables = sorted(inspect(engine).get_table_names())
         if tables:
-            listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
-            return f"{shown} is not a KernelWatch database (it holds other tables: {listed})"
+            return _foreign(shown, tables)
         return f"{shown} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"
     if rev not in known_revisions():
         return (f"{shown} is at schema revision {rev}, which this KernelWatch (head {head}) does not know: "
                 f"it was written by a newer KernelWatch; upgrade KernelWatch")
     return (f"{shown} is at schema revision {rev}, this KernelWatch needs {head}: "
             f"run `kernelwatch db upgrade` against it")
+
+
+_FOREIGN_HINT = "; nothing was written: give a new file or an empty database of its own"
+
+
+def _has_tables(engine: Engine) -> bool:
+    """Tables in a database without a KernelWatch revision: someone else's, never to be written into."""
+    from sqlalchemy import inspect
+
+    return bool(inspect(engine).get_table_names())
 
 
 def open_database(url: str | None = None, *, readonly: bool = False, migrate: bool = True) -> Engine:
@@ -248,8 +280,8 @@ def open_database(url: str | None = None, *, readonly: bool = False, migrate: bo
                 raise DatabaseError(_not_ready(engine, rev))
         elif migrate:
             rev = current_revision(engine)
-            if rev is not None and rev not in known_revisions():
-                raise DatabaseError(_not_ready(engine, rev))
+            if (rev is not None and rev not in known_revisions()) or (rev is None and _has_tables(engine)):
+                raise DatabaseError(_not_ready(engine, rev) + _FOREIGN_HINT * (rev is None))
             upgrade(engine)
     except DatabaseError:
         engine.dispose()

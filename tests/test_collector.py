@@ -116,6 +116,13 @@ def test_case_selects_exactly_one_key_and_a_selection_of_nothing_is_refused(tmp_
         assert not out.exists() and "Traceback" not in result.output
 
 
+def test_an_artifact_folder_that_does_not_exist_is_refused_before_measuring(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    out = tmp_path / "absent" / "run.json"
+    result = cli.invoke(main, ["collect", "--kernels", "mse_loss", "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 2 and f"folder {out.parent} does not exist" in result.output, result.output
+    assert "perf suite skipped" not in result.output and not out.parent.exists()
+
+
 def _accuracy_keys() -> list[str]:
     from kernels import discover
 

@@ -116,6 +116,40 @@ def test_a_foreign_sqlite_file_is_refused_untouched(command: str, foreign: Path,
     conn.close()
 
 
+WRITERS = {  # a writing command -> its arguments (before --db)
+    "ingest": lambda: ["ingest", str(sorted((ROOT / "ci" / "history").glob("*.json"))[-1])],
+    "db upgrade": lambda: ["db", "upgrade"],
+    "synth": lambda: ["synth", "--runs", "2"],
+    "collect": lambda: ["collect", "--kernels", "mse_loss", "--device", "cpu", "--no-progress"],
+}
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_writers_refuse_a_foreign_sqlite_file_untouched(command: str, foreign: Path, cli) -> None:  # noqa: ANN001
+    """A mistyped --db that names someone else's SQLite file: nothing written into it (no tables, not
+    switched to WAL); collect says so before measuring anything."""
+    before, files = sha(foreign), listing(foreign.parent)
+    result = cli.invoke(main, [*WRITERS[command](), "--db", f"sqlite:///{foreign}"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().endswith(f"sqlite:///{foreign} is not a KernelWatch database (it holds other "
+                                          "tables: notes); nothing was written: give a new file or an empty "
+                                          "database of its own")
+    assert "run " not in result.output  # collect measured nothing
+    assert sha(foreign) == before and listing(foreign.parent) == files
+
+
+def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:  # noqa: ANN001
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE notes (id integer PRIMARY KEY)"))
+    result = cli.invoke(main, ["db", "upgrade", "--db", pg_url])
+    assert result.exit_code == 1 and "is not a KernelWatch database (it holds other tables: notes)" in result.output
+    assert inspect(engine).get_table_names() == ["notes"]
+    engine.dispose()
+
+
 NOT_DATABASES = {  # what --db names -> how it is made, the refusal after the prefix ({url}, {path})
     "a-folder": (lambda p: p.mkdir(), "no database at {path}: it is not a file"),
     "an-empty-file": (lambda p: p.write_bytes(b""),

@@ -39,6 +39,18 @@ def _store(doc, out: Path | None, db_url: str | None) -> None:  # noqa: ANN001
         click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
 
 
+def _check_destination(out: Path | None, db_url: str | None) -> None:
+    """Refuse a destination that cannot take the run before measuring anything (the run would survive in
+    its journal, but after an hour's wait): the database opens (created and migrated if new), the
+    artifact's folder exists."""
+    if out is not None and not out.absolute().parent.is_dir():
+        raise click.BadParameter(f"{out}: folder {out.absolute().parent} does not exist", param_hint="--out")
+    if out is None or db_url:
+        from db.engine import open_database
+
+        open_database(db_url).dispose()
+
+
 def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: Path) -> float:  # noqa: ANN001
     """Store the run; remove its journal only once it is stored. Returns the seconds the writing took."""
     from db.journal import remove_journal
@@ -59,12 +71,14 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
 
 
 def _summary(doc) -> None:  # noqa: ANN001
+    from kernelwatch.output import terminal
+
     acc = [a for a in doc.accuracy if a.kind == "gate"]
     failed = [a for a in acc if not a.passed]
     click.echo(f"run {doc.run.id}: {doc.run.status}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
                f"{len(doc.perf)} perf results")
     for a in failed[:20]:
-        click.echo(f"  FAIL {a.case}: budget {a.error_budget} {a.error or ''}".rstrip())
+        click.echo(terminal(f"  FAIL {a.case}: budget {a.error_budget} {a.error or ''}".rstrip()))
     explored = [a for a in doc.accuracy if a.kind == "explore"]
     if explored:
         bad = [a for a in explored if not a.passed]
@@ -72,7 +86,8 @@ def _summary(doc) -> None:  # noqa: ANN001
         click.echo(f"exploration (kind explore; not part of the verdict): {len(explored) - len(bad)}/{len(explored)} "
                    f"cases passed on fresh seeds; worst budget " + (f"{max(budgets):.3g}" if budgets else "n/a"))
         for a in bad[:20]:
-            click.echo(f"  EXPLORE FAIL {a.case}: budget {a.error_budget} at seed {a.seed} {a.error or ''}".rstrip())
+            click.echo(terminal(f"  EXPLORE FAIL {a.case}: budget {a.error_budget} at seed {a.seed} {a.error or ''}"
+                                .rstrip()))
     sys.exit({"complete": 0, "partial": 3}.get(doc.run.status, 1))
 
 
@@ -151,6 +166,7 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
     if bad or not suite_list:
         name = bad[0] if bad else suites
         raise click.BadParameter(f"unknown suite {name!r}: use accuracy, perf", param_hint="--suite")
+    _check_destination(out, db_url)
     run_id = new_run_id()
     journal = journal_path(out, run_id)
     opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
