@@ -37,11 +37,19 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=0.8)
     parser.add_argument("--jsonl", type=Path, default=None, help="append results here; skip what it holds")
     parser.add_argument("--top", type=int, default=40, help="cases shown in the per-case table")
+    parser.add_argument("--shard", default="0/1", metavar="I/N",
+                        help="measure only every N-th case from the I-th (0-based): N processes share a suite")
     parser.add_argument("--from", dest="sources", type=Path, action="append", default=[],
                         help="report the rows of this --jsonl file (repeatable) and measure nothing")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    try:
+        args.shard_index, args.shard_count = map(int, args.shard.split("/"))
+    except ValueError:
+        parser.error(f"--shard {args.shard!r}: expected I/N, e.g. 0/4")
+    if not 0 <= args.shard_index < args.shard_count:
+        parser.error(f"--shard {args.shard!r}: I must be in 0..N-1")
     return args
 
 
@@ -77,10 +85,14 @@ def main() -> int:
     sink = args.jsonl.open("a") if args.jsonl else None
     rows: list[dict] = []
     started = time.monotonic()
+    position = -1
     for name in names:
         spec = specs[name]
         for case in spec.accuracy_cases():
             if args.match and args.match not in case.key:
+                continue
+            position += 1
+            if position % args.shard_count != args.shard_index:
                 continue
             for j in range(args.seeds):
                 if (case.key, j) in done:

@@ -72,6 +72,10 @@ def software_versions() -> dict[str, str | None]:
         versions["cann"] = _cann_version()
     except ImportError:
         pass
+    if versions["triton"] is not None and torch.cuda.is_available():
+        from kernels.fastlaunch import path
+
+        versions["launch"] = path()  # short or triton: it decides a small kernel's cost per call
     return versions
 
 

@@ -14,10 +14,10 @@ runs under the interpreter or with launch hooks installed (profilers), only on t
 :data:`VERIFIED`, and a launcher that refuses the call (a ``TypeError``: another argument layout) sends
 that kernel back to the normal path for good.
 
-OFF unless ``KERNELWATCH_FAST_LAUNCH=1``: the first GPU runs with it (2026-11-30) never took it (Triton
-3.9's ``launch_enter_hook`` is an empty ``HookChain``, not ``None``, and an earlier check read that as a
-profiler being installed), so it has not yet been measured or checked on a GPU; it becomes the default
-once a collector run shows it correct and faster (kernels/NOTES.md, "Cost per call").
+On by default where it applies; ``KERNELWATCH_FAST_LAUNCH=0`` turns it off (the collector records
+which path a run took: ``versions["launch"]``). The first GPU runs (2026-11-30) never took it (Triton's
+``launch_enter_hook`` is an empty ``HookChain``, not ``None``, and an earlier check read that as a profiler
+being installed); kernels/NOTES.md ("Cost per call") has what it measured once it did.
 """
 
 from __future__ import annotations
@@ -32,9 +32,14 @@ import triton
 VERIFIED = ("3.6", "3.9")
 
 
+def requested() -> bool:
+    """Not turned off with ``KERNELWATCH_FAST_LAUNCH=0`` (or ``false``, ``no``, ``off``)."""
+    return os.environ.get("KERNELWATCH_FAST_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _enabled() -> bool:
     """Checked once per kernel, when its launcher is made."""
-    if os.environ.get("KERNELWATCH_FAST_LAUNCH", "0") not in ("1", "true", "yes"):
+    if not requested():
         return False
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return False
@@ -90,6 +95,7 @@ class FastLauncher:
         self.names = list(fn.arg_names)
         self._cache: dict[Any, Any] = {}
         self._broken = not _enabled()
+        self.hits = 0  # launches that took the short path (what a GPU check counts)
 
     def __call__(self, grid: tuple[int, ...], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         first = args[0]
@@ -123,9 +129,21 @@ class FastLauncher:
         except TypeError:  # the launcher parses its arguments before launching: nothing ran
             self._broken = True
             self.fn[grid](*args, **kwargs)
+            return
+        self.hits += 1
 
 
 _LAUNCHERS: dict[Any, FastLauncher] = {}
+
+
+def path() -> str:
+    """Which launch path kernels take here: ``short`` (this module) or ``triton`` (Triton's own)."""
+    return "short" if _enabled() else "triton"
+
+
+def short_launches() -> int:
+    """Launches that took the short path in this process, over every kernel."""
+    return sum(launcher.hits for launcher in _LAUNCHERS.values())
 
 
 def fast_launcher(fn: Any) -> FastLauncher:

@@ -7,12 +7,16 @@ import triton
 from kernels import fastlaunch
 
 
-def test_off_unless_asked_for_and_never_under_the_interpreter(monkeypatch) -> None:  # noqa: ANN001
+def test_on_unless_turned_off_and_never_under_the_interpreter(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.delenv("KERNELWATCH_FAST_LAUNCH", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert not fastlaunch._enabled()
+    verified = triton.__version__.rsplit(".", 1)[0] in fastlaunch.VERIFIED
+    assert fastlaunch._enabled() == verified and fastlaunch.path() == ("short" if verified else "triton")
+    for off in ("0", "false", "No", " off "):
+        monkeypatch.setenv("KERNELWATCH_FAST_LAUNCH", off)
+        assert not fastlaunch._enabled() and fastlaunch.path() == "triton"
     monkeypatch.setenv("KERNELWATCH_FAST_LAUNCH", "1")
-    assert fastlaunch._enabled() == (triton.__version__.rsplit(".", 1)[0] in fastlaunch.VERIFIED)
+    assert fastlaunch._enabled() == verified
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not fastlaunch._enabled()
 
