@@ -19,6 +19,7 @@ set -uo pipefail
 mode=$1
 out=$2
 export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the benchmarks import the packages of this tree
 kw() { python3 -m kernelwatch "$@"; }
 
 collect_logged() {  # NAME LIMIT_S ARGS...: one collect, its stderr (phase table included) kept in NAME.log

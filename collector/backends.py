@@ -80,6 +80,14 @@ class HostEvent:
         return (end.t - self.t) * 1e3
 
 
+def cushion_flushes(host_ms: float, flush_ms: float, limit: int = 16) -> int:
+    """How many L2 flushes to queue before a sample so the device is still busy with them when the host
+    has finished a call's host side: enough to last 1.5x ``host_ms``, at least one, at most ``limit``."""
+    if not (flush_ms > 0 and math.isfinite(host_ms)):
+        return 1
+    return max(1, min(limit, math.ceil(1.5 * host_ms / flush_ms)))
+
+
 @dataclass
 class Backend:
     """One device of one type, as a worker process sees it.
@@ -118,7 +126,7 @@ class Backend:
         if self.kind == "npu":
             import torch_npu  # noqa: F401
         if self.kind in ("cuda", "npu"):
-            self.module.set_device(self.device)
+            self.module.set_device(self.device.index or 0)  # "cuda" alone means the first visible device
         else:
             os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -160,25 +168,42 @@ class Backend:
 
     def time_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
                      min_reps: int = 10, max_reps: int = 300) -> list[float]:
-        """Device milliseconds per call, one sample per repetition, L2 flushed before each."""
+        """Device milliseconds per call, one sample per repetition, L2 flushed before each.
+
+        The device must never wait for the host inside a sample: the host enqueues the start event, then
+        runs the call's host side (argument checks, descriptors, the launch) before the kernel is queued.
+        The flush before each sample covers that while the host runs ahead of the device; a call whose
+        host side outlasts the flush (an H200 decode call: about 100 us of host time against a 125 us
+        flush, on a busy host 180 us) would let the device idle after the start event and be charged for
+        it. So the flush is repeated until it outlasts 1.5x the call's host time (``cushion_flushes``).
+        """
         flush = self.flush_buffer()
         fn()
         self.synchronize()
-        start, end = self.event(), self.event()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            fn()
+        host_ms = (time.perf_counter() - t0) / 5 * 1e3
+        self.synchronize()
+        start, mid, end = self.event(), self.event(), self.event()
         start.record()
+        self.flush(flush)
+        mid.record()
         for _ in range(5):
             self.flush(flush)
             fn()
         end.record()
         self.synchronize()
-        estimate = max(start.elapsed_time(end) / 5, 1e-3)
+        flushes = cushion_flushes(host_ms, start.elapsed_time(mid))
+        estimate = max(mid.elapsed_time(end) / 5, 1e-3)
         for _ in range(max(1, int(warmup_ms / estimate))):
             fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
         starts = [self.event() for _ in range(reps)]
         ends = [self.event() for _ in range(reps)]
         for i in range(reps):
-            self.flush(flush)
+            for _ in range(flushes):
+                self.flush(flush)
             starts[i].record()
             fn()
             ends[i].record()

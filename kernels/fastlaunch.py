@@ -68,6 +68,15 @@ def _arg_key(value: Any) -> Any:
     raise _NotKeyed
 
 
+def _tensor_key(value: torch.Tensor) -> Any:
+    return value.dtype, not value.data_ptr() & 15
+
+
+# The key of an argument by its exact type (one dict lookup); other types (subclasses) go through _arg_key.
+_KEY_BY_TYPE: dict[type, Any] = {torch.Tensor: _tensor_key, int: _int_key, float: lambda v: float,
+                                 bool: lambda v: (bool, v), type(None): lambda v: None}
+
+
 def _hook_set(hook: Any) -> bool:
     """A launch hook is set: not None, and (Triton 3.9's ``HookChain``) not an empty chain."""
     if hook is None:
@@ -97,14 +106,19 @@ class FastLauncher:
         self._broken = not _enabled()
         self.hits = 0  # launches that took the short path (what a GPU check counts)
 
-    def __call__(self, grid: tuple[int, ...], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    def __call__(self, grid: tuple[int, ...], args: Sequence[Any], kwargs: dict[str, Any],
+                 static: tuple[tuple, tuple] | None = None) -> None:
+        """``static``: (``tuple(kwargs.items())``, the constexpr values after ``args`` in parameter order),
+        computed once per launch plan (:class:`kernels.plan.Launch`) instead of on every call."""
         first = args[0]
         if self._broken or not isinstance(first, torch.Tensor) or not first.is_cuda:
             self.fn[grid](*args, **kwargs)
             return
         index = first.get_device()
+        by_type = _KEY_BY_TYPE.get
         try:
-            key = (index, tuple(_arg_key(a) for a in args), tuple(kwargs.items()))
+            key = (index, tuple([by_type(type(a), _arg_key)(a) for a in args]),
+                   static[0] if static is not None else tuple(kwargs.items()))
         except _NotKeyed:
             self.fn[grid](*args, **kwargs)
             return
@@ -117,7 +131,7 @@ class FastLauncher:
                 self._cache[key] = compiled
             return
         try:
-            values = [*args, *(kwargs[name] for name in self.names[len(args):])]
+            values = [*args, *(static[1] if static is not None else (kwargs[n] for n in self.names[len(args):]))]
         except KeyError:  # a constexpr left to its default: only Triton's own path knows it
             self._broken = True
             self.fn[grid](*args, **kwargs)

@@ -156,6 +156,21 @@ def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
+def _static_args(fn: Any, positional: int, kwargs: dict[str, Any]) -> tuple[tuple, tuple] | None:
+    """What the short launch path would otherwise rebuild on every call: the hashable constexpr key and
+    the constexpr values after the ``positional`` arguments, in parameter order. None where a constexpr
+    is left to its default or a value is unhashable (the path then works them out per call)."""
+    tail = list(getattr(fn, "arg_names", ()))[positional:]
+    if not all(name in kwargs for name in tail):
+        return None
+    items = tuple(kwargs.items())
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return items, tuple(kwargs[name] for name in tail)
+
+
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch: ``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``.
@@ -176,7 +191,9 @@ class Launch:
     def __post_init__(self) -> None:
         object.__setattr__(self, "constexprs", _frozen(self.constexprs))
         object.__setattr__(self, "signature", _frozen(self.signature))
-        object.__setattr__(self, "_kwargs", {**self.constexprs, **self.options})  # what launch() passes
+        kwargs = {**self.constexprs, **self.options}
+        object.__setattr__(self, "_kwargs", kwargs)  # what launch() passes
+        object.__setattr__(self, "_static", _static_args(self.fn, len(self.signature), kwargs))
 
     @property
     def name(self) -> str:
@@ -313,7 +330,7 @@ def launch(step: Launch, *args: Any) -> None:
     if _recorder is not None:
         check_args(step, args)
         _recorder.steps.append(step)
-    fast_launcher(step.fn)(step.grid, args, step._kwargs)
+    fast_launcher(step.fn)(step.grid, args, step._kwargs, step._static)
 
 
 def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **constexprs: Any) -> None:

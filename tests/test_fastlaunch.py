@@ -42,3 +42,31 @@ def test_the_key_tells_apart_what_triton_specializes_on() -> None:
         pass
     else:
         raise AssertionError("an argument the key cannot describe must keep the normal path")
+
+
+def test_the_by_type_key_is_the_isinstance_key() -> None:
+    """The per-call key is looked up by exact type; it must equal the general key for every value kind."""
+    import torch
+
+    base = torch.zeros(64, dtype=torch.float16)
+    values = [base, base[1:], torch.zeros(3, dtype=torch.int32), 1, 16, 17, 2**31, -(2**31) - 1, 2**63,
+              0.5, True, False, None]
+    for v in values:
+        assert fastlaunch._KEY_BY_TYPE[type(v)](v) == fastlaunch._arg_key(v), v
+    assert fastlaunch._tensor_key(base) != fastlaunch._tensor_key(base[1:])  # 2-byte offset: not 16-aligned
+
+
+def test_every_planned_launch_carries_its_constexprs_in_parameter_order() -> None:
+    """The short path's per-plan constexpr tail must be what it would rebuild per call from the names."""
+    from kernels import discover
+    from kernels.plan import NVIDIA_A100, NVIDIA_H200, Launch
+
+    checked = 0
+    for spec in discover().values():
+        for case in [*spec.perf_cases(), *spec.accuracy_cases()]:
+            for step in [*spec.launch_plans(case, NVIDIA_H200), *spec.launch_plans(case, NVIDIA_A100)]:
+                if isinstance(step, Launch) and step._static is not None:
+                    names = list(step.fn.arg_names)[len(step.signature):]
+                    assert step._static == (tuple(step._kwargs.items()), tuple(step._kwargs[n] for n in names))
+                    checked += 1
+    assert checked
