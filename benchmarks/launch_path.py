@@ -5,7 +5,9 @@
     python benchmarks/launch_path.py --compare off.json on.json                  # the table of both
 
 Cost per call is wall time per call with calls back to back and one synchronisation at the end (what a
-training loop pays), best of five rounds of 1,000 calls. Correctness: each function's output on three
+training loop pays), best of five rounds of 1,000 calls; for MSELoss the rounds of the kernel and of eager
+``F.mse_loss`` alternate, so the host's noise (large on the lent machines) hits both alike.
+Correctness: each function's output on three
 fresh random inputs of the same shape (so the second and third calls reuse the cached launch with new
 pointers) against a float64 PyTorch reference, outputs poisoned with NaN by the kernels' allocator;
 ``short launches`` counts the launches that took the short path, so a path that silently never engages
@@ -36,17 +38,21 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def per_call_us(fn: Callable[[], object]) -> float:
-    for _ in range(50 if DEVICE == "cuda" else 1):
-        fn()
-    sync()
-    best = math.inf
-    for _ in range(ROUNDS):
-        t0 = time.perf_counter()
-        for _ in range(CALLS if DEVICE == "cuda" else 2):
+def per_call_us(*fns: Callable[[], object]) -> list[float]:
+    """Best wall time per call of each function, rounds interleaved (host noise hits them alike)."""
+    for fn in fns:
+        for _ in range(50 if DEVICE == "cuda" else 1):
             fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / (CALLS if DEVICE == "cuda" else 2) * 1e6)
+    sync()
+    calls = CALLS if DEVICE == "cuda" else 2
+    best = [math.inf] * len(fns)
+    for _ in range(ROUNDS):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            best[i] = min(best[i], (time.perf_counter() - t0) / calls * 1e6)
     return best
 
 
@@ -110,11 +116,13 @@ def measure() -> dict:
             err = ((got - want).abs() / (tol * (1 + want.abs()))).max().item() if got.numel() else 0.0
             worst = max(worst, err if not math.isnan(err) else math.inf)
         inputs = make(11)
-        row = {"case": name, "us_per_call": per_call_us(lambda: run(inputs)), "worst_rel_err": worst, "tol": tol}
-        rows.append(row)
         if name.startswith("mse_loss persistent"):
             x, y = inputs
-            eager[name] = per_call_us(lambda: torch.nn.functional.mse_loss(x, y))
+            us, eager[name] = per_call_us(lambda: run(inputs), lambda: torch.nn.functional.mse_loss(x, y))
+        else:
+            (us,) = per_call_us(lambda: run(inputs))
+        row = {"case": name, "us_per_call": us, "worst_rel_err": worst, "tol": tol}
+        rows.append(row)
         print(f"  {name:<44} {row['us_per_call']:8.2f} us/call  error budget {worst:.3f}", flush=True)
     device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (interpreter)"
     return {"path": fastlaunch.path(), "short_launches": fastlaunch.short_launches(), "torch": torch.__version__,
@@ -126,13 +134,11 @@ def compare(paths: list[Path]) -> None:
     print(f"{docs[0]['device']}, torch {docs[0]['torch']}, triton {docs[0]['triton']}; "
           f"us per call, calls back to back (best of {ROUNDS} x {CALLS})\n")
     heads = [f"{d['path']} path" for d in docs]
-    print(f"{'case':<44} " + " ".join(f"{h:>12}" for h in heads) + f" {'eager':>9}  correct")
+    print(f"{'case':<44} " + " ".join(f"{h:>12} {'eager':>7}" for h in heads) + "  correct")
     for i, row in enumerate(docs[0]["rows"]):
-        cells = [d["rows"][i]["us_per_call"] for d in docs]
-        eager = docs[-1]["eager"].get(row["case"])
+        cells = [(d["rows"][i]["us_per_call"], d["eager"].get(row["case"], math.nan)) for d in docs]
         ok = all(d["rows"][i]["worst_rel_err"] <= 1.0 for d in docs)
-        print(f"{row['case']:<44} " + " ".join(f"{c:12.2f}" for c in cells)
-              + f" {eager if eager is not None else float('nan'):9.2f}  {'yes' if ok else 'NO'}")
+        print(f"{row['case']:<44} " + " ".join(f"{c:12.2f} {e:7.2f}" for c, e in cells) + f"  {'yes' if ok else 'NO'}")
     print("\nshort launches: " + ", ".join(f"{d['path']} path {d['short_launches']}" for d in docs))
 
 

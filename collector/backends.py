@@ -26,6 +26,9 @@ DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
 # interpreter's perf path quick; nothing measured there is meaningful anyway.
 FLUSH_BYTES = {"cuda": 512 << 20, "npu": 512 << 20, "cpu": 32 << 20}
+SAMPLE_CHUNK = 25  # timed samples enqueued behind one hold (Backend.time_samples)
+MAX_HOLD_MS = 200.0  # a hold never keeps the device busy longer than this
+MAX_HOLD_FLUSHES = 64  # without a spin kernel, a hold is at most this many flushes
 CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
 # Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
 # pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
@@ -80,14 +83,6 @@ class HostEvent:
         return (end.t - self.t) * 1e3
 
 
-def cushion_flushes(host_ms: float, flush_ms: float, limit: int = 16) -> int:
-    """How many L2 flushes to queue before a sample so the device is still busy with them when the host
-    has finished a call's host side: enough to last 1.5x ``host_ms``, at least one, at most ``limit``."""
-    if not (flush_ms > 0 and math.isfinite(host_ms)):
-        return 1
-    return max(1, min(limit, math.ceil(1.5 * host_ms / flush_ms)))
-
-
 @dataclass
 class Backend:
     """One device of one type, as a worker process sees it.
@@ -101,6 +96,8 @@ class Backend:
     time_on_cpu: bool = False
     phases: Counter = field(default_factory=Counter)
     _flush: torch.Tensor | None = field(default=None, repr=False)
+    _spin_cycles_per_ms: float | None = field(default=None, repr=False)
+    _flush_ms: float = field(default=0.125, repr=False)
 
     def __post_init__(self) -> None:
         self.label = self.label or str(self.device)
@@ -170,12 +167,13 @@ class Backend:
                      min_reps: int = 10, max_reps: int = 300) -> list[float]:
         """Device milliseconds per call, one sample per repetition, L2 flushed before each.
 
-        The device must never wait for the host inside a sample: the host enqueues the start event, then
-        runs the call's host side (argument checks, descriptors, the launch) before the kernel is queued.
-        The flush before each sample covers that while the host runs ahead of the device; a call whose
-        host side outlasts the flush (an H200 decode call: about 100 us of host time against a 125 us
-        flush, on a busy host 180 us) would let the device idle after the start event and be charged for
-        it. So the flush is repeated until it outlasts 1.5x the call's host time (``cushion_flushes``).
+        The device must never wait for the host inside a sample. The host enqueues the start event, then
+        runs the call's host side (argument checks, descriptors, the launch) before the kernel is queued;
+        if the device has already finished what came before, it idles after the start event and the idle
+        time is charged to the kernel. On an H200 a decode call's ~100 us of host time outlasted the flush
+        on a busy host: bf16 decode timed at 72 us median (45-179) against 39 us. So the samples are
+        enqueued in chunks, each behind a hold (:meth:`hold`) that keeps the device busy for twice the
+        host time of the chunk: the device then runs the chunk's flushes and calls back to back.
         """
         flush = self.flush_buffer()
         fn()
@@ -185,30 +183,60 @@ class Backend:
             fn()
         host_ms = (time.perf_counter() - t0) / 5 * 1e3
         self.synchronize()
-        start, mid, end = self.event(), self.event(), self.event()
+        start, end = self.event(), self.event()
         start.record()
-        self.flush(flush)
-        mid.record()
         for _ in range(5):
             self.flush(flush)
             fn()
         end.record()
         self.synchronize()
-        flushes = cushion_flushes(host_ms, start.elapsed_time(mid))
-        estimate = max(mid.elapsed_time(end) / 5, 1e-3)
+        estimate = max(start.elapsed_time(end) / 5, 1e-3)
         for _ in range(max(1, int(warmup_ms / estimate))):
             fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
         starts = [self.event() for _ in range(reps)]
         ends = [self.event() for _ in range(reps)]
-        for i in range(reps):
-            for _ in range(flushes):
+        for first in range(0, reps, SAMPLE_CHUNK):
+            chunk = range(first, min(first + SAMPLE_CHUNK, reps))
+            self.hold(2.0 * len(chunk) * (host_ms + 0.02))
+            for i in chunk:
                 self.flush(flush)
-            starts[i].record()
-            fn()
-            ends[i].record()
+                starts[i].record()
+                fn()
+                ends[i].record()
         self.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def hold(self, ms: float) -> None:
+        """Keep the device busy for about ``ms`` (at most :data:`MAX_HOLD_MS`) from now, so work the host
+        enqueues meanwhile runs back to back: a spin kernel on CUDA, repeated flushes elsewhere."""
+        ms = min(ms, MAX_HOLD_MS)
+        if self.kind == "cpu" or ms <= 0:
+            return
+        if self._spin_cycles_per_ms is None:
+            self._spin_cycles_per_ms = self._calibrate_hold()
+        if self._spin_cycles_per_ms > 0:
+            torch.cuda._sleep(int(ms * self._spin_cycles_per_ms))
+            return
+        flush = self.flush_buffer()
+        for _ in range(min(MAX_HOLD_FLUSHES, math.ceil(ms / self._flush_ms))):
+            self.flush(flush)
+
+    def _calibrate_hold(self) -> float:
+        """Spin cycles per millisecond on CUDA (0 where there is no spin kernel); the flush's duration."""
+        flush = self.flush_buffer()
+        start, mid, end = self.event(), self.event(), self.event()
+        self.flush(flush)
+        start.record()
+        self.flush(flush)
+        mid.record()
+        spin = self.kind == "cuda" and hasattr(torch.cuda, "_sleep")
+        if spin:
+            torch.cuda._sleep(1_000_000)
+        end.record()
+        self.synchronize()
+        self._flush_ms = max(start.elapsed_time(mid), 1e-3)
+        return 1_000_000 / max(mid.elapsed_time(end), 1e-3) if spin else 0.0
 
     def _batch_ms(self, fn: Callable[[], object], calls: int) -> float:
         self.synchronize()
