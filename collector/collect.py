@@ -310,6 +310,11 @@ def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device:
     return check_record(record, f"{item[0]} {item[1]}")
 
 
+def devices_note(physical: dict[str, str | None]) -> str:
+    """Which physical device each result label was (``cuda:0`` differs with ``CUDA_VISIBLE_DEVICES``)."""
+    return "devices: " + "; ".join(f"{label} = {ident or 'unknown'}" for label, ident in physical.items())
+
+
 def _ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
     def fmt(value: Any, unit: str) -> str:
         return "?" if value is None else f"{value} {unit}"
@@ -385,6 +390,9 @@ def run_collection(opts: Options) -> RunDocument:
         described = replies[min(replies)]
         if len(ceilings) > 1 and any(v is not None for c in ceilings.values() for v in c.values()):
             notes.append(_ceiling_note(ceilings))
+        physical = {handles[i].label: r.get("physical") for i, r in sorted(replies.items())}
+        if any(physical.values()):
+            notes.append(devices_note(physical))
         live = [h for h in handles if h.index in replies]
         if journal is not None:
             journal.header(_run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),

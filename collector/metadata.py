@@ -126,6 +126,22 @@ def _memory_bytes() -> int | None:
         return None
 
 
+def physical_device(props: Any) -> str | None:
+    """Which physical GPU a CUDA device index is (its UUID and PCI address), from its properties.
+
+    Two devices of one model are one hardware identity, yet not always equally fast: on a two-H200 host
+    the atomic MSELoss at 268M elements took 583 us on one GPU and 527 us on the other in every one of 14
+    repeats. ``cuda:0`` names a different GPU under each ``CUDA_VISIBLE_DEVICES``; this does not."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid and not uuid.startswith("GPU-"):
+        uuid = f"GPU-{uuid}"
+    pci = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    parts = [uuid] if uuid else []
+    if None not in pci:
+        parts.append(f"PCI {pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}")
+    return ", ".join(parts) or None
+
+
 def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
     """The hardware block of a run artifact for device ``index`` (peaks come from the backend's measurement)."""
     import torch

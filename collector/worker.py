@@ -153,10 +153,14 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
 
 
 def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
-    from collector.metadata import hardware_info, software_versions
+    import torch
 
-    hw = hardware_info(backend.kind, backend.device.index or 0)
+    from collector.metadata import hardware_info, physical_device, software_versions
+
+    index = backend.device.index or 0
+    hw = hardware_info(backend.kind, index)
     with backend.phase("ceilings"):
         peaks = backend.measure_peaks()
     hw.update(peaks)
-    return {"hardware": hw, "versions": software_versions(), "peaks": peaks}
+    physical = physical_device(torch.cuda.get_device_properties(index)) if backend.kind == "cuda" else None
+    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical}
