@@ -130,7 +130,11 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
             uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
     else:
         _refuse_foreign_sqlite(Path(path), redact(url))
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder must be, a read-only or missing mount...
+            raise DatabaseError(f"cannot create the folder of database {redact(url)}: "
+                                f"{exc.strerror or exc} ({exc.filename or Path(path).parent})") from None
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")

@@ -42,6 +42,12 @@ def _run(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
         time.sleep(3600)
     if kind == "crashes":
         os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "breaks_db":  # the database the collector checked at the start is gone when it stores the run
+        path = os.environ["PLANTED_BREAK_PATH"]
+        for leftover in (path, path + "-wal", path + "-shm"):
+            if os.path.isfile(leftover):
+                os.remove(leftover)
+        os.makedirs(path, exist_ok=True)
     if kind == "nan":
         return (torch.full_like(x, float("nan")),)
     if kind == "unwritten":

@@ -62,12 +62,26 @@ def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, m
     assert {r["case"].split("/")[1]: r["passed"] for r in rows} == {"correct": True, "off_by_one_percent": False}
 
 
-def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_a_database_that_cannot_be_opened_is_refused_before_measuring(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setenv("PLANTED_VARIANTS", "correct")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")  # no database can be made under a file (root ignores permissions)
     result = cli.invoke(main, [*PLANTED, "--db", f"sqlite:///{tmp_path / 'a-file' / 'kw.db'}"])
     assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "a-file" in result.stderr and "accuracy" not in result.output  # said why; measured nothing
+    assert not (tmp_path / ".kw-journal").exists()
+
+
+def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    """The database opened when collect checked it, and was gone (a folder in its place) when the run was
+    stored: the run stays in its journal and --resume stores it elsewhere."""
+    gone = tmp_path / "kw-gone.db"
+    monkeypatch.setenv("PLANTED_VARIANTS", "breaks_db")
+    monkeypatch.setenv("PLANTED_BREAK_PATH", str(gone))
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(main, [*PLANTED, "--db", f"sqlite:///{gone}"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert gone.is_dir()  # the planted kernel did break it
     (journal,) = (tmp_path / ".kw-journal").iterdir()
     assert f"the run is kept in {Path('.kw-journal') / journal.name}" in result.stderr
     db = f"sqlite:///{tmp_path / 'kw.db'}"

@@ -138,6 +138,19 @@ def test_writers_refuse_a_foreign_sqlite_file_untouched(command: str, foreign: P
     assert sha(foreign) == before and listing(foreign.parent) == files
 
 
+@pytest.mark.parametrize("command", WRITERS)
+def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """--db under a path that is a file: one line naming it (was a FileExistsError traceback)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = cli.invoke(main, [*WRITERS[command](), "--db", f"sqlite:///{blocker / 'kw.db'}"])
+    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.exception
+    assert result.output.strip().splitlines()[-1] == (
+        f"kernelwatch: error: cannot create the folder of database sqlite:///{blocker / 'kw.db'}: "
+        f"File exists ({blocker})")
+    assert blocker.read_text() == ""
+
+
 def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:  # noqa: ANN001
     from sqlalchemy import create_engine, inspect, text
 
