@@ -67,4 +67,4 @@ def rerun_command(sha: str, case: str, suite: str = "perf") -> str:
 
 def bisect_command(case: str, hardware: str) -> str:
     """The shell command that finds where a change entered ``case``'s history; every value quoted."""
-    return f"kernelwatch bisect {shlex.quote(case)} --hardware {shlex.quote(hardware)}"
+    return f"kernelwatch bisect --hardware {shlex.quote(hardware)} -- {shlex.quote(case)}"  # a key may start with -

@@ -125,12 +125,26 @@ def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
     return items + explore, cases
 
 
+def _suite_keys(opts: Options, suite: str) -> set[str]:
+    from kernels import discover
+
+    specs = discover(opts.extra_modules)
+    chosen = [specs[k] for k in (opts.kernels or tuple(sorted(specs)))]
+    return {c.key for spec in chosen for c in (spec.accuracy_cases() if suite == "accuracy" else spec.perf_cases())}
+
+
 def _check_selection(opts: Options, known: set[str], items: list[WorkItem]) -> None:
     """A case filter that selects nothing is a typo or a case this commit does not have: say so, never
     write an empty "complete" run."""
     where = f"{', '.join(opts.kernels) or 'any kernel'} (suites: {', '.join(opts.suites) or 'none'})"
+    if opts.match is not None and not opts.match:
+        raise SelectionError("--match '': empty text would select every case; leave --match out to run them all")
     for key in opts.cases:
         if key not in known:
+            other = [s for s in SUITES if s not in opts.suites and key in _suite_keys(opts, s)]
+            if other:
+                raise SelectionError(f"--case {key!r} is a case of the {other[0]} suite, which this run does not "
+                                     f"include (suites: {', '.join(opts.suites)})")
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise SelectionError(f"--case {key!r}: no such case in {where}{hint}")
@@ -324,6 +338,46 @@ def _ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
     return "ceilings per device (each result is compared with its own device's): " + "; ".join(parts)
 
 
+def effective_suites(opts: Options) -> tuple[str, tuple[str, ...]]:
+    """(device, the suites that run there): the perf suite is skipped in the CPU interpreter unless
+    ``time_on_cpu``. Raises :class:`SelectionError` when nothing is left to run."""
+    device = resolve_device(opts.device)
+    if opts.time_on_cpu and device != "cpu":
+        raise ValueError(f"--cpu-perf times the perf suite on the CPU interpreter; it cannot go with --device {device}")
+    suites = opts.suites
+    if device == "cpu" and not opts.time_on_cpu:
+        suites = tuple(s for s in suites if s != "perf")
+        if not suites:
+            raise SelectionError("nothing to run: the perf suite is skipped on cpu (Triton's interpreter: timings "
+                                 "would mean nothing); add --suite accuracy, or run on a GPU or NPU")
+    return device, suites
+
+
+def check_selection(opts: Options) -> None:
+    """Everything a usage error could be, checked before anything is created (a database, a journal)."""
+    _, suites = effective_suites(opts)
+    select_items(Options(**{**opts.__dict__, "suites": suites}))
+
+
+def check_run_fields(opts: Options) -> None:
+    """The run's own fields (commit and branch from git or CI variables, --ci-job, the command line) fit
+    the schema, checked before any worker starts or any journal is written: one line naming the field."""
+    from pydantic import ValidationError
+
+    from collector.metadata import git_info
+    from db.schema import describe
+
+    commit = git_info()
+    try:
+        Commit(**commit)
+    except ValidationError as exc:
+        raise ValueError(f"the run cannot be recorded: run.commit.{describe(exc)}") from None
+    try:
+        _run_info(opts, new_run_id(), "cpu", commit, {}, dt.datetime.now(dt.timezone.utc), None, "running", [], None)
+    except ValidationError as exc:
+        raise ValueError(f"the run cannot be recorded: run.{describe(exc)}") from None
+
+
 def run_collection(opts: Options) -> RunDocument:
     """Run the suites and return a complete ``kernelwatch.run/1`` document (not yet written).
 
@@ -336,19 +390,15 @@ def run_collection(opts: Options) -> RunDocument:
     busy: Counter = Counter()
     from collector.metadata import git_info
 
-    device = resolve_device(opts.device)
-    if opts.time_on_cpu and device != "cpu":
-        raise ValueError(f"--cpu-perf times the perf suite on the CPU interpreter; it cannot go with --device {device}")
+    device, suites = effective_suites(opts)
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     notes = list(opts.notes)
-    suites = opts.suites
-    if device == "cpu" and "perf" in suites:
+    if device == "cpu" and "perf" in opts.suites:
         if opts.time_on_cpu:
             notes.append("perf suite timed on the CPU in Triton's interpreter (--cpu-perf): a test of the "
                          "collector, the numbers mean nothing")
         else:
-            suites = tuple(s for s in suites if s != "perf")
             notes.append("perf suite skipped: on the CPU kernels run in Triton's interpreter; its timings mean nothing")
             print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)",
                   file=sys.stderr)

@@ -62,14 +62,35 @@ def load_artifact(path: str | Path) -> RunDocument:
     return parse_artifact(text, str(path))
 
 
+def artifact_target(path: str | Path) -> Path:
+    """Where an artifact for ``path`` is written: the path itself, or through a symlink its target.
+
+    Refused in one line: no file name, a folder that does not exist or is a file, and anything but a
+    regular file at the target (a device, a FIFO, a folder): an atomic write replaces what is there,
+    and ``-o /dev/null`` run as root must not replace the device.
+    """
+    given = Path(path)
+    if not str(path) or not given.name or given.name in (".", ".."):
+        raise ArtifactError(f"{str(path)!r}: an artifact needs a file name")
+    target = given.resolve() if given.is_symlink() else given
+    folder = target.absolute().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ArtifactError(f"{given}: folder {folder} {what}")
+    if target.exists() and not target.is_file():
+        raise ArtifactError(f"{given}: not a regular file (a folder, device or FIFO is never replaced)")
+    return target
+
+
 def write_artifact(doc: RunDocument | dict[str, Any], path: str | Path) -> Path:
     """Validate and write atomically: a reader never sees half a file, a failed write leaves none."""
     normalised = doc if isinstance(doc, RunDocument) else validate(doc)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    target = artifact_target(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(dumps(normalised), encoding="utf-8")
-        tmp.replace(path)
+        tmp.replace(target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise ArtifactError(f"{path}: cannot write ({exc.strerror or exc})") from None

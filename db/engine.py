@@ -96,27 +96,37 @@ def _readonly_uri(path: Path, shown: str) -> str:
         raise DatabaseError(f"cannot open database {shown}: {exc}") from None
 
 
-def _refuse_foreign_sqlite(file: Path, shown: str) -> None:
-    """Refuse, before a writer's connection switches it to WAL, a SQLite file that holds tables but no
-    KernelWatch revision: someone else's database (a mistyped --db) is never written into."""
+def _refuse_foreign_sqlite(file: Path, shown: str, hint: str = "") -> None:
+    """Refuse someone else's SQLite file (a mistyped --db) before any connection of ours touches it: it
+    holds tables, and neither a KernelWatch revision nor KernelWatch's ``run`` table (another project's
+    Alembic database has a revision this KernelWatch does not know, and no ``run``).
+
+    The probe opens the file ``immutable``: no lock is taken (an owner holding it exclusively does not
+    stall it), no ``-wal`` or ``-shm`` is created beside it, nothing is written."""
     if not file.is_file() or file.stat().st_size == 0:
         return
     try:
-        probe = sqlite3.connect(f"file:{quote(str(file.absolute()))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        probe = sqlite3.connect(f"file:{quote(str(file.absolute()))}?mode=ro&immutable=1", uri=True)
         try:
             tables = sorted(r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            revision = (probe.execute("SELECT version_num FROM alembic_version").fetchone() or (None,))[0] \
+                if "alembic_version" in tables else None
         finally:
             probe.close()
     except sqlite3.Error:
-        return  # not readable as SQLite: the writer's own open says why
-    if tables and "alembic_version" not in tables:
-        raise DatabaseError(_foreign(shown, tables) + _FOREIGN_HINT)
+        return  # not readable as SQLite: the engine's own open says why
+    ours = "run" in tables or (revision is not None and revision in known_revisions())
+    if tables and not ours and set(tables) != {"alembic_version"}:
+        raise DatabaseError(_foreign(shown, [t for t in tables if t != "alembic_version"] or tables) + hint)
 
 
 def _sqlite_engine(url: URL, readonly: bool) -> Engine:
     path = url.database
     if not path or path == ":memory:":
         raise DatabaseError("an in-memory SQLite database cannot be shared between processes; give a file path")
+    if path.startswith("file:") or url.query.get("uri"):
+        raise DatabaseError(f"{redact(url)}: SQLite URI filenames are not supported; give a plain path, "
+                            "sqlite:///PATH")
     if readonly:
         file = Path(path).absolute()
         shown = redact(url)
@@ -124,12 +134,13 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
             raise DatabaseError(f"no database at {path}: run `kernelwatch collect` or `kernelwatch ingest` first")
         if not file.is_file():
             raise DatabaseError(f"no database at {path}: it is not a file")
+        _refuse_foreign_sqlite(file, shown)
         uri = _readonly_uri(file, shown)
         # The URL stays the user's (messages name it); the connection comes from the read-only URI.
         engine = create_engine(url, creator=lambda: sqlite3.connect(
             uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
     else:
-        _refuse_foreign_sqlite(Path(path), redact(url))
+        _refuse_foreign_sqlite(Path(path), redact(url), _FOREIGN_HINT)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where a folder must be, a read-only or missing mount...

@@ -89,6 +89,8 @@ class JournalWriter:
         self._synced = time.monotonic()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                path.unlink()  # an empty journal (a run that failed before its header) holds nothing to recover
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         except FileExistsError:
             raise ArtifactError(f"{path}: a journal of an earlier run is there (recover it with "

@@ -137,6 +137,36 @@ def test_an_artifact_folder_that_does_not_exist_is_refused_before_measuring(tmp_
     assert "perf suite skipped" not in result.output and not out.parent.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--suite", "perf"], "nothing to run: the perf suite is skipped on cpu"),
+    (["--match", ""], "--match '': empty text would select every case"),
+    (["--kernels", ""], "'' names no kernel"),
+    (["--kernels", ","], "',' names no kernel"),
+    (["--case", "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=4096"],
+     "is a case of the perf suite, which this run does not include (suites: accuracy)"),
+    (["--ci-job", "j" * 300], "the run cannot be recorded: run.ci_job: at most 255 characters (got 300)"),
+    (["--out", ""], "an artifact needs a file name"),
+])
+def test_usage_errors_create_nothing(args: list[str], message: str, tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    """Exit 2 and one line, before a database, a folder or a journal is made (they were: a usage error
+    created and migrated ./kernelwatch.db; a 300-character --ci-job left an empty journal that blocked the
+    next run)."""
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "new" / "kw.db"
+    result = cli.invoke(main, ["collect", "--device", "cpu", "--no-progress", "--kernels", "mse_loss", *args,
+                               "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "perf suite skipped" not in result.output and list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_journal_holds_nothing_and_does_not_block_the_next_run(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    out = tmp_path / "run.json"
+    (tmp_path / "run.json.journal").write_text("")
+    result = cli.invoke(main, [*PLANTED, "--out", str(out)], env={"PLANTED_VARIANTS": "correct"})
+    assert result.exit_code == 0, result.output
+    assert out.exists() and not (tmp_path / "run.json.journal").exists()
+
+
 def _accuracy_keys() -> list[str]:
     from kernels import discover
 

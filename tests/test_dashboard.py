@@ -170,7 +170,7 @@ def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_
     assert "SYNTHETIC" in texts(at)  # the judged run is a labelled synthetic copy
     assert "slower: 1 · unchanged: 11" in [t.value for t in at.text]
     # the commands, quoted for the shell, name the case and this hardware
-    assert shlex.split(top["bisect"]) == ["kernelwatch", "bisect", STEP_CASE, "--hardware", h200[:12]]
+    assert shlex.split(top["bisect"]) == ["kernelwatch", "bisect", "--hardware", h200[:12], "--", STEP_CASE]
     assert shlex.split(top["reproduce"])[-2:] == ["--case", STEP_CASE]
 
 
@@ -231,7 +231,7 @@ def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -
     assert any(t["name"] == "100% = the ceiling" for t in floor["data"])
     assert any("copy rate" in c.value and "over 100% are possible" in c.value for c in at.caption)
     codes = [c.value for c in at.code]
-    assert f"kernelwatch bisect {STEP_CASE} --hardware {h200[:12]}" in codes
+    assert f"kernelwatch bisect --hardware {h200[:12]} -- {STEP_CASE}" in codes
     assert any("SYNTHETIC" in w.value for w in at.warning)
 
 

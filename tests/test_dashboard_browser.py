@@ -152,7 +152,7 @@ def test_walk_from_triage_to_the_case_page_to_the_bisect_command(browser, server
     page.screenshot(path=str(ARTIFACTS / "case.png"), full_page=True)
     codes = page.locator("[data-testid='stCode'] code").all_inner_texts()
     bisect = next(" ".join(c.split()) for c in codes if c.strip().startswith("kernelwatch bisect"))
-    assert shlex.split(bisect) == ["kernelwatch", "bisect", STEP_CASE, "--hardware", h200[:12]]
+    assert shlex.split(bisect) == ["kernelwatch", "bisect", "--hardware", h200[:12], "--", STEP_CASE]
     argv = shlex.split(bisect)
     argv[0] = str(Path(sys.executable).with_name("kernelwatch"))
     out = subprocess.run(argv, env={**os.environ, "KERNELWATCH_DB": dash_db}, capture_output=True, text=True,

@@ -439,6 +439,18 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     assert "\x1b" not in shown and "boom" + CONTROL in {r["error"] for r in json.loads(shown)}
 
 
+def test_an_empty_report_dir_is_refused(db_url, tmp_path, cli, monkeypatch) -> None:  # noqa: ANN001
+    """--report-dir '' wrote the reports into the working folder; '.' still means it, on purpose."""
+    candidate = _history(db_url, runs=3)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").mkdir()
+    result = _gate(cli, db_url, candidate, tmp_path / "x", "--report-dir", "")
+    assert result.exit_code == 2 and "--report-dir '': give a folder" in result.output
+    assert not (tmp_path / "gate.md").exists()
+    assert _gate(cli, db_url, candidate, tmp_path / "x", "--report-dir", ".").exit_code == 0
+    assert (tmp_path / "gate.md").exists()
+
+
 def test_markdown_helpers() -> None:
     from ci.reports import md_code, md_text
 

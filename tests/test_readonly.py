@@ -151,6 +151,67 @@ def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_pa
     assert blocker.read_text() == ""
 
 
+def _other_alembic_project(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.executescript("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY);"
+                       "INSERT INTO alembic_version VALUES ('deadbeef1234');"
+                       "CREATE TABLE orders (id INTEGER PRIMARY KEY);")
+    conn.close()
+    return path
+
+
+def _wal_foreign(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()  # the last connection checkpoints and removes -wal and -shm
+    return path
+
+
+@pytest.mark.parametrize("make, tables", [(_other_alembic_project, "orders"), (_wal_foreign, "notes")])
+@pytest.mark.parametrize("command", [*WRITERS, "runs"])
+def test_other_projects_databases_are_refused_untouched(command: str, make, tables: str, tmp_path: Path,  # noqa: ANN001
+                                                        cli) -> None:  # noqa: ANN001
+    """Another project's Alembic database (a revision this KernelWatch does not know, no run table) is
+    foreign, not "written by a newer KernelWatch"; a foreign file in WAL mode gets no -wal or -shm beside
+    it. Writers and readers alike leave every byte and the folder as they were."""
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    path = make(folder / "their.db")
+    before, files = sha(path), listing(folder)
+    args = ["runs"] if command == "runs" else WRITERS[command]()
+    result = cli.invoke(main, [*args, "--db", f"sqlite:///{path}"])
+    assert result.exit_code == (2 if command == "runs" else 1), result.output
+    assert f"is not a KernelWatch database (it holds other tables: {tables})" in result.output
+    assert "newer KernelWatch" not in result.output
+    assert sha(path) == before and listing(folder) == files
+
+
+def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    path = tmp_path / "busy.db"
+    owner = sqlite3.connect(path, isolation_level=None)
+    owner.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+    owner.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        result = cli.invoke(main, ["db", "upgrade", "--db", f"sqlite:///{path}"])
+        assert time.monotonic() - started < 10
+        assert result.exit_code == 1 and "is not a KernelWatch database" in result.output, result.output
+    finally:
+        owner.execute("ROLLBACK")
+        owner.close()
+    assert sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.chdir(tmp_path)
+    for url in (f"sqlite:///file:{tmp_path}/x.db?uri=true", f"sqlite:///file:{tmp_path}/x.db"):
+        result = cli.invoke(main, ["db", "upgrade", "--db", url])
+        assert result.exit_code == 1 and "SQLite URI filenames are not supported" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:  # noqa: ANN001
     from sqlalchemy import create_engine, inspect, text
 

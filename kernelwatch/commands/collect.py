@@ -43,8 +43,13 @@ def _check_destination(out: Path | None, db_url: str | None) -> None:
     """Refuse a destination that cannot take the run before measuring anything (the run would survive in
     its journal, but after an hour's wait): the database opens (created and migrated if new), the
     artifact's folder exists."""
-    if out is not None and not out.absolute().parent.is_dir():
-        raise click.BadParameter(f"{out}: folder {out.absolute().parent} does not exist", param_hint="--out")
+    if out is not None:
+        from db.artifact import ArtifactError, artifact_target
+
+        try:
+            artifact_target(out)
+        except ArtifactError as exc:
+            raise click.BadParameter(str(exc), param_hint="--out") from None
     if out is None or db_url:
         from db.engine import open_database
 
@@ -154,7 +159,15 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
         click.echo(f"recovered {len(doc.accuracy)} accuracy and {len(doc.perf)} perf results from {resume}")
         _summary(doc)
 
-    from collector.collect import Options, SelectionError, format_phases, reproduce_command, run_collection
+    from collector.collect import (
+        Options,
+        SelectionError,
+        check_run_fields,
+        check_selection,
+        format_phases,
+        reproduce_command,
+        run_collection,
+    )
     from db.journal import journal_path
     from db.schema import new_run_id
 
@@ -166,14 +179,28 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
     if bad or not suite_list:
         name = bad[0] if bad else suites
         raise click.BadParameter(f"unknown suite {name!r}: use accuracy, perf", param_hint="--suite")
-    _check_destination(out, db_url)
+    empty = [k for k in kernels if not _split((k,))]
+    if empty:
+        raise click.BadParameter(f"{empty[0]!r} names no kernel (leave --kernels out to run them all)",
+                                 param_hint="--kernels")
     run_id = new_run_id()
-    journal = journal_path(out, run_id)
+    journal = journal_path(out, run_id) if out is None or out.name else None
     opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
                    case_timeout_s=case_timeout, trigger=trigger, ci_job=ci_job, extra_modules=tuple(extra_kernels),
                    match=match, cases=tuple(case_keys), seed=seed, explore_seeds=explore_seeds, profile=profile,
                    progress=not no_progress,
                    command=reproduce_command(sys.argv[1:]), time_on_cpu=cpu_perf, run_id=run_id, journal=journal)
+    try:
+        check_selection(opts)  # usage errors first: they create nothing, not even the database
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
+    except (ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        check_run_fields(opts)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _check_destination(out, db_url)
     try:
         doc = run_collection(opts)
     except SelectionError as exc:

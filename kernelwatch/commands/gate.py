@@ -26,11 +26,11 @@ from kernelwatch.options import db_option
 @click.option("--metric", type=click.Choice(["gpu", "call"]), default="gpu", show_default=True,
               help="gpu: GPU time per call with the L2 flushed; call: wall time per call, calls back to back "
                    "(host + device: what a loop pays).")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gate-report"),
+@click.option("--report-dir", type=click.Path(file_okay=False), default="gate-report",
               show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
 @db_option
 def command(candidate: str | None, artifact: Path | None, baseline: str, min_effect: float,
-            case_min_effect: tuple[str, ...], fdr: float, metric: str, report_dir: Path, db_url: str | None) -> None:
+            case_min_effect: tuple[str, ...], fdr: float, metric: str, report_dir: str, db_url: str | None) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
 
     Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the
@@ -48,6 +48,8 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     try:
         if (candidate is None) == (artifact is None):
             raise GateUndecided("give exactly one of --candidate RUN_ID or --artifact FILE")
+        if not report_dir:
+            raise GateUndecided("--report-dir '': give a folder for the reports (default gate-report)")
         efforts = {}
         for item in case_min_effect:
             name, sep, value = item.rpartition("=")  # case keys hold "=" themselves
@@ -70,7 +72,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         click.echo(terminal(f"kernelwatch gate: cannot decide: {msg}"), err=True)
         sys.exit(2)
     click.echo(terminal(markdown(result)))
-    for line in publish(result, report_dir):
+    for line in publish(result, Path(report_dir)):
         click.echo(terminal(line), err=line.startswith("warning"))
     if result.undecided:
         click.echo(terminal(f"kernelwatch gate: cannot decide: {result.undecided}"), err=True)
