@@ -32,6 +32,11 @@ import triton
 
 VERIFIED = ("3.6", "3.9")
 
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
+except ImportError:  # a Triton without host tensor descriptors (triton-ascend 3.2): they never reach here
+    _TensorDescriptor = None
+
 
 def requested() -> bool:
     """Not turned off with ``KERNELWATCH_FAST_LAUNCH=0`` (or ``false``, ``no``, ``off``)."""
@@ -55,9 +60,19 @@ class _NotKeyed(Exception):
     """An argument (a TMA descriptor, say) whose specialization this launcher does not model."""
 
 
+def _descriptor_key(value: Any) -> Any:
+    """A host TMA descriptor: Triton specializes on its element type and block shape (its layout follows
+    from those); padding, tf32 rounding and the base's alignment are keyed too, to be sure."""
+    base = value.base
+    return ("tensordesc", base.dtype, tuple(value.block_shape), value.padding,
+            getattr(value, "round_f32_to_tf32", False), not base.data_ptr() & 15)
+
+
 def _arg_key(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.dtype, value.data_ptr() % 16 == 0
+    if _TensorDescriptor is not None and isinstance(value, _TensorDescriptor):
+        return _descriptor_key(value)
     if isinstance(value, bool):
         return bool, value
     if isinstance(value, int):
@@ -76,6 +91,8 @@ def _tensor_key(value: torch.Tensor) -> Any:
 # The key of an argument by its exact type (one dict lookup); other types (subclasses) go through _arg_key.
 _KEY_BY_TYPE: dict[type, Any] = {torch.Tensor: _tensor_key, int: _int_key, float: lambda v: float,
                                  bool: lambda v: (bool, v), type(None): lambda v: None}
+if _TensorDescriptor is not None:
+    _KEY_BY_TYPE[_TensorDescriptor] = _descriptor_key
 
 
 def _hook_set(hook: Any) -> bool:

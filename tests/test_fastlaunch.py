@@ -70,3 +70,17 @@ def test_every_planned_launch_carries_its_constexprs_in_parameter_order() -> Non
                     assert step._static == (tuple(step._kwargs.items()), tuple(step._kwargs[n] for n in names))
                     checked += 1
     assert checked
+
+
+def test_a_tensor_descriptor_is_keyed_by_what_triton_specializes_on() -> None:
+    """Host TMA descriptors take the short path too (the decode and Hopper GEMM launches): keyed by
+    element type, block shape, padding and alignment, never by the tensor's address or shape."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    a, b = torch.zeros(64, 128, dtype=torch.float16), torch.zeros(32, 256, dtype=torch.float16)
+    key = fastlaunch._KEY_BY_TYPE[TensorDescriptor]
+    same = key(TensorDescriptor.from_tensor(a, [16, 64])), key(TensorDescriptor.from_tensor(b, [16, 64]))
+    assert same[0] == same[1] == fastlaunch._arg_key(TensorDescriptor.from_tensor(a, [16, 64]))
+    assert key(TensorDescriptor.from_tensor(a, [16, 32])) != same[0]
+    assert key(TensorDescriptor.from_tensor(a.float(), [16, 64])) != same[0]
