@@ -28,8 +28,8 @@ def _one_line(value: str, what: str, limit: int) -> str:
     value = (value or "").strip()
     if not value:
         raise AckError(f"{what} must not be empty")
-    if "\x00" in value or "\n" in value or "\r" in value:
-        raise AckError(f"{what} must be one line of text without NUL characters")
+    if not value.isprintable():
+        raise AckError(f"{what} must be one line of printable text (no line breaks or control characters)")
     if len(value) > limit:
         raise AckError(f"{what} is longer than {limit} characters")
     return value
