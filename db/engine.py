@@ -108,16 +108,23 @@ def _refuse_foreign_sqlite(file: Path, shown: str, hint: str = "") -> None:
     try:
         probe = sqlite3.connect(f"file:{quote(str(file.absolute()))}?mode=ro&immutable=1", uri=True)
         try:
-            tables = sorted(r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            objects = probe.execute("SELECT type, name FROM sqlite_master").fetchall()
+            tables = sorted(name for kind, name in objects if kind == "table")
             revision = (probe.execute("SELECT version_num FROM alembic_version").fetchone() or (None,))[0] \
                 if "alembic_version" in tables else None
+            stamped = any(probe.execute(f"PRAGMA {p}").fetchone()[0] for p in ("user_version", "application_id"))
         finally:
             probe.close()
     except sqlite3.Error:
         return  # not readable as SQLite: the engine's own open says why
     ours = "run" in tables or (revision is not None and revision in known_revisions())
-    if tables and not ours and set(tables) != {"alembic_version"}:
+    if ours or (set(tables) == {"alembic_version"} and not stamped):
+        return
+    if tables:
         raise DatabaseError(_foreign(shown, [t for t in tables if t != "alembic_version"] or tables) + hint)
+    if objects or stamped:  # views only, or a file its application stamped (user_version, application_id)
+        what = ", ".join(sorted(f"{kind} {name}" for kind, name in objects)[:3]) or "an application stamp"
+        raise DatabaseError(f"{shown} is not a KernelWatch database (it holds {what})" + hint)
 
 
 def _sqlite_engine(url: URL, readonly: bool) -> Engine:

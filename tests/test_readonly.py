@@ -169,9 +169,25 @@ def _wal_foreign(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make, tables", [(_other_alembic_project, "orders"), (_wal_foreign, "notes")])
+def _views_only(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE VIEW answer AS SELECT 42")
+    conn.close()
+    return path
+
+
+def _stamped(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("make, holds", [(_other_alembic_project, "other tables: orders"),
+                                         (_wal_foreign, "other tables: notes"), (_views_only, "view answer"),
+                                         (_stamped, "an application stamp")])
 @pytest.mark.parametrize("command", [*WRITERS, "runs"])
-def test_other_projects_databases_are_refused_untouched(command: str, make, tables: str, tmp_path: Path,  # noqa: ANN001
+def test_other_projects_databases_are_refused_untouched(command: str, make, holds: str, tmp_path: Path,  # noqa: ANN001
                                                         cli) -> None:  # noqa: ANN001
     """Another project's Alembic database (a revision this KernelWatch does not know, no run table) is
     foreign, not "written by a newer KernelWatch"; a foreign file in WAL mode gets no -wal or -shm beside
@@ -183,7 +199,7 @@ def test_other_projects_databases_are_refused_untouched(command: str, make, tabl
     args = ["runs"] if command == "runs" else WRITERS[command]()
     result = cli.invoke(main, [*args, "--db", f"sqlite:///{path}"])
     assert result.exit_code == (2 if command == "runs" else 1), result.output
-    assert f"is not a KernelWatch database (it holds other tables: {tables})" in result.output
+    assert f"is not a KernelWatch database (it holds {holds})" in result.output
     assert "newer KernelWatch" not in result.output
     assert sha(path) == before and listing(folder) == files
 
