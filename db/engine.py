@@ -117,13 +117,12 @@ def _refuse_foreign_sqlite(file: Path, shown: str, hint: str = "") -> None:
             probe.close()
     except sqlite3.Error:
         return  # not readable as SQLite: the engine's own open says why
-    ours = "run" in tables or (revision is not None and revision in known_revisions())
-    if ours or (set(tables) == {"alembic_version"} and not stamped):
-        return
-    if tables:
-        raise DatabaseError(_foreign(shown, [t for t in tables if t != "alembic_version"] or tables) + hint)
-    if objects or stamped:  # views only, or a file its application stamped (user_version, application_id)
-        what = ", ".join(sorted(f"{kind} {name}" for kind, name in objects)[:3]) or "an application stamp"
+    other = _foreign_tables(tables, revision)
+    if other:
+        raise DatabaseError(_foreign(shown, other) + hint)
+    views = sorted(f"{kind} {name}" for kind, name in objects if kind != "table")
+    if other is not None and (views or stamped):  # views only, or a file its application stamped
+        what = ", ".join(views[:3]) or "an application stamp"
         raise DatabaseError(f"{shown} is not a KernelWatch database (it holds {what})" + hint)
 
 
@@ -256,20 +255,28 @@ def known_revisions() -> set[str]:
     return {rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
 
 
+def _foreign_tables(tables: list[str], revision: str | None) -> list[str] | None:
+    """None when the database is KernelWatch's (its ``run`` table or a revision this KernelWatch knows);
+    otherwise the tables that are not (empty for an empty database, or one holding only Alembic's table)."""
+    if "run" in tables or (revision is not None and revision in known_revisions()):
+        return None
+    return [t for t in tables if t != "alembic_version"]
+
+
 def _foreign(shown: str, tables: list[str]) -> str:
     listed = ", ".join(tables[:3]) + (", ..." if len(tables) > 3 else "")
     return f"{shown} is not a KernelWatch database (it holds other tables: {listed})"
 
 
-def _not_ready(engine: Engine, rev: str | None) -> str:
+def _not_ready(engine: Engine, rev: str | None, foreign_hint: str = "") -> str:
     """Why a database is not one this KernelWatch can read as it is; the message says what to do."""
     from sqlalchemy import inspect
 
     shown, head = redact(engine.url), head_revision()
+    other = _foreign_tables(sorted(inspect(engine).get_table_names()), rev)
+    if other:
+        return _foreign(shown, other) + foreign_hint
     if rev is None:
-        tables = sorted(inspect(engine).get_table_names())
-        if tables:
-            return _foreign(shown, tables)
         return f"{shown} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"
     if rev not in known_revisions():
         return (f"{shown} is at schema revision {rev}, which this KernelWatch (head {head}) does not know: "
@@ -279,13 +286,6 @@ def _not_ready(engine: Engine, rev: str | None) -> str:
 
 
 _FOREIGN_HINT = "; nothing was written: give a new file or an empty database of its own"
-
-
-def _has_tables(engine: Engine) -> bool:
-    """Tables in a database without a KernelWatch revision: someone else's, never to be written into."""
-    from sqlalchemy import inspect
-
-    return bool(inspect(engine).get_table_names())
 
 
 def open_database(url: str | None = None, *, readonly: bool = False, migrate: bool = True) -> Engine:
@@ -302,8 +302,11 @@ def open_database(url: str | None = None, *, readonly: bool = False, migrate: bo
                 raise DatabaseError(_not_ready(engine, rev))
         elif migrate:
             rev = current_revision(engine)
-            if (rev is not None and rev not in known_revisions()) or (rev is None and _has_tables(engine)):
-                raise DatabaseError(_not_ready(engine, rev) + _FOREIGN_HINT * (rev is None))
+            if rev not in known_revisions():  # someone else's database, an empty one, or a newer KernelWatch's
+                from sqlalchemy import inspect
+
+                if rev is not None or _foreign_tables(inspect(engine).get_table_names(), rev):
+                    raise DatabaseError(_not_ready(engine, rev, _FOREIGN_HINT))
             upgrade(engine)
     except DatabaseError:
         engine.dispose()

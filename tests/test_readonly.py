@@ -220,6 +220,25 @@ def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp
     assert sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("PRAGMA journal_mode").fetchone() == ("delete",)
 
 
+def test_another_projects_alembic_database_on_postgresql_is_foreign_not_newer(pg_url: str, cli) -> None:  # noqa: ANN001
+    """The rule the SQLite probe applies holds on PostgreSQL too: an unknown revision without KernelWatch's
+    run table is someone else's database, for writers and readers alike; nothing is created in it."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('deadbeef1234')"))
+        conn.execute(text("CREATE TABLE orders (id integer PRIMARY KEY)"))
+    for args, code in ((["db", "upgrade"], 1), (["runs"], 2)):
+        result = cli.invoke(main, [*args, "--db", pg_url])
+        assert result.exit_code == code, result.output
+        assert "is not a KernelWatch database (it holds other tables: orders)" in result.output
+        assert "newer KernelWatch" not in result.output
+    assert sorted(inspect(engine).get_table_names()) == ["alembic_version", "orders"]
+    engine.dispose()
+
+
 def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.chdir(tmp_path)
     for url in (f"sqlite:///file:{tmp_path}/x.db?uri=true", f"sqlite:///file:{tmp_path}/x.db"):
