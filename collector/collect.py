@@ -31,6 +31,7 @@ import os
 import random
 import shlex
 import signal
+import socket
 import sys
 import time
 from collections import Counter
@@ -43,7 +44,18 @@ from collector.progress import Progress
 from collector.schedule import Dispatcher, plan
 from collector.worker import WorkItem, worker_main
 from db.journal import JournalWriter, build_document, check_record
-from db.schema import ArtifactError, CaseInfo, Commit, Hardware, RunDocument, RunInfo, format_time, new_run_id
+from db.schema import (
+    ArtifactError,
+    CaseInfo,
+    Commit,
+    Hardware,
+    RunDocument,
+    RunInfo,
+    devices_note,
+    format_time,
+    host_note,
+    new_run_id,
+)
 
 SUITES = ("accuracy", "perf")
 STARTUP_GRACE_S = 120.0  # importing torch and initialising a device, on top of the first case's limit
@@ -324,11 +336,6 @@ def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device:
     return check_record(record, f"{item[0]} {item[1]}")
 
 
-def devices_note(physical: dict[str, str | None]) -> str:
-    """Which physical device each result label was (``cuda:0`` differs with ``CUDA_VISIBLE_DEVICES``)."""
-    return "devices: " + "; ".join(f"{label} = {ident or 'unknown'}" for label, ident in physical.items())
-
-
 def _ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
     def fmt(value: Any, unit: str) -> str:
         return "?" if value is None else f"{value} {unit}"
@@ -443,6 +450,7 @@ def run_collection(opts: Options) -> RunDocument:
         physical = {handles[i].label: r.get("physical") for i, r in sorted(replies.items())}
         if any(physical.values()):
             notes.append(devices_note(physical))
+        notes.append(host_note(socket.gethostname()))
         live = [h for h in handles if h.index in replies]
         if journal is not None:
             journal.header(_run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),

@@ -166,6 +166,9 @@ class PerfResult(Base):
     call_samples_ms: Mapped[list[float] | None] = mapped_column(JSON)
     peak_mem_bytes: Mapped[int | None] = mapped_column(BigInteger)
     device: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    device_uuid: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    host: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    timing: Mapped[str | None] = mapped_column(String(TAG_LEN))
 
 
 class ProfilerMetric(Base):

@@ -337,6 +337,11 @@ class PerfResult(Record):
     peak_mem_bytes: BigCount | None = Field(
         default=None, description="Allocator high-water mark over one call, above what was allocated before it.")
     device: _text(TAG_LEN) | None = Field(default=None, description="The device that measured it, e.g. cuda:1.")
+    device_uuid: _text(NAME_LEN) | None = Field(
+        default=None, description="The physical device behind the label: GPU UUID (GPU-...) or NPU serial.")
+    host: _text(NAME_LEN) | None = Field(default=None, description="The host name of the machine that measured it.")
+    timing: _text(TAG_LEN) | None = Field(
+        default=None, description="How the GPU time was taken: graph (graph replay) or events (events behind a hold).")
 
     @model_validator(mode="after")
     def _ordered(self) -> PerfResult:
@@ -389,6 +394,12 @@ class RunDocument(Record):
         self.accuracy.sort(key=lambda r: (r.case, r.kind))
         self.perf.sort(key=lambda r: (r.case, r.implementation))
         self.profiler.sort(key=lambda r: (r.case, r.source, r.name))
+        uuids, host = physical_from_notes(self.run.notes)
+        for p in self.perf:  # runs from before these were fields: what their notes say
+            if p.device_uuid is None and p.device in uuids:
+                p.device_uuid = uuids[p.device]
+            if p.host is None:
+                p.host = host
         return self
 
 
@@ -396,8 +407,45 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
     "run": ("phases_s",),
     "hardware": ("peak_read_gbps",),
     "accuracy": ("kind",),
-    "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device"),
+    "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
 }
+
+# The run-notes lines that named the physical devices before they were fields of each perf result
+# (``collector`` wrote ``devices: cuda:0 = GPU-..., PCI 0000:19:00; cuda:1 = unknown``). Runs of that time
+# get ``device_uuid`` from them (:func:`physical_from_notes`); the migration 0003 holds a frozen copy.
+DEVICES_NOTE = "devices: "
+HOST_NOTE = "host: "
+
+
+def devices_note(physical: dict[str, str | None]) -> str:
+    """The notes line naming the physical device behind each result label."""
+    return DEVICES_NOTE + "; ".join(f"{label} = {ident or 'unknown'}" for label, ident in physical.items())
+
+
+def host_note(host: str) -> str:
+    """The notes line naming the host (``;`` would end the note; names are cut to the column)."""
+    return HOST_NOTE + (host.replace(";", "_").strip() or "unknown")[:NAME_LEN]
+
+
+def physical_from_notes(notes: str | None) -> tuple[dict[str, str], str | None]:
+    """({label: device uuid}, host) as a run's notes state them (empty where they say nothing).
+
+    Notes are joined with ``; `` (so are a devices line's entries): the devices line is what follows its
+    last ``devices: ``, each entry ``LABEL = IDENT[, PCI ...]``."""
+    notes = notes or ""
+    uuids: dict[str, str] = {}
+    at = notes.rfind(DEVICES_NOTE)
+    if at >= 0:
+        for label, ident in _DEVICE_ENTRY.findall(notes[at + len(DEVICES_NOTE):]):
+            if ident != "unknown":
+                uuids[label] = ident
+    host = _HOST_ENTRY.search(notes)
+    name = host.group(1).strip() if host else None
+    return uuids, None if name in (None, "", "unknown") else name
+
+
+_DEVICE_ENTRY = re.compile(r"([a-z]+:\d+) = ([^,;\s]+)")
+_HOST_ENTRY = re.compile(r"(?:^|; )host: ([^;]+)")
 
 
 def _unique(items: list[Record], fields: tuple[str, ...], section: str) -> None:
@@ -586,6 +634,14 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
                 default = info.default_factory() if info.default_factory else info.default
                 if item.get(name) == default:
                     item.pop(name, None)
+    # The physical device a run's notes already state is not new content (runs from before the fields
+    # existed get them from the notes): an old artifact and its export hash alike.
+    uuids, host = physical_from_notes(doc.run.notes)
+    for item in data["perf"]:
+        if "device_uuid" in item and uuids.get(item.get("device")) == item["device_uuid"]:
+            item.pop("device_uuid")
+        if "host" in item and host is not None and item["host"] == host:
+            item.pop("host")
     return data
 
 
