@@ -63,8 +63,8 @@ def test_the_physical_device_is_named_by_uuid_and_pci_address() -> None:
     """cuda:0 is another GPU under each CUDA_VISIBLE_DEVICES; runs say which physical GPU each label was."""
     from types import SimpleNamespace
 
-    from collector.collect import devices_note
     from collector.metadata import physical_device
+    from collector.records import devices_note
 
     props = SimpleNamespace(uuid="8c1e0f6a-0000-1111-2222-333344445555", pci_domain_id=0, pci_bus_id=0x1B,
                             pci_device_id=0)
