@@ -1,4 +1,5 @@
-"""Progress of a collector run: a bar on a terminal, a line now and then in a log.
+"""Progress of a collector run: a bar on a terminal, a line now and then in a log; at the end, where the
+time went (:func:`format_phases`).
 
 A redrawn bar is carriage returns: in a CI log (stderr not a terminal) it becomes one ever-growing
 line (~70 KB for a full run). There the progress is one plain line every ``every`` finished items
@@ -72,3 +73,33 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+PHASE_NAMES = {
+    "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings", "suites": "suites",
+    "stop": "workers stop", "journal": "journal writes", "total": "total",
+    "worker.startup": "start-up (imports, device)", "worker.ceilings": "ceilings (copy, read, matmul)",
+    "worker.accuracy": "accuracy suite", "worker.perf.inputs": "perf: inputs",
+    "worker.perf.warmup": "perf: compile + warm-up", "worker.perf.timing": "perf: device timing",
+    "worker.perf.call": "perf: cost per call", "worker.perf.memory": "perf: peak memory",
+    "worker.profiling": "profiling",
+}
+
+
+def format_phases(phases: dict[str, float], writing_s: float | None = None) -> str:
+    """The per-phase time summary printed at the end of ``collect`` (``run.phases_s``: see :mod:`collector.collect`)."""
+    wall = [k for k in ("setup", "workers", "suites", "stop", "journal", "total") if k in phases]
+    work = [k for k in PHASE_NAMES if k.startswith("worker.") and k in phases]
+    work += sorted(k for k in phases if k.startswith("worker.") and k not in PHASE_NAMES)
+    devices = sorted(k.removeprefix("busy.") for k in phases if k.startswith("busy."))
+    lines = ["kernelwatch: time by phase (s)", "  wall clock"]
+    lines += [f"    {PHASE_NAMES[k]:<34}{phases[k]:9.1f}" for k in wall]
+    if writing_s is not None:
+        lines.append(f"    {'writing the run (after the above)':<34}{writing_s:9.1f}")
+    if work:
+        lines.append(f"  worker time, summed over {max(1, len(devices))} worker(s)")
+        lines += [f"    {PHASE_NAMES.get(k, k.removeprefix('worker.')):<34}{phases[k]:9.1f}" for k in work]
+    if devices:
+        lines.append("  per device during the suites: busy / idle")
+        lines += [f"    {d:<34}{phases[f'busy.{d}']:9.1f} / {phases.get(f'idle.{d}', 0.0):.1f}" for d in devices]
+    return "\n".join(lines)

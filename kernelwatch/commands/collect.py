@@ -159,15 +159,10 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
         click.echo(f"recovered {len(doc.accuracy)} accuracy and {len(doc.perf)} perf results from {resume}")
         _summary(doc)
 
-    from collector.collect import (
-        Options,
-        SelectionError,
-        check_run_fields,
-        check_selection,
-        format_phases,
-        reproduce_command,
-        run_collection,
-    )
+    from collector.collect import reproduce_command, run_collection
+    from collector.progress import format_phases
+    from collector.records import check_run_fields
+    from collector.selection import Options, SelectionError, check_selection
     from db.journal import journal_path
     from db.schema import new_run_id
 
