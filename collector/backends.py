@@ -1,6 +1,7 @@
 """Devices the collector can measure on: CUDA, Ascend NPU, and the CPU through Triton's interpreter.
 
-A backend knows how to synchronise, time with device events, flush L2 between repetitions, time
+A backend knows how to synchronise, time the device's work (graph replay or events, behind a checked hold;
+:meth:`Backend.device_samples`), flush L2 between repetitions, time
 calls issued back to back, read the allocator's high-water mark, and measure the device's
 ceilings (copy and read bandwidth, matrix rate) once. CUDA and Ascend share every code path: each
 call goes to ``torch.cuda`` or ``torch.npu``, which expose the same functions. The CPU runs the
@@ -26,7 +27,13 @@ DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
 # interpreter's perf path quick; nothing measured there is meaningful anyway.
 FLUSH_BYTES = {"cuda": 512 << 20, "npu": 512 << 20, "cpu": 32 << 20}
-SAMPLE_CHUNK = 25  # timed samples enqueued behind one hold (Backend.time_samples)
+SAMPLE_CHUNK = 25  # timed samples enqueued behind one hold (Backend.device_samples)
+TIMING_GRAPH, TIMING_EVENTS = "graph", "events"  # how GPU time was taken (perf results' ``timing``)
+MAX_RETAKES = 3  # a chunk whose hold ran out before it was enqueued is taken again, with twice the hold
+GRAPH_CHECK_REPS = 10  # event-timed samples that check a graph did the call's work
+# A graph's median below this fraction of the smallest event-timed sample did not capture the call's work
+# (an empty graph replays in ~2 us; a captured call is never faster than its own kernels back to back).
+GRAPH_MIN_FRACTION = 0.5
 MAX_HOLD_MS = 200.0  # a hold never keeps the device busy longer than this
 MAX_HOLD_FLUSHES = 64  # without a spin kernel, a hold is at most this many flushes
 CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
@@ -165,23 +172,62 @@ class Backend:
 
     def time_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
                      min_reps: int = 10, max_reps: int = 300) -> list[float]:
-        """Device milliseconds per call, one sample per repetition, L2 flushed before each.
+        """Device milliseconds per call, one sample per repetition: :meth:`device_samples` without its method."""
+        return self.device_samples(fn, warmup_ms, rep_ms, min_reps, max_reps)[0]
 
-        The device must never wait for the host inside a sample. The host enqueues the start event, then
-        runs the call's host side (argument checks, descriptors, the launch) before the kernel is queued;
-        if the device has already finished what came before, it idles after the start event and the idle
-        time is charged to the kernel. On an H200 a decode call's ~100 us of host time outlasted the flush
-        on a busy host: bf16 decode timed at 72 us median (45-179) against 39 us. So the samples are
-        enqueued in chunks, each behind a hold (:meth:`hold`) that keeps the device busy for twice the
-        host time of the chunk: the device then runs the chunk's flushes and calls back to back.
+    def device_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
+                       min_reps: int = 10, max_reps: int = 300,
+                       method: str = "auto") -> tuple[list[float], str]:
+        """(device milliseconds per call, one sample per repetition with the L2 flushed before each; the
+        method: :data:`TIMING_GRAPH` or :data:`TIMING_EVENTS`).
+
+        A sample measures the device's work for the call, never the host's. Timed with events around a
+        direct call, the host enqueues the start event and then runs the call's host side (argument
+        checks, descriptors, the launch) before the kernel is queued; a device with nothing left to do
+        idles after the start event and the idle is charged to the kernel. The previous method put each
+        chunk of samples behind a spin-kernel hold sized from the host time of five bare calls (twice it,
+        per sample); it failed on a fresh H200 (issue 19): a ``fused_rmsnorm_matmul`` decode case whose
+        host cost per call is 117-201 us had samples spread 49.7-167.7 us (median 70.8 against 51.9 minutes
+        later), because the hold was sized from a host time that did not count the flush's own host cost
+        and that a loaded host exceeds (a preempted enqueue outlasts any fixed multiple), and nothing
+        checked that the hold had in fact covered the chunk.
+
+        The method now, in order of preference:
+
+        * ``graph``: the call is captured once, after warm-up, into a CUDA graph (``torch.cuda.CUDAGraph``,
+          warm-up and capture on a side stream as PyTorch's CUDA-graphs notes prescribe); each sample is
+          flush, start event, ``graph.replay()``, end event. The host work between the events is one
+          graph launch, a constant few microseconds whatever the call's Python costs, and the graph's
+          kernels run back to back. The replayed work is the captured work: same kernels, same grids,
+          same buffers (its outputs live in the graph's private pool). Kept only when the graph did the
+          work: its median must be at least :data:`GRAPH_MIN_FRACTION` of the smallest event-timed sample
+          (host idle only adds time, so that sample bounds the call's device time from above; a call that
+          launched on a stream other than the current one leaves a graph that does almost nothing).
+        * ``events``: events around the direct call, where capture fails: a call that synchronises, reads a
+          device value on the host, allocates outside the caching allocator, or launches on a stream cached
+          before the capture (``kernels/fastlaunch.py`` takes ``torch.cuda.current_stream()`` at call time,
+          so the short launch path is captured), some ``torch.compile`` outputs; and on the CPU.
+
+        Both methods enqueue their samples in chunks of :data:`SAMPLE_CHUNK` behind a hold (:meth:`hold`)
+        and then *check* it: an event recorded right after the hold must still be pending once the whole
+        chunk is enqueued (``Event.query()`` is False), which proves the device reached every sample of
+        the chunk with the next one already queued, so no sample contains device idle. A chunk whose hold
+        ran out first is taken again with twice the hold, up to :data:`MAX_RETAKES` times. The hold is
+        sized from the host time the previous chunk took to enqueue (flushes included).
+
+        On Ascend, torch_npu offers the same pair: ``torch_npu.npu.NPUGraph`` and the ``torch_npu.npu.graph``
+        context manager (aclGraph capture, torch_npu's developer notes ``npugraph.md``), which capture only
+        aclnn operators: a Triton-Ascend kernel that cannot be captured falls back to events, and the hold
+        there is repeated flushes (no spin kernel). The NPU path has never run; it is the CUDA code with
+        ``torch.npu`` in place of ``torch.cuda``. The CPU (``time_on_cpu``) has no graphs and no queue: it
+        takes the events path with the host clock, and its hold check always passes.
+
+        ``method`` forces one path (``graph`` raises when capture fails; benchmarks/host_delay.py).
         """
+        if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
+            raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
         flush = self.flush_buffer()
         fn()
-        self.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(5):
-            fn()
-        host_ms = (time.perf_counter() - t0) / 5 * 1e3
         self.synchronize()
         start, end = self.event(), self.event()
         start.record()
@@ -194,18 +240,91 @@ class Backend:
         for _ in range(max(1, int(warmup_ms / estimate))):
             fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
-        starts = [self.event() for _ in range(reps)]
-        ends = [self.event() for _ in range(reps)]
-        for first in range(0, reps, SAMPLE_CHUNK):
-            chunk = range(first, min(first + SAMPLE_CHUNK, reps))
-            self.hold(2.0 * len(chunk) * (host_ms + 0.02))
-            for i in chunk:
-                self.flush(flush)
-                starts[i].record()
+        graph = None if method == TIMING_EVENTS else self._capture(fn, strict=method == TIMING_GRAPH)
+        if graph is None:
+            return self._held_samples(fn, flush, reps), TIMING_EVENTS
+        samples = self._held_samples(graph.replay, flush, reps)
+        del graph
+        if method == TIMING_GRAPH:
+            return samples, TIMING_GRAPH
+        check = self._held_samples(fn, flush, min(reps, GRAPH_CHECK_REPS))
+        if statistics.median(samples) >= GRAPH_MIN_FRACTION * min(check):
+            return samples, TIMING_GRAPH
+        return self._held_samples(fn, flush, reps), TIMING_EVENTS
+
+    def _graph_api(self):  # noqa: ANN202 - (graph class, capture context) of torch.cuda / torch.npu, or None
+        """The device's graph capture API: ``CUDAGraph`` / ``graph`` on CUDA, ``NPUGraph`` / ``graph`` on
+        Ascend (torch_npu registers them under ``torch.npu``); None on the CPU or where it is missing."""
+        if self.kind == "cpu":
+            return None
+        mod = self.module
+        cls = getattr(mod, "CUDAGraph" if self.kind == "cuda" else "NPUGraph", None)
+        ctx = getattr(mod, "graph", None)
+        return None if cls is None or ctx is None else (cls, ctx)
+
+    def _capture(self, fn: Callable[[], object], strict: bool = False):  # noqa: ANN202 - a graph or None
+        """``fn`` captured into a graph after three warm-up calls on a side stream (PyTorch's recipe), and
+        replayed once; None when the device has no graphs or the capture or replay raises."""
+        api = self._graph_api()
+        if api is None:
+            if strict:
+                raise RuntimeError(f"no graph capture on {self.kind}")
+            return None
+        cls, capture = api
+        mod = self.module
+        try:
+            side = mod.Stream(self.device)
+            side.wait_stream(mod.current_stream(self.device))
+            with mod.stream(side):
+                for _ in range(3):
+                    fn()
+            mod.current_stream(self.device).wait_stream(side)
+            graph = cls()
+            with capture(graph):
                 fn()
-                ends[i].record()
+            graph.replay()
+            self.synchronize()
+        except Exception:
+            if strict:
+                raise
+            with contextlib.suppress(Exception):
+                self.synchronize()
+            return None
+        return graph
+
+    def _held_samples(self, timed: Callable[[], object], flush: torch.Tensor, reps: int) -> list[float]:
+        """``reps`` samples of ``timed`` (flush, start event, call, end event), in chunks behind a checked
+        hold (see :meth:`device_samples`)."""
+        t0 = time.perf_counter()
+        for _ in range(3):
+            self.flush(flush)
+            timed()
+        host_ms = (time.perf_counter() - t0) / 3 * 1e3
         self.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        samples: list[float] = []
+        for first in range(0, reps, SAMPLE_CHUNK):
+            n = min(SAMPLE_CHUNK, reps - first)
+            hold_ms = 0.0
+            for _ in range(MAX_RETAKES + 1):
+                starts = [self.event() for _ in range(n)]
+                ends = [self.event() for _ in range(n)]
+                hold_ms = max(2.0 * hold_ms, 2.0 * n * (host_ms + 0.02))
+                self.hold(hold_ms)
+                held = self.event()
+                held.record()
+                t0 = time.perf_counter()
+                for i in range(n):
+                    self.flush(flush)
+                    starts[i].record()
+                    timed()
+                    ends[i].record()
+                host_ms = max((time.perf_counter() - t0) / n * 1e3, 1e-3)
+                covered = not hasattr(held, "query") or not held.query()
+                self.synchronize()
+                if covered:
+                    break
+            samples.extend(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return samples
 
     def hold(self, ms: float) -> None:
         """Keep the device busy for about ``ms`` (at most :data:`MAX_HOLD_MS`) from now, so work the host

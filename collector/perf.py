@@ -3,7 +3,8 @@
 Per implementation, in this order:
 
 1. warm-up: the first call compiles and autotunes (charged to the ``perf.warmup`` phase, never sampled);
-2. GPU time per call: ``Backend.time_samples``, L2 flushed before each sample (``median_ms`` etc.);
+2. GPU time per call: ``Backend.device_samples``, L2 flushed before each sample (``median_ms`` etc.), by
+   graph replay or, where the call cannot be captured, events (``timing``: ``graph`` / ``events``);
 3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
 4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
 
@@ -48,7 +49,7 @@ def summarise(samples: list[float]) -> dict[str, Any]:
 def _empty(impl: str, error: str | None, device: str | None = None) -> dict[str, Any]:
     return {"implementation": impl, "median_ms": None, "p20_ms": None, "p80_ms": None, "min_ms": None,
             "samples_ms": [], "error": error, "call_ms": None, "call_samples_ms": [], "peak_mem_bytes": None,
-            "device": device}
+            "device": device, "timing": None}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -63,7 +64,7 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # n
             fn()
             backend.synchronize()
         with backend.phase("perf.timing"):
-            samples = backend.time_samples(fn)
+            samples, timing = backend.device_samples(fn)
         with backend.phase("perf.call"):
             calls = backend.call_samples(fn)
     except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
@@ -74,7 +75,7 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # n
         except Exception:  # noqa: BLE001 - an allocator without statistics loses the number, not the timings
             peak = None
     return {"implementation": impl, **summarise(samples), "error": None, "call_ms": statistics.median(calls),
-            "call_samples_ms": calls, "peak_mem_bytes": peak, "device": backend.label}
+            "call_samples_ms": calls, "peak_mem_bytes": peak, "device": backend.label, "timing": timing}
 
 
 class BaselineCache:

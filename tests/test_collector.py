@@ -353,6 +353,7 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
         assert r["min_ms"] == min(r["samples_ms"])
         assert len(r["call_samples_ms"]) == CALL_BATCHES and r["call_ms"] == statistics.median(r["call_samples_ms"])
         assert r["peak_mem_bytes"] is None  # the CPU allocator keeps no high-water mark
+        assert r["timing"] == "events"  # how the GPU time was taken reaches the artifact (no graphs on the CPU)
     # Each result is compared with the ceilings of the device that measured it.
     ceilings = _ceilings_from_notes(doc["run"]["notes"])
     assert set(ceilings) == {"cpu:0", "cpu:1"}

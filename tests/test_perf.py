@@ -8,6 +8,7 @@ an inverted speedup or an inverted target ratio each fail a test here.
 from __future__ import annotations
 
 import os
+import statistics
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: later tests launch them
 
@@ -122,3 +123,174 @@ def test_samples_are_enqueued_in_held_chunks_and_none_is_lost() -> None:
     assert len(samples) == reps and all(s >= 0 for s in samples)
     assert len(calls) >= reps + 6  # the samples, the five host-time calls and the estimate's
     backend.hold(5.0)  # nothing to hold on the CPU: returns at once
+
+
+# ---------------------------------------------------------------------------------------------
+# How GPU time is taken: graph replay, events as the fallback, the checked hold (issue 19.1).
+# The CPU has neither graphs nor a device queue, so the orchestration is checked with host stand-ins:
+# a "graph" that captures a call by running it and replays what it recorded, and events whose query
+# says whether the hold had run out.
+# ---------------------------------------------------------------------------------------------
+class _HostGraph:
+    """Capture runs the call once (as CUDA capture runs its host side); replay runs ``work``, the part a
+    real graph would hold (the device work, without the host side)."""
+
+    capturing = False
+
+    def __init__(self) -> None:
+        self.work = None
+
+    def replay(self) -> None:
+        if self.work is not None:
+            self.work()
+
+
+class _Capture:
+    def __init__(self, graph: _HostGraph) -> None:
+        self.graph = graph
+
+    def __enter__(self) -> None:
+        _HostGraph.capturing = True
+
+    def __exit__(self, *exc: object) -> None:
+        _HostGraph.capturing = False
+
+
+def _graph_backend(**kw):  # noqa: ANN003, ANN202
+    import torch
+
+    from collector.backends import Backend
+
+    class GraphOnHost(Backend):
+        def _graph_api(self):  # noqa: ANN202
+            return _HostGraph, _Capture
+
+        def _capture(self, fn, strict: bool = False):  # noqa: ANN001, ANN202
+            # Backend._capture's own steps use torch.cuda streams; here only its contract: a graph or None.
+            graph = _HostGraph()
+            try:
+                with _Capture(graph):
+                    fn()
+            except Exception:
+                if strict:
+                    raise
+                return None
+            graph.work = kw.get("replays")
+            return graph
+
+    return GraphOnHost(torch.device("cpu"), time_on_cpu=True)
+
+
+def _sleep_us(us: float) -> None:
+    import time
+
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def test_the_cpu_takes_the_events_path_and_says_so() -> None:
+    """No graphs on the CPU: the samples come from the host clock and the method is ``events``; forcing
+    ``graph`` is an error rather than a silent fallback (benchmarks/host_delay.py forces methods)."""
+    import torch
+
+    from collector.backends import TIMING_EVENTS, Backend
+
+    backend = Backend(torch.device("cpu"), time_on_cpu=True)
+    samples, timing = backend.device_samples(lambda: _sleep_us(200), min_reps=12, max_reps=12)
+    assert timing == TIMING_EVENTS and len(samples) == 12
+    assert min(samples) >= 0.2  # each sample brackets the call
+    with pytest.raises(RuntimeError, match="no graph capture on cpu"):
+        backend.device_samples(lambda: None, method="graph")
+    with pytest.raises(ValueError, match="unknown timing method"):
+        backend.device_samples(lambda: None, method="cupti")
+
+
+def test_a_call_that_cannot_be_captured_is_timed_with_events() -> None:
+    """Defect: a capture failure (a call that synchronises, say) propagating, or a graph kept anyway."""
+    from collector.backends import TIMING_EVENTS
+
+    def synchronising() -> None:
+        if _HostGraph.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        _sleep_us(100)
+
+    samples, timing = _graph_backend().device_samples(synchronising, min_reps=10, max_reps=10)
+    assert timing == TIMING_EVENTS and min(samples) >= 0.1
+
+
+def test_a_graph_that_did_not_capture_the_work_is_not_believed() -> None:
+    """Defect: a call launching on a stream other than the capturing one leaves an (almost) empty graph,
+    whose replay times in microseconds: kept, every such case would look 100x faster."""
+    from collector.backends import TIMING_EVENTS, TIMING_GRAPH
+
+    backend = _graph_backend(replays=None)  # the graph holds nothing
+    samples, timing = backend.device_samples(lambda: _sleep_us(300), min_reps=10, max_reps=10)
+    assert timing == TIMING_EVENTS and min(samples) >= 0.3
+    forced, timing = backend.device_samples(lambda: _sleep_us(300), min_reps=10, max_reps=10, method="graph")
+    assert timing == TIMING_GRAPH and max(forced) < 0.3  # forcing skips the check (and shows why it is there)
+
+
+def test_a_graph_that_did_the_work_is_used_and_excludes_the_calls_host_side() -> None:
+    """The host side (here 0.4 ms before 0.6 ms of 'device' work) runs at capture only; replay is the work.
+    Defect: the graph path timing the direct call (its median would be >= 1 ms)."""
+    from collector.backends import TIMING_GRAPH
+
+    def call() -> None:
+        _sleep_us(400)  # host side: argument checks, descriptors, the launch
+        _sleep_us(600)  # the work
+
+    samples, timing = _graph_backend(replays=lambda: _sleep_us(600)).device_samples(call, min_reps=10, max_reps=10)
+    assert timing == TIMING_GRAPH
+    assert min(samples) >= 0.6 and statistics.median(samples) < 0.9
+
+
+def test_a_chunk_whose_hold_ran_out_is_taken_again_with_a_longer_hold() -> None:
+    """The hold check: the event after the hold must still be pending once the chunk is enqueued. Defect:
+    samples of a chunk the device may have idled in kept, or retaken without a longer hold."""
+    import torch
+
+    from collector.backends import MAX_RETAKES, SAMPLE_CHUNK, Backend, HostEvent
+
+    outcomes = iter([True, True, False] + [False] * 10)  # query(): the hold had ended twice, then held
+
+    class QueryEvent(HostEvent):
+        def query(self) -> bool:
+            return next(outcomes)
+
+    class Checked(Backend):
+        holds: list[float] = []
+        made = 0
+
+        def event(self):  # noqa: ANN202
+            Checked.made += 1
+            return QueryEvent()
+
+        def hold(self, ms: float) -> None:
+            Checked.holds.append(ms)
+
+    backend = Checked(torch.device("cpu"), time_on_cpu=True)
+    samples = backend._held_samples(lambda: None, backend.flush_buffer(), SAMPLE_CHUNK + 5)
+    assert len(samples) == SAMPLE_CHUNK + 5
+    # chunk 1: three tries, each hold twice the last (host time aside); chunk 2: one.
+    assert len(Checked.holds) == 4 and MAX_RETAKES >= 2
+    h = Checked.holds
+    assert h[1] >= 2 * h[0] and h[2] >= 2 * h[1]
+
+
+def test_time_implementation_records_the_method() -> None:
+    """``timing`` is part of every perf result: the method on success, None on an error."""
+    import torch
+
+    from collector.backends import Backend
+    from collector.perf import time_implementation
+
+    backend = Backend(torch.device("cpu"), time_on_cpu=True)
+    ok = time_implementation(backend, KERNEL_IMPL, lambda: _sleep_us(50))
+    assert ok["timing"] == "events" and ok["error"] is None
+
+    def broken() -> None:
+        raise RuntimeError("no")
+
+    bad = time_implementation(backend, KERNEL_IMPL, broken)
+    assert bad["timing"] is None and bad["error"].startswith("RuntimeError")
