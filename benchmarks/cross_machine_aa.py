@@ -1,0 +1,202 @@
+"""Cross-machine A/A: runs of one commit measured on different physical GPUs, gated against each other (issue 19.7).
+
+    python benchmarks/cross_machine_aa.py ci/history/*744fa8bf*.json
+    python benchmarks/cross_machine_aa.py RUN1.json RUN2.json RUN3.json --history ci/history/*.json
+
+The code is the same in every run, so every FAIL between them is a false alarm caused by the machine. A
+run's perf results are split by the physical device that measured them (``device_uuid``; a two-GPU run
+gives two devices, and results without a UUID are left out), giving one *device run* per (run, GPU). Every
+ordered pair of device runs on different GPUs is gated with ``ci.gate.decide`` as it is: a fresh SQLite
+database per pair holding the baseline device run (plus the ``--history`` runs, for the gate's between-run
+noise), candidate and baseline both cut to the perf cases they share (a case one of them lacks is no
+question about the machine).
+
+Then the same pairs with a planted step: the candidate's kernel samples (and its summary quantiles) of one
+memory-bound case and one matmul case multiplied by ``1 + --step`` (default +10%). Every pair must FAIL on
+both planted cases. ``--plant CASE`` picks the cases; by default the slowest shared kernel case of a
+memory-bound kernel (mse_loss, then scaled_masked_softmax) and of a matmul kernel (fused_rmsnorm_matmul,
+fused_layernorm_matmul; where the runs hold none, of the other memory-bound kernel) among the cases the
+pair's A/A left quiet (:func:`default_plants`).
+
+Targets: 0 false FAILs in every pair; every planted case FAILs in every pair. Exit 0 when both hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+KERNEL_IMPL = "triton"
+MEMORY_BOUND = ("mse_loss", "scaled_masked_softmax")  # in order of preference
+MATMUL = ("fused_rmsnorm_matmul", "fused_layernorm_matmul")
+NAMESPACE = uuid.UUID("5b0f3e1e-19a7-4c1d-9b0e-000000000019")
+
+
+def device_runs(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """{(run id, device uuid): the run cut to that device's perf results}; accuracy and profiles dropped."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for doc in docs:
+        by_uuid: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in doc["perf"]:
+            if row.get("device_uuid"):
+                by_uuid[row["device_uuid"]].append(row)
+        for dev, rows in by_uuid.items():
+            out[doc["run"]["id"], dev] = {**doc, "perf": rows, "accuracy": [], "profiler": []}
+    return out
+
+
+def restrict(doc: dict[str, Any], cases: set[str], tag: str) -> dict[str, Any]:
+    """``doc`` with only the perf results of ``cases``, under a fresh run id derived from ``tag``."""
+    d = copy.deepcopy(doc)
+    d["perf"] = [r for r in d["perf"] if r["case"] in cases]
+    d["cases"] = [c for c in d["cases"] if c["key"] in cases]
+    d["run"]["id"] = str(uuid.uuid5(NAMESPACE, tag))
+    return d
+
+
+def plant(doc: dict[str, Any], cases: list[str], step: float) -> dict[str, Any]:
+    """The kernel's samples and quantiles of ``cases`` scaled by ``1 + step`` (a slower kernel)."""
+    d = copy.deepcopy(doc)
+    for r in d["perf"]:
+        if r["case"] in cases and r["implementation"] == KERNEL_IMPL:
+            r["samples_ms"] = [v * (1 + step) for v in r["samples_ms"]]
+            for k in ("median_ms", "p20_ms", "p80_ms", "min_ms"):
+                if r.get(k) is not None:
+                    r[k] *= 1 + step
+    return d
+
+
+def kernel_times(doc: dict[str, Any]) -> dict[str, float]:
+    return {r["case"]: r["median_ms"] for r in doc["perf"]
+            if r["implementation"] == KERNEL_IMPL and r.get("median_ms") is not None}
+
+
+def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str, float],
+                   quiet: set[str]) -> list[str]:
+    """The slowest A/A-quiet case of a memory-bound kernel and of a matmul kernel (where there is none, of
+    the next memory-bound kernel). Quiet: the A/A gate passed it and its A/A change is under half the
+    gate's minimum effect either way; a case the two machines already tell apart (the atomic MSELoss at
+    268M elements differs by ~10% between the two GPUs of the x2 host) would test the machines, not the
+    planted step: faster on the candidate's GPU, it hides the step."""
+    chosen: list[str] = []
+    for family in (MEMORY_BOUND, MATMUL, MEMORY_BOUND):
+        for kernel in family:
+            pool = [c for c in shared & quiet if kernel_of.get(c) == kernel and c in times
+                    and not any(kernel_of.get(x) == kernel for x in chosen)]
+            if pool:
+                chosen.append(max(pool, key=times.__getitem__))
+                break
+        if len(chosen) == 2:
+            break
+    return chosen
+
+
+def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[str, Any]]):  # noqa: ANN201
+    """``ci.gate.decide`` of ``cand`` against ``base`` in a fresh database holding ``base`` and ``history``."""
+    from ci.gate import decide
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.schema import RunDocument
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = open_database(f"sqlite:///{tmp}/pair.db")
+        try:
+            ingest_documents(engine, [("baseline", RunDocument.model_validate(base)), *history])
+            return decide(engine, cand, base["run"]["id"])
+        finally:
+            engine.dispose()
+
+
+def short(key: tuple[str, str]) -> str:
+    return f"{key[0][:8]}/{key[1][:12]}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="run artifacts of one commit")
+    ap.add_argument("--history", nargs="*", default=[], help="more runs to load into every pair's database")
+    ap.add_argument("--plant", action="append", default=None, help="a case to plant the step on (repeatable)")
+    ap.add_argument("--step", type=float, default=0.10, help="the planted slowdown (default 0.10 = +10%%)")
+    args = ap.parse_args()
+    from db.ingest import load_files
+    from db.schema import ArtifactError, to_data
+
+    try:
+        docs = [to_data(d) for _, d in load_files(args.runs)]
+        ids = {d["run"]["id"] for d in docs}
+        history = [(s, d) for s, d in load_files(args.history) if d.run.id not in ids]
+    except (ArtifactError, OSError, ValueError) as exc:
+        print(f"cross_machine_aa: {exc}", file=sys.stderr)
+        return 2
+    commits = {d["run"]["commit"]["sha"] for d in docs}
+    if len(commits) != 1:
+        listed = ", ".join(sorted(c[:8] for c in commits))
+        print(f"cross_machine_aa: the runs are of {len(commits)} commits ({listed}); give runs of one commit",
+              file=sys.stderr)
+        return 2
+    devs = device_runs(docs)
+    uuids = {k[1] for k in devs}
+    if len(uuids) < 2:
+        print(f"cross_machine_aa: the runs name {len(uuids)} physical GPU(s) (device_uuid): need two or more",
+              file=sys.stderr)
+        return 2
+    kernel_of = {c["key"]: c["kernel"] for d in docs for c in d["cases"]}
+    pairs = [(a, b) for a in devs for b in devs if a[1] != b[1]]
+    print(f"commit {next(iter(commits))[:8]}: {len(docs)} runs, {len(devs)} device runs on {len(uuids)} GPUs, "
+          f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}\n")
+    rows, false_fails, missed, disjoint = [], 0, 0, 0
+    notes: list[str] = []
+    for a, b in pairs:
+        cand_all, base_all = devs[a], devs[b]
+        shared = ({r["case"] for r in cand_all["perf"] if r["implementation"] == KERNEL_IMPL}
+                  & {r["case"] for r in base_all["perf"] if r["implementation"] == KERNEL_IMPL})
+        if not shared:
+            disjoint += 1  # two devices of one run: the collector dealt each case to one of them
+            continue
+        tag = f"{a}|{b}"
+        cand = restrict(cand_all, shared, "cand|" + tag)
+        base = restrict(base_all, shared, "base|" + tag)
+        aa = gate_pair(cand, base, history)
+        fails = [v for v in aa.verdicts if v.failed]
+        false_fails += len(fails)
+        aa_text = aa.verdict + (f" ({len(fails)}: " + ", ".join(f"{v.case} {v.status}" for v in fails[:3]) + ")"
+                                if fails else "")
+        quiet = {v.case for v in aa.verdicts
+                 if v.status == "pass" and v.effect is not None and abs(v.effect) < aa.min_effect / 2}
+        plants = args.plant or default_plants(shared, kernel_of, kernel_times(cand), quiet)
+        plants = [c for c in plants if c in shared]
+        if plants:
+            stepped = gate_pair(plant(cand, plants, args.step), base, history)
+            status = {v.case: v.status for v in stepped.verdicts}
+            caught = [c for c in plants if status.get(c) in ("regression",)]
+            missed += len(plants) - len(caught)
+            notes += [f"missed: {short(a)} vs {short(b)}: {v.case}: {v.status}: {v.message}"
+                      for v in stepped.verdicts if v.case in plants and v.case not in caught]
+            step_text = f"{stepped.verdict}: " + ", ".join(f"{kernel_of.get(c, '?')} {status.get(c)}" for c in plants)
+        else:
+            step_text = "no case to plant on"
+        rows.append((a, b, len(shared), aa_text, step_text, ", ".join(plants)))
+    print("| candidate (run/GPU) | baseline (run/GPU) | shared | A/A verdict | planted +step verdict |")
+    print("| --- | --- | ---: | --- | --- |")
+    for a, b, n, aa_text, step_text, _ in rows:
+        print(f"| {short(a)} | {short(b)} | {n} | {aa_text} | {step_text} |")
+    if disjoint:
+        print(f"\n{disjoint} pairs share no case (two GPUs of one run: each case was measured on one of them)")
+    planted = sorted({c for *_, p in rows for c in p.split(", ") if c})
+    print(f"\nplanted cases: {'; '.join(planted) or 'none'}")
+    for line in notes:
+        print(line)
+    print(f"false FAILs (A/A): {false_fails}; planted steps missed: {missed}")
+    return 0 if false_fails == 0 and missed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
