@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("kernelwatch.commands.runs", "List stored runs, newest first."),
     "show": ("kernelwatch.commands.show", "Print one run's results."),
     "gate": ("kernelwatch.commands.gate", "Fail a merge on broken accuracy or a real slowdown."),
+    "confirm": ("kernelwatch.commands.confirm", "Re-measure flagged cases on one device, two commits."),
     "bisect": ("kernelwatch.commands.bisect", "Where did a change enter a case's history?"),
     "ack": ("kernelwatch.commands.ack", "Record that a change in a case's time is expected."),
     "synth": ("kernelwatch.commands.synth", "Fill a database with SYNTHETIC history."),
