@@ -48,8 +48,10 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
     Each commit is checked out into a temporary git worktree and imported by its own worker process;
     rounds alternate between them on the same inputs until each case is SAME, SLOWER or FASTER (a
     sequential sign test on the paired ratios; false SLOWER at most 2.5% per confirmation) or the round
-    limit says UNKNOWN. Exit 0: every case SAME or FASTER (or nothing to confirm). Exit 1: a case is
-    SLOWER. Exit 2: a case is UNKNOWN, or bad options.
+    limit says UNKNOWN. From a gate, its other failures (accuracy, errors, missing cases) still fail:
+    this verdict replaces the gate's on the flagged perf cases only. Exit 0: every case SAME or FASTER
+    (or nothing to confirm). Exit 1: a case is SLOWER, or the gate fails on something else. Exit 2: a
+    case is UNKNOWN, or bad options.
     """
     from collector.confirm import ConfirmError, confirm, exit_code, report, resolve_commit
     from kernelwatch.output import terminal
@@ -62,17 +64,22 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
         if cases and (candidate or artifact or baseline):
             raise ConfirmError("give either --case (with --baseline-commit) or a gate's --candidate/--artifact "
                                "and --baseline, not both")
+        others: list[str] = []
         if cases:
             if not baseline_commit:
                 raise ConfirmError("--case needs --baseline-commit SHA")
             keys = list(dict.fromkeys(cases))
             base_sha, cand_sha = baseline_commit, candidate_commit or _head(repo)
         else:
-            keys, base_sha, cand_sha = _from_gate(candidate, artifact, baseline, db_url)
+            keys, others, base_sha, cand_sha = _from_gate(candidate, artifact, baseline, db_url)
             base_sha, cand_sha = baseline_commit or base_sha, candidate_commit or cand_sha
+            if others:
+                click.echo(terminal(f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
+                                    "re-measurement cannot settle (the job fails whatever is confirmed): "
+                                    + "; ".join(others[:5]) + (" ..." if len(others) > 5 else "")), err=True)
             if not keys:
                 click.echo("kernelwatch confirm: nothing to confirm: the gate flags no performance case")
-                sys.exit(0)
+                sys.exit(1 if others else 0)
         base_sha = resolve_commit(repo, base_sha, "the baseline commit")
         cand_sha = resolve_commit(repo, cand_sha, "the candidate commit")
         device = _device(device)
@@ -90,7 +97,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
             report_file.write_text(text + "\n", encoding="utf-8")
         except OSError as exc:
             fail(f"--report-file {report_file}: {exc.strerror or exc}")
-    sys.exit(exit_code(results))
+    sys.exit(1 if others else exit_code(results))
 
 
 def _head(repo: Path) -> str:
@@ -114,8 +121,9 @@ def _device(device: str) -> str:
 
 
 def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | None,
-               db_url: str | None) -> tuple[list[str], str, str]:
-    """(the perf cases the gate flags, the baseline run's commit, the candidate run's commit)."""
+               db_url: str | None) -> tuple[list[str], list[str], str, str]:
+    """(the perf cases the gate flags, its other failures in words, the baseline run's commit, the candidate
+    run's commit)."""
     from ci.gate import GateUndecided, decide
     from collector.confirm import ConfirmError
     from db.artifact import ArtifactError, load_artifact
@@ -137,4 +145,5 @@ def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | Non
     if result.undecided:
         raise ConfirmError(f"the gate cannot decide: {result.undecided}")
     keys = [v.case for v in result.verdicts if v.suite == "perf" and v.status in CONFIRMABLE]
-    return keys, result.baseline["commit"], doc["run"]["commit"]["sha"]
+    others = [f"{v.case} ({v.suite} {v.status})" for v in result.failed if v.case not in keys]
+    return keys, others, result.baseline["commit"], doc["run"]["commit"]["sha"]
