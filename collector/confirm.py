@@ -237,12 +237,19 @@ class Worker:
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
 
     def ask(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send(msg)
+        return self.receive(timeout_s)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise ConfirmError(self._died()) from None
+
+    def receive(self, timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
@@ -291,9 +298,11 @@ def confirm(repo: Path, baseline_sha: str, candidate_sha: str, cases: list[str],
                    "candidate": Worker("candidate", cand_tree, device, extra_modules)}
         try:
             results = {c: CaseConfirm(c) for c in cases}
+            say(f"baseline {base[:12]} and candidate {cand[:12]}: importing, building inputs, compiling")
+            for w in workers.values():  # both set up at once: compiling is most of the time
+                w.send({"op": "setup", "cases": seeds})
             for side, w in workers.items():
-                say(f"{side} {(base if side == 'baseline' else cand)[:12]}: importing, building inputs, compiling")
-                setup = w.ask({"op": "setup", "cases": seeds}, SETUP_TIMEOUT_S)
+                setup = w.receive(SETUP_TIMEOUT_S)
                 if not Path(setup["tree"]).resolve().is_relative_to(w.tree.resolve()):
                     raise ConfirmError(f"the {side} worker imported kernels from {setup['tree']}, not from {w.tree}")
                 for key in setup["missing"]:
