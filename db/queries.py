@@ -55,26 +55,27 @@ def _run_dict(run: Run, hw: Hardware) -> dict[str, Any]:
     }
 
 
-def match_hardware(engine: Engine, hardware: str) -> list[dict[str, Any]]:
+def match_hardware(engine: Engine, hardware: str, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The hardware ``--hardware`` names, by one rule for every command (runs, bisect, ack, gate): those
     whose fingerprint starts with it or whose device name is it (case-insensitive), else those whose device
-    name contains it. Sorted by name."""
+    name contains it. ``rows``: the hardware rows to match (default: the database's, :func:`list_hardware`)."""
     text = (hardware or "").strip().lower()
     if not text:
         return []
-    rows = list_hardware(engine)
+    rows = list_hardware(engine) if rows is None else rows
     exact = [h for h in rows if h["fingerprint"].startswith(text) or h["device_name"].lower() == text]
-    return exact or [h for h in rows if text in h["device_name"].lower()]
+    return sorted(exact or [h for h in rows if text in h["device_name"].lower()], key=lambda h: h["device_name"])
 
 
-def find_hardware(engine: Engine, hardware: str) -> dict[str, Any]:
+def find_hardware(engine: Engine, hardware: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The one hardware :func:`match_hardware` names; LookupError (one line: what matched, what exists) else."""
     if not (hardware or "").strip():
         raise LookupError("--hardware must not be empty")
-    matches = match_hardware(engine, hardware)
+    rows = list_hardware(engine) if rows is None else rows
+    matches = match_hardware(engine, hardware, rows)
     if len(matches) != 1:
         names = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in matches[:6]) or "none"
-        known = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in list_hardware(engine)[:6])
+        known = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in rows[:6])
         raise LookupError(f"--hardware {hardware[:60]!r} must match exactly one hardware: it matches "
                           f"{len(matches)} ({names})" + ("" if matches else f"; known: {known or 'none'}"))
     return matches[0]
