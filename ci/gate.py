@@ -484,7 +484,10 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         vs_ref = "" if relative is None else (f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
                                               f"({v.reference} {v.reference_ratio - 1:+.1%})")
         tail = vs_ref + (f"; {note}" if note else "")
-        shifted = shift is not None and shift.p <= result.fdr and c.effect > c.min_effect
+        # part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case
+        # far beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)
+        shifted = (shift is not None and shift.p <= result.fdr and c.effect > c.min_effect
+                   and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect))
         if c.contaminated is not None:
             v.status = "unreliable"
             v.message = f"{c.contaminated.describe()} ({times}){tail}"

@@ -390,6 +390,8 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # n
     frame = at.dataframe[0].value
     slowed = frame[frame["case"].str.startswith("mse_loss")]
     assert (slowed["B/A time"] > 1.15).all() and (slowed["p (B slower)"] < 0.01).all()
+    assert (slowed["gate"] == "regression").all()  # the gate's verdict, not a statistic of its own
+    assert set(frame["gate"].dropna()) <= {"regression", "pass", "noisy", "new", "machine"}
 
 
 def test_profiler_opens_on_a_ratio_metric_with_data(page) -> None:  # noqa: ANN001
