@@ -187,6 +187,7 @@ class Comparison:
     p_outlier: float = 0.0
     machine_sigma: float = 0.0
     contaminated: Contamination | None = None
+    exceeded: int = 0  # runs of history deviating at least as much as this slowdown (the empirical p's k)
 
     @property
     def effect(self) -> float:
@@ -270,6 +271,7 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
         p_between = (1 + exceed) / (len(devs) + 1) if exceed else float(stats.norm.sf(d / sigma))
         basis = "history"
     else:
+        exceed = 0
         sigma = noise_floor(t_base, PRIOR_FACTOR)
         p_between = float(stats.norm.sf(d / sigma))
         basis = "floor"
@@ -280,7 +282,7 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
     p_between = max(p_between, p_out)
     dirty = None if heavy_tailed else contamination(list(base), list(cand), min_effect)
     return Comparison(case, ratio, p_within, p_between, max(p_within, p_between), min_effect, len(hist), sigma,
-                      basis, launch_bound, t_base, t_cand, p_out, machine, dirty)
+                      basis, launch_bound, t_base, t_cand, p_out, machine, dirty, exceed)
 
 
 def benjamini_hochberg(pvalues: list[float], q: float = DEFAULT_FDR) -> list[bool]:

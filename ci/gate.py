@@ -507,6 +507,8 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
                 why = "not significant within the runs"
             elif c.p_outlier >= c.p_between:
                 why = "launch-bound: one run cannot be told from the 2-6x outlier runs such cases have"
+            elif c.basis == "history" and c.exceeded:
+                why = f"runs of its history deviated this much {c.exceeded} times in {c.history}"
             elif c.machine_sigma:
                 sd = math.hypot(c.sigma, c.machine_sigma)
                 why = f"within this case's between-run and between-GPU noise (sd {sd:.1%})"

@@ -86,11 +86,11 @@ def test_never_newer_never_future_never_empty(db_url, tmp_path, cli) -> None:  #
     future["run"]["commit"]["time"] = future["run"]["started_at"]
     empty.update(accuracy=[], perf=[], profiler=[])
     _ingest(db_url, first, second, newer, future, empty)
+    result = _gate(cli, db_url, candidate, tmp_path, "synthetic/main")
+    assert result.exit_code == 0 and f"run `{second['run']['id'][:8]}`" in result.output, result.output
     engine = open_database(db_url, readonly=True)
     chosen = choose_baseline(engine, parse_artifact(dumps(candidate)), "synthetic/main")
     assert chosen["id"] == second["run"]["id"]  # not newer, not the one dated 2076, not the empty one
-    result = _gate(cli, db_url, candidate, tmp_path, "synthetic/main")
-    assert result.exit_code == 0 and f"run `{second['run']['id'][:8]}`" in result.output, result.output
     named_empty = _gate(cli, db_url, candidate, tmp_path, empty["run"]["id"])
     assert named_empty.exit_code == 2 and "holds no results" in named_empty.output
     assert empty["run"]["id"] in named_empty.output  # whole ids, never cut
