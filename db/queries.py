@@ -309,56 +309,6 @@ def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
     return None if row is None else _run_dict(*row)
 
 
-def shared_cases(engine: Engine, run_id: str, others: list[str]) -> dict[str, int]:
-    """For each run in ``others``: how many of ``run_id``'s kernel timings and gating accuracy cases it shares."""
-    if not others:
-        return {}
-    out = dict.fromkeys(others, 0)
-    perf_cases = select(PerfResult.case_id).where(PerfResult.run_id == run_id, PerfResult.implementation == KERNEL_IMPL)
-    acc_cases = select(AccuracyResult.case_id).where(AccuracyResult.run_id == run_id, AccuracyResult.kind == "gate")
-    perf = (select(PerfResult.run_id, func.count())
-            .where(PerfResult.run_id.in_(others), PerfResult.implementation == KERNEL_IMPL,
-                   PerfResult.case_id.in_(perf_cases))
-            .group_by(PerfResult.run_id))
-    acc = (select(AccuracyResult.run_id, func.count())
-           .where(AccuracyResult.run_id.in_(others), AccuracyResult.kind == "gate",
-                  AccuracyResult.case_id.in_(acc_cases))
-           .group_by(AccuracyResult.run_id))
-    with engine.connect() as conn:
-        for stmt in (perf, acc):
-            for rid, n in conn.execute(stmt):
-                out[rid] += n
-    return out
-
-
-def comparable_run(engine: Engine, run: dict[str, Any], lookback: int = 40,
-                   branch: str | None = None) -> dict[str, Any] | None:
-    """The run to compare ``run`` with: an earlier run on the same hardware that shares cases with it.
-
-    Among the ``lookback`` runs before it (commit order; only runs of ``branch`` when given), the newest
-    one of another commit that shares at least half of the most any of them share; a run of the same
-    commit (a repeat) when no other commit shares anything. None when nothing earlier shares a case.
-    """
-    history = recent_runs(engine, run["fingerprint"], lookback + 1 + (lookback if branch else 0))
-    ids = [r["id"] for r in history]
-    if run["id"] in ids:
-        history = history[: ids.index(run["id"])]
-    else:
-        history = [r for r in history if (r["started"] or "") < (run["started"] or "")]
-    if branch:
-        history = [r for r in history if r["branch"] == branch][-lookback:]
-    shared = shared_cases(engine, run["id"], [r["id"] for r in history])
-    best = max(shared.values(), default=0)
-    if best == 0:
-        return None
-    newest_first = history[::-1]
-    for same_commit_ok in (False, True):
-        for r in newest_first:
-            if shared[r["id"]] * 2 >= best and (same_commit_ok or r["commit"] != run["commit"]):
-                return r
-    return None
-
-
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
         row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
