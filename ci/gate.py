@@ -280,7 +280,8 @@ def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str,
     if states:
         parts.append("the others are " + "/".join(states) if len(here) > 1 else f"it is {states[0]}")
     if others:
-        parts.append("newest: " + _describe(others[0]))
+        newest = {**others[0], "results": result_counts(engine, [others[0]["id"]]).get(others[0]["id"], 0)}
+        parts.append("newest: " + _describe(newest))
     raise GateUndecided(f"no complete run of branch {spec!r} to compare with: " + "; ".join(parts))
 
 
@@ -430,6 +431,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     histories = _histories(engine, fingerprint, candidate.run.id, median)
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
+    other_gpu: set[str] = set()
     for p in candidate.perf:
         if p.implementation != KERNEL_IMPL:
             continue
@@ -459,8 +461,12 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
                     if uuid:
                         groups.setdefault(uuid, []).append(m)
                 sigma_m, source = machine_sigma(groups, klass)
-                note = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
-                        f"{_short_uuid(p.device_uuid)}): between-GPU noise {sigma_m:.1%}, {source}")
+                where = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
+                         f"{_short_uuid(p.device_uuid)})" if b.device_uuid and p.device_uuid else
+                         f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
+                         f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})")
+                note = f"{where}: between-GPU noise {sigma_m:.1%}, {source}"
+                other_gpu.add(_short_uuid(b.device_uuid))
             c = compare_case(p.case, theirs, mine, [m for m, _ in history], effect,
                              heavy_tailed=result.metric == "call", machine=sigma_m)
             v.comparison, v.effect, v.p_value = c, c.effect, c.p
@@ -470,6 +476,10 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
                 v.reference, v.reference_ratio = ref
             compared.append((v, c, note))
     found = {id(c) for c in regressions([c for _, c, _ in compared], result.fdr)}
+    if other_gpu:
+        crossed = sum(bool(note) for _, _, note in compared)
+        result.notes.append(f"baseline from another GPU ({', '.join(sorted(other_gpu))}) for {crossed} of "
+                            f"{len(compared)} compared cases: their noise includes a between-GPU term")
     shift = run_shift([c for _, c, _ in compared if c.contaminated is None])
     if shift is not None:
         result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "

@@ -457,13 +457,11 @@ def runs_by_id_prefix(engine: Engine, prefix: str, limit: int = 3) -> list[dict[
 
 
 def branch_runs(engine: Engine, branch: str) -> list[dict[str, Any]]:
-    """Every run of ``branch`` (any hardware, any status), newest first, each with its number of results."""
+    """Every run of ``branch`` (any hardware, any status), newest first."""
     with Session(engine) as conn:
         rows = conn.execute(select(Run, Hardware).join(Hardware).where(Run.branch == branch)
                             .order_by(Run.started_at.desc(), Run.id)).all()
-    out = [_run_dict(r, h) for r, h in rows]
-    counts = result_counts(engine, [r["id"] for r in out])
-    return [{**r, "results": counts.get(r["id"], 0)} for r in out]
+    return [_run_dict(r, h) for r, h in rows]
 
 
 def branches_on(engine: Engine, fingerprint: str) -> list[tuple[str, int]]:
