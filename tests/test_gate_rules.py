@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ci.detect import MACHINE_SIGMA, between_machine_sigma, contamination, machine_sigma
+from ci.detect import contamination
 from ci.gate import choose_baseline, decide
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
@@ -154,15 +154,22 @@ def test_a_uniform_slowdown_shared_by_the_references_is_the_machine(db_url, tmp_
 # ---------------------------------------------------------------------------------------------
 # Contaminated samples (issue 19.2)
 # ---------------------------------------------------------------------------------------------
+DECODE = "fused_rmsnorm_matmul/rstd_prepass/bf16/bias=False,direction=fwd,layout=contiguous,n=8192,shape=16x8192"
+
+
+def _real_samples(name: str) -> list[float]:
+    doc = load_artifact(HISTORY / name)
+    return next(p.samples_ms for p in doc.perf if p.case == DECODE and p.implementation == "triton")
+
+
 def _issue19_samples() -> tuple[list[float], list[float]]:
-    """RMSNorm+MatMul rstd_prepass bf16 16x8192 (issue 19, H200): the baseline's tight samples around 52.2 us
-    (p20 51.1) and the contaminated run's 49.7-167.7 us (p20 51.3, median 70.8, p80 93.0), in ms."""
-    rng = np.random.default_rng(19)
-    base = list(np.clip(rng.normal(52.2, 0.9, 100), 50.9, 53.9) / 1e3)
+    """RMSNorm+MatMul rstd_prepass bf16 16x8192 on the H200: the baseline is the real run aad199d7 in ci/history
+    (300 samples, p20 51.5 us, median 52.4); the candidate is the contaminated run issue 19 reports (not in
+    ci/history), rebuilt from its numbers: 49.7-167.7 us, p20 51.3, median 70.8, p80 93.0 (ms)."""
+    base = _real_samples("2026-11-30T2052-cd36845f-h200x2-full-2gpu.json")
     clean = np.linspace(49.7, 52.6, 30)
     delayed = np.concatenate([np.linspace(55.0, 70.6, 20), np.linspace(71.0, 93.0, 30), np.linspace(94, 167.7, 20)])
-    cand = list(np.concatenate([clean, delayed]) / 1e3)
-    return base, cand
+    return base, list(np.concatenate([clean, delayed]) / 1e3)
 
 
 def test_contamination_rule_on_the_issue_19_samples() -> None:
@@ -173,6 +180,10 @@ def test_contamination_rule_on_the_issue_19_samples() -> None:
     assert "p20 and min unchanged" in text and "re-measure" in text and "absorbed host delay" in text
     assert contamination(base, [v * 1.35 for v in base]) is None  # a real slowdown moves every quantile
     assert contamination(base, base) is None
+    # The real "cold" run of ci/history (11c43fe6): median +81%, but p20 and min moved too (64.5 vs 50.5 us):
+    # not the signature of added host delay, so it is judged as a slowdown, never hidden as "unreliable".
+    cold = _real_samples("2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json")
+    assert float(np.median(cold)) / float(np.median(base)) > 1.5 and contamination(base, cold) is None
 
 
 def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -198,17 +209,6 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
 # ---------------------------------------------------------------------------------------------
 # Machine-aware noise (issue 19.4)
 # ---------------------------------------------------------------------------------------------
-def test_between_machine_sigma_is_a_variance_component() -> None:
-    rng = np.random.default_rng(4)
-    groups = {f"GPU-{i}": list(np.exp(np.log(0.1) + 0.03 * rng.standard_normal() + 0.002 * rng.standard_normal(6)))
-              for i in range(12)}
-    assert 0.015 < between_machine_sigma(groups) < 0.05
-    same = {f"GPU-{i}": list(0.1 * np.exp(0.002 * rng.standard_normal(6))) for i in range(12)}
-    assert between_machine_sigma(same) < 0.002
-    assert between_machine_sigma({"GPU-0": [0.1, 0.1]}) is None
-    assert machine_sigma({}, "gemm") == (MACHINE_SIGMA["gemm"], "default for gemm-bound cases")
-
-
 def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     """Two runs of one commit on the two GPUs of one host (744fa8bf, device labels swapped)."""
     one, other = sorted(HISTORY.glob("*744fa8bf*.json"))
