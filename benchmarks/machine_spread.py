@@ -7,7 +7,7 @@ them: its UUID where the run records it, else the run's machine (the file name's
 ``h200x2``), its device label and the commit (a session: no two sessions are assumed to share a GPU).
 ``ci.detect.between_machine_sigma`` (the gate's estimator: the random-effect standard deviation of log
 medians) gives each (commit, case) with two or more GPUs one value. Printed per class (``ci.detect.
-case_class``: memory-bound or GEMM, by arithmetic intensity): the number of estimates, their median,
+case_class``: GEMM by arithmetic intensity, else atomic or memory-bound): the number of estimates, their median,
 90th percentile and maximum, and the five largest. ``ci.detect.MACHINE_SIGMA`` cites this output.
 """
 
@@ -32,12 +32,13 @@ def spreads() -> dict[str, list[tuple[float, str, str, int]]]:
     for path in sorted(HISTORY.glob("*.json")):
         doc = load_artifact(path)
         tag = path.name.split("-")[4]
+        variants = {c.key: c.variant for c in doc.cases}
         for p in doc.perf:
             if p.implementation != KERNEL_IMPL or not p.median_ms:
                 continue
             gpu = p.device_uuid or f"{tag}:{p.device or 'cuda:0'}:{doc.run.commit.sha[:8]}"
             medians[(doc.run.commit.sha, p.case)][gpu].append(p.median_ms)
-            classes[p.case] = case_class(p.flops, p.bytes)
+            classes[p.case] = case_class(p.flops, p.bytes, variants[p.case])
     out: dict[str, list[tuple[float, str, str, int]]] = defaultdict(list)
     for (commit, case), groups in medians.items():
         sigma = between_machine_sigma(groups)

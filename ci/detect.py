@@ -54,12 +54,16 @@ OUTLIER_FACTORS = (2.0, 6.0)
 # between physical GPUs of one model, per case class, used when a case's history has fewer than
 # MIN_MACHINES GPUs (and as a floor under an estimate from fewer). Measured by benchmarks/machine_spread.py
 # on ci/history (2026-11-30, H200: 2-3 GPUs per commit, the GPU UUID or the machine and device label):
-#   memory 180 estimates: median 0.0002, p90 0.0170, max 0.0715 (the largest: atomic MSELoss, 4-7%)
-#   gemm    18 estimates: median 0.0005, p90 0.0058, max 0.0087
-# memory: the 90th percentile, 1.7%. gemm: ci/history holds RMSNorm+MatMul on three GPUs only, so the
-# larger measurement of issue 19 / DESIGN.md is taken: one 4096^3 case over seven runs on four H200s spread
-# 240.8-257.9 us, a standard deviation of 2.4% of the median (range / 2.7 for seven values), rounded up.
-MACHINE_SIGMA = {"memory": 0.017, "gemm": 0.025}
+#   atomic   40 estimates: median 0.0022, p90 0.0408, max 0.0715
+#   gemm     18 estimates: median 0.0005, p90 0.0058, max 0.0087
+#   memory  140 estimates: median 0.0002, p90 0.0057, max 0.0271
+# Each class takes its largest estimate (an upper bound where each GPU measured a case once), except gemm:
+# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement of issue 19 / DESIGN.md is
+# taken: one 4096^3 case over seven runs on four H200s spread 240.8-257.9 us, a standard deviation of 2.4%
+# of the median (range / 2.7 for seven values), rounded up. atomic: reductions that accumulate with atomics,
+# whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
+MACHINE_SIGMA = {"memory": 0.027, "atomic": 0.072, "gemm": 0.025}
+ATOMIC_VARIANTS = ("atomic",)
 MIN_MACHINES = 3
 # A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
 # ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
@@ -124,9 +128,12 @@ def contamination(baseline: list[float], candidate: list[float], min_effect: flo
     return None
 
 
-def case_class(flops: float | None, nbytes: float | None) -> str:
-    """"gemm" when the case does more than GEMM_INTENSITY flop per byte, else "memory"."""
-    return "gemm" if flops and nbytes and flops / nbytes > GEMM_INTENSITY else "memory"
+def case_class(flops: float | None, nbytes: float | None, variant: str = "") -> str:
+    """"gemm" when the case does more than GEMM_INTENSITY flop per byte, else "atomic" for a variant in
+    ATOMIC_VARIANTS, else "memory"."""
+    if flops and nbytes and flops / nbytes > GEMM_INTENSITY:
+        return "gemm"
+    return "atomic" if variant in ATOMIC_VARIANTS else "memory"
 
 
 def between_machine_sigma(groups: dict[str, list[float]]) -> float | None:

@@ -429,6 +429,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
+    variant_of = {c.key: c.variant for c in candidate.cases}
     histories = _histories(engine, fingerprint, candidate.run.id, median)
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
     other_gpu: set[str] = set()
@@ -453,7 +454,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         else:
             effect = min_effects.get(p.case, min_effects.get(kernel, result.min_effect))
             history = histories.get(p.case, [])
-            klass = case_class(p.flops, p.bytes)
+            klass = case_class(p.flops, p.bytes, variant_of[p.case])
             note, sigma_m = "", 0.0
             if p.device_uuid != b.device_uuid:
                 groups: dict[str, list[float]] = {}
