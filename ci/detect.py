@@ -64,6 +64,7 @@ OUTLIER_FACTORS = (2.0, 6.0)
 # whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
 MACHINE_SIGMA = {"memory": 0.027, "atomic": 0.072, "gemm": 0.025}
 ATOMIC_VARIANTS = ("atomic",)
+CLASS_NAMES = {"memory": "memory-bound", "atomic": "atomic-reduction", "gemm": "GEMM"}
 MIN_MACHINES = 3
 # A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
 # ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
@@ -164,7 +165,7 @@ def machine_sigma(groups: dict[str, list[float]], klass: str) -> tuple[float, st
         return estimate, f"estimated from {len(groups)} GPUs"
     if estimate is not None and estimate > default:
         return estimate, f"estimated from {len(groups)} GPUs"
-    return default, f"default for {klass}-bound cases"
+    return default, f"default for {CLASS_NAMES[klass]} cases"
 
 
 @dataclass(frozen=True)

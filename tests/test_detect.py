@@ -201,7 +201,7 @@ def test_between_machine_sigma_is_a_variance_component() -> None:
     same = {f"GPU-{i}": list(0.1 * np.exp(0.002 * rng.standard_normal(6))) for i in range(12)}
     assert between_machine_sigma(same) < 0.002
     assert between_machine_sigma({"GPU-0": [0.1, 0.1]}) is None
-    assert machine_sigma({}, "gemm") == (MACHINE_SIGMA["gemm"], "default for gemm-bound cases")
+    assert machine_sigma({}, "gemm") == (MACHINE_SIGMA["gemm"], "default for GEMM cases")
 
 
 def test_a_between_gpu_term_widens_the_noise() -> None:

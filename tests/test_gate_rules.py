@@ -221,7 +221,7 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
     assert re.search(r"Note: baseline from another GPU \(GPU-cadb0535, GPU-d83c984e\) for 38 of 38 compared cases",
                      result.output), result.output  # the two GPUs' labels are swapped between the runs
     # the atomic MSELoss differs 7-11% between these two GPUs (DESIGN.md): within its class's between-GPU term
-    assert "between-GPU noise 7.2%, default for atomic-bound cases" in page
+    assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
     assert result.exit_code == 0, result.output
 
 
