@@ -482,6 +482,8 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         result.notes.append(f"baseline from another GPU ({', '.join(sorted(other_gpu))}) for {crossed} of "
                             f"{len(compared)} compared cases: their noise includes a between-GPU term")
     shift = run_shift([c for _, c, _ in compared if c.contaminated is None])
+    if shift is not None and shift.p > result.fdr:
+        shift = None  # too few cases to tell a shift of the run from chance
     if shift is not None:
         result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
                             f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
@@ -497,7 +499,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         tail = vs_ref + (f"; {note}" if note else "")
         # part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case
         # far beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)
-        shifted = (shift is not None and shift.p <= result.fdr and c.effect > c.min_effect
+        shifted = (shift is not None and c.effect > c.min_effect
                    and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect))
         if c.contaminated is not None:
             v.status = "unreliable"
