@@ -110,7 +110,7 @@ def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[st
         engine = open_database(f"sqlite:///{tmp}/pair.db")
         try:
             ingest_documents(engine, [("baseline", RunDocument.model_validate(base)), *history])
-            return decide(engine, cand, base["run"]["id"])
+            return decide(engine, RunDocument.model_validate(cand), base["run"]["id"])
         finally:
             engine.dispose()
 

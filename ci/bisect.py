@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from ci.detect import ChangePoint, change_points
-from db.queries import case_history, list_hardware
-
-MIN_HISTORY = 6
+from ci.detect import MIN_SERIES, ChangePoint, change_points
+from db.queries import KERNEL_IMPL, case_history
+from db.queries import find_hardware as find_hardware  # the one --hardware rule
 
 
 @dataclass(frozen=True)
@@ -22,22 +21,12 @@ class Step:
     commits: list[str] = field(default_factory=list)  # to re-run, oldest first
 
 
-def find_hardware(engine: Engine, hardware: str) -> dict:
-    """The one hardware whose fingerprint starts with, or whose name contains, ``hardware``."""
-    matches = [h for h in list_hardware(engine)
-               if h["fingerprint"].startswith(hardware) or hardware.lower() in h["device_name"].lower()]
-    if len(matches) != 1:
-        names = ", ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in matches) or "none"
-        raise LookupError(f"--hardware {hardware!r} must match exactly one hardware; matches: {names}")
-    return matches[0]
-
-
-def steps(engine: Engine, case: str, fingerprint: str, implementation: str = "triton",
+def steps(engine: Engine, case: str, fingerprint: str, implementation: str = KERNEL_IMPL,
           min_effect: float = 0.05) -> tuple[int, list[Step]]:
     """(number of runs in the history, the steps found in it)."""
     history = case_history(engine, case, fingerprint, implementation)
-    if len(history) < MIN_HISTORY:
-        raise LookupError(f"{case} has {len(history)} runs on this hardware: at least {MIN_HISTORY} are needed")
+    if len(history) < MIN_SERIES:
+        raise LookupError(f"{case} has {len(history)} runs on this hardware: at least {MIN_SERIES} are needed")
     found = []
     for p in change_points([h["median_ms"] for h in history], min_effect=min_effect):
         good, bad = history[p.index - 1]["commit_sha"], history[p.index]["commit_sha"]

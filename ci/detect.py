@@ -10,6 +10,11 @@ benchmark share it.
 * :func:`benjamini_hochberg`: false-discovery control across the hundreds of cases of a run
   (SciPy's ``false_discovery_control``).
 * :func:`change_points`: binary segmentation of the log-median series; see its docstring.
+* :func:`contamination`: samples that absorbed host-side delay (the median moved, the lower quantiles
+  did not); such a case is unmeasured, not slower. See its docstring for the rule.
+* :func:`between_machine_sigma` / :func:`machine_sigma`: the between-machine component of a case's noise
+  when candidate and baseline ran on different physical GPUs.
+* :func:`run_shift`: when most compared cases moved the same way, the run-wide shift.
 """
 
 from __future__ import annotations
@@ -36,12 +41,131 @@ REL_NOISE = 0.003
 # about twice such an estimate (chi-square, 3 dof: P(s < sigma / 2) = 0.14).
 MIN_HISTORY = 5
 PRIOR_FACTOR = 2.0
+# Change points (``change_points``, ``kernelwatch bisect``, the dashboard's step markers) need this many runs.
+MIN_SERIES = 6
 # Launch-bound cases are heavy-tailed (DESIGN.md): most runs agree within +-5%, but 1-3 runs in 30 come
 # out 2-6x slower. Below LAUNCH_BOUND_MS (4x the ~5 us a near-empty launch takes on the H200, where the
 # 0.5 us jitter alone is 2.5% or more) one run is treated as possibly such an outlier run.
 LAUNCH_BOUND_MS = 0.02
 OUTLIER_RATE = 3 / 30
 OUTLIER_FACTORS = (2.0, 6.0)
+
+# Between-machine noise (DESIGN.md "Machines of one model"): the standard deviation of log(per-run median)
+# between physical GPUs of one model, per case class, used when a case's history has fewer than
+# MIN_MACHINES GPUs (and as a floor under an estimate from fewer). Measured by benchmarks/machine_spread.py
+# on ci/history (2026-11-30, H200: 2-3 GPUs per commit, the GPU UUID or the machine and device label):
+#   atomic   40 estimates: median 0.0022, p90 0.0408, max 0.0715
+#   gemm     18 estimates: median 0.0005, p90 0.0058, max 0.0087
+#   memory  140 estimates: median 0.0002, p90 0.0057, max 0.0271
+# Each class takes its largest estimate (an upper bound where each GPU measured a case once), except gemm:
+# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement of issue 19 / DESIGN.md is
+# taken: one 4096^3 case over seven runs on four H200s spread 240.8-257.9 us, a standard deviation of 2.4%
+# of the median (range / 2.7 for seven values), rounded up. atomic: reductions that accumulate with atomics,
+# whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
+MACHINE_SIGMA = {"memory": 0.027, "atomic": 0.072, "gemm": 0.025}
+ATOMIC_VARIANTS = ("atomic",)
+CLASS_NAMES = {"memory": "memory-bound", "atomic": "atomic-reduction", "gemm": "GEMM"}
+MIN_MACHINES = 3
+# A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
+# ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
+GEMM_INTENSITY = 50.0
+
+# Contamination: a lower quantile "stays" when it moved by less than this share of the minimum effect.
+STAY_SHARE = 0.5
+# Run-wide shift: judged when at least RUN_SHIFT_SHARE of at least RUN_SHIFT_MIN_CASES compared cases are
+# slower past their minimum effect.
+RUN_SHIFT_SHARE = 0.75
+RUN_SHIFT_MIN_CASES = 4
+
+
+@dataclass(frozen=True)
+class Contamination:
+    """The quantiles behind a :func:`contamination` finding (milliseconds)."""
+
+    median_ratio: float
+    p20_ms: float
+    baseline_p20_ms: float
+    min_ms: float
+    baseline_min_ms: float
+
+    def describe(self) -> str:
+        return (f"median {self.median_ratio - 1:+.1%} but p20 and min unchanged ({self.p20_ms * 1e3:.4g} vs "
+                f"{self.baseline_p20_ms * 1e3:.4g} us, min {self.min_ms * 1e3:.4g} vs {self.baseline_min_ms * 1e3:.4g}"
+                " us): samples absorbed host delay; re-measure")
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """Linear-interpolated quantile (the collector's p20 / p80 rule)."""
+    return float(np.quantile(values, q))
+
+
+def contamination(baseline: list[float], candidate: list[float], min_effect: float = DEFAULT_MIN_EFFECT
+                  ) -> Contamination | None:
+    """Did the candidate's samples absorb host-side delay?
+
+    Host-induced delay only adds time to a GPU-time sample (the device idles while the host catches up;
+    it never runs the kernel faster), so contamination moves the upper part of the sample and leaves the
+    lower quantiles where the kernel's own time is. A real slowdown of the kernel moves every quantile.
+    With m = log(1 + min_effect), the candidate is contaminated when
+
+        log(median_c / median_b) > m   and   log(p20_c / p20_b) < STAY_SHARE * m   and
+        log(min_c / min_b) < STAY_SHARE * m
+
+    (the median is slower past the minimum effect while the 20th percentile and the minimum moved by less
+    than half of it). Both runs need at least 5 samples (a p20 of fewer is the minimum itself). Example
+    (issue 19, H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
+    samples 49.7-167.7 us, p20 51.3, median 70.8: +35.6% at the median, +0.4% at p20 -> contaminated.
+    """
+    base = np.asarray([v for v in baseline if v > 0], dtype=float)
+    cand = np.asarray([v for v in candidate if v > 0], dtype=float)
+    if len(base) < 5 or len(cand) < 5:
+        return None
+    m = math.log1p(min_effect)
+    med = float(np.median(cand)) / float(np.median(base))
+    p20_c, p20_b = quantile(cand, 0.2), quantile(base, 0.2)
+    min_c, min_b = float(cand.min()), float(base.min())
+    if math.log(med) > m and math.log(p20_c / p20_b) < STAY_SHARE * m and math.log(min_c / min_b) < STAY_SHARE * m:
+        return Contamination(med, p20_c, p20_b, min_c, min_b)
+    return None
+
+
+def case_class(flops: float | None, nbytes: float | None, variant: str = "") -> str:
+    """"gemm" when the case does more than GEMM_INTENSITY flop per byte, else "atomic" for a variant in
+    ATOMIC_VARIANTS, else "memory"."""
+    if flops and nbytes and flops / nbytes > GEMM_INTENSITY:
+        return "gemm"
+    return "atomic" if variant in ATOMIC_VARIANTS else "memory"
+
+
+def between_machine_sigma(groups: dict[str, list[float]]) -> float | None:
+    """Random-effect standard deviation between GPUs of log(per-run median): one-way variance components.
+
+    ``groups``: per-run medians per GPU. With group means mean_i of n_i logs, the pooled within-GPU
+    variance s_w^2 (groups of two or more runs; 0 when none has two: the estimate is then an upper bound)
+    and the variance of the group means v_b: sigma_m^2 = max(0, v_b - s_w^2 mean(1 / n_i)). None with fewer
+    than two GPUs.
+    """
+    logs = [np.log(np.asarray([v for v in values if v and v > 0], dtype=float)) for values in groups.values()]
+    logs = [g for g in logs if len(g)]
+    if len(logs) < 2:
+        return None
+    means = np.array([g.mean() for g in logs])
+    ns = np.array([len(g) for g in logs], dtype=float)
+    multi = [g for g in logs if len(g) >= 2]
+    sw2 = sum(float(((g - g.mean()) ** 2).sum()) for g in multi) / sum(len(g) - 1 for g in multi) if multi else 0.0
+    return math.sqrt(max(0.0, float(means.var(ddof=1)) - sw2 * float(np.mean(1 / ns))))
+
+
+def machine_sigma(groups: dict[str, list[float]], klass: str) -> tuple[float, str]:
+    """(sigma_m, its source) for a comparison across GPUs: the estimate from history on MIN_MACHINES or more
+    GPUs, else the larger of MACHINE_SIGMA[klass] and whatever fewer GPUs estimate."""
+    estimate = between_machine_sigma(groups)
+    default = MACHINE_SIGMA[klass]
+    if estimate is not None and len(groups) >= MIN_MACHINES:
+        return estimate, f"estimated from {len(groups)} GPUs"
+    if estimate is not None and estimate > default:
+        return estimate, f"estimated from {len(groups)} GPUs"
+    return default, f"default for {CLASS_NAMES[klass]} cases"
 
 
 @dataclass(frozen=True)
@@ -51,7 +175,9 @@ class Comparison:
     ``ratio`` = candidate median / baseline median (> 1 is slower); ``p_within``: one-sided Mann-Whitney U
     on the two runs' samples; ``p_between``: the same slowdown under the case's between-run noise
     (``sigma``, on the log scale, from ``basis`` = "history" or "floor"); ``p`` = max of the two;
-    ``history``: runs of history used; ``launch_bound``: the outlier-run term applied, ``p_outlier`` its value.
+    ``history``: runs of history used; ``launch_bound``: the outlier-run term applied, ``p_outlier`` its value;
+    ``machine_sigma``: the between-machine term added to ``sigma`` (0 on one GPU); ``contaminated``: the
+    samples' signature of absorbed host delay (:func:`contamination`), None when they show none.
     """
 
     case: str
@@ -67,6 +193,9 @@ class Comparison:
     baseline_ms: float = 0.0
     candidate_ms: float = 0.0
     p_outlier: float = 0.0
+    machine_sigma: float = 0.0
+    contaminated: Contamination | None = None
+    exceeded: int = 0  # runs of history deviating at least as much as this slowdown (the empirical p's k)
 
     @property
     def effect(self) -> float:
@@ -100,7 +229,8 @@ def outlier_p(ratio: float) -> float:
 
 
 def compare_case(case: str, baseline: list[float], candidate: list[float], history: list[float] | None = None,
-                 min_effect: float = DEFAULT_MIN_EFFECT, heavy_tailed: bool = False) -> Comparison:
+                 min_effect: float = DEFAULT_MIN_EFFECT, heavy_tailed: bool = False,
+                 machine: float = 0.0) -> Comparison:
     """Evidence that ``candidate`` samples are slower than ``baseline`` samples (milliseconds).
 
     Within-run samples understate the difference between two runs: each run is one process with its
@@ -122,8 +252,13 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
       (one of 14 repeated H200 runs of one commit paid 1.6-2x more per call on six cases, its GPU times
       unchanged: ``ci/history/*73812d88*repeat14*``).
 
+    * ``machine`` (sigma_m > 0: candidate and baseline ran on different physical GPUs, see
+      :func:`machine_sigma`): the history above is one machine's, so p_between is also at least the normal
+      tail of d under sqrt(sigma^2 + sigma_m^2).
+
     p = max(p_within, p_between): both must hold. The gate then applies FDR control across cases and
-    the minimum effect on ``ratio``.
+    the minimum effect on ``ratio``. ``contaminated`` is :func:`contamination` of the two sample sets
+    (unless ``heavy_tailed``: wall time per call includes the host by definition).
     """
     base = np.asarray([v for v in baseline if v > 0], dtype=float)
     cand = np.asarray([v for v in candidate if v > 0], dtype=float)
@@ -144,14 +279,18 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
         p_between = (1 + exceed) / (len(devs) + 1) if exceed else float(stats.norm.sf(d / sigma))
         basis = "history"
     else:
+        exceed = 0
         sigma = noise_floor(t_base, PRIOR_FACTOR)
         p_between = float(stats.norm.sf(d / sigma))
         basis = "floor"
+    if machine > 0:
+        p_between = max(p_between, float(stats.norm.sf(d / math.hypot(sigma, machine))))
     launch_bound = heavy_tailed or t_base < LAUNCH_BOUND_MS
     p_out = outlier_p(ratio) if launch_bound else 0.0
     p_between = max(p_between, p_out)
+    dirty = None if heavy_tailed else contamination(list(base), list(cand), min_effect)
     return Comparison(case, ratio, p_within, p_between, max(p_within, p_between), min_effect, len(hist), sigma,
-                      basis, launch_bound, t_base, t_cand, p_out)
+                      basis, launch_bound, t_base, t_cand, p_out, machine, dirty, exceed)
 
 
 def benjamini_hochberg(pvalues: list[float], q: float = DEFAULT_FDR) -> list[bool]:
@@ -169,6 +308,34 @@ def regressions(comparisons: list[Comparison], q: float = DEFAULT_FDR, tested: i
     extra = max(0, (tested or 0) - len(comparisons))
     rejected = benjamini_hochberg([c.p for c in comparisons] + [1.0] * extra, q)
     return [c for c, r in zip(comparisons, rejected) if r and c.effect > c.min_effect]
+
+
+@dataclass(frozen=True)
+class Shift:
+    """A run-wide shift: ``slower`` of ``n`` compared cases past their minimum effect, the median ratio, and
+    a one-sided sign test's p-value (P(at least ``slower`` of ``n`` under no shift, each side 1/2))."""
+
+    n: int
+    slower: int
+    ratio: float
+    p: float
+
+
+def run_shift(comparisons: list[Comparison]) -> Shift | None:
+    """The run-wide shift when at least RUN_SHIFT_SHARE of (at least RUN_SHIFT_MIN_CASES) compared cases are
+    slower past their minimum effect, else None.
+
+    One case's between-run noise can explain one case's slowdown; it cannot explain every case moving the
+    same way at once: runs of one commit scatter each case independently around its median. So a uniform
+    slowdown is judged as one: the gate then asks whether the same-run references moved with it (the
+    machine) or not (the kernels).
+    """
+    n = len(comparisons)
+    slower = sum(c.effect > c.min_effect for c in comparisons)
+    if n < RUN_SHIFT_MIN_CASES or slower < RUN_SHIFT_SHARE * n:
+        return None
+    ratio = float(np.exp(np.median([math.log(c.ratio) for c in comparisons])))
+    return Shift(n, slower, ratio, float(stats.binom.sf(slower - 1, n, 0.5)))
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,11 @@ Exit status (``GateResult.exit_code``):
 * 1: a case fails: an accuracy case over its tolerance, a significant slowdown (unless ``kernelwatch
   ack`` acknowledged it, see :func:`acknowledge`), a case that errored, a case the baseline measured and
   the candidate did not (missing), or a result without a measurement (a perf row with no samples, an
-  accuracy row with no trials);
-* 2: cannot decide: bad options, no baseline, or nothing comparable measured at all.
+  accuracy row with no trials), or a case whose samples absorbed host delay (unreliable: re-measure);
+* 2: cannot decide: bad options, no baseline (or a baseline choice that would hide cases), or nothing
+  comparable measured at all.
+
+The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too.
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
 ``collector.accuracy``) are reported beside the verdict and never change it.
@@ -15,27 +18,47 @@ Only gating results decide. Exploration results (accuracy rows of kind "explore"
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
-from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, Comparison, compare_case, regressions
+from ci.detect import (
+    DEFAULT_FDR,
+    DEFAULT_MIN_EFFECT,
+    Comparison,
+    case_class,
+    compare_case,
+    machine_sigma,
+    regressions,
+    run_shift,
+)
 from db.export import export_run
-from db.models import Hardware, Run
-from db.queries import acks, perf_rows, recent_runs, run_info
-from db.schema import RunDocument, hardware_fingerprint, to_data
+from db.queries import (
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    acks,
+    baseline_candidates,
+    branch_runs,
+    branches_on,
+    perf_case_runs,
+    perf_rows,
+    recent_runs,
+    result_counts,
+    run_info,
+    runs_by_id_prefix,
+)
+from db.schema import RunDocument, hardware_fingerprint, parse_time, to_data
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
 MIN_EFFECT_RANGE = (0.0, 10.0)  # open interval: 0 would call any noise a regression, 10 = 11x slower
 FDR_RANGE = (0.0, 1.0)
-KERNEL_IMPL = "triton"
 
-FAILING = ("regression", "accuracy", "error", "missing", "unmeasured")
-WARNING = ("warning", "noisy")
+FAILING = ("regression", "accuracy", "error", "missing", "unmeasured", "unreliable")
+WARNING = ("warning", "noisy", "machine")
 STATUSES = (*FAILING, *WARNING, "acknowledged", "pass", "new")
 
 
@@ -50,9 +73,12 @@ class CaseVerdict:
     * ``status``: one of ``STATUSES``. Failing: "regression" (significant slowdown past the minimum
       effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
       case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
-      "unmeasured" (a result row without a measurement). Not failing: "warning" (accuracy budget grew
+      "unmeasured" (a result row without a measurement), "unreliable" (the samples absorbed host delay:
+      the median moved, the lower quantiles did not, see ``ci.detect.contamination``; re-measure).
+      Not failing: "warning" (accuracy budget grew
       past BUDGET_GROWTH_WARNING x, still within tolerance), "noisy" (slower past the minimum effect but
-      not distinguishable from this case's between-run noise), "acknowledged" (a regression whose change
+      not distinguishable from this case's between-run noise), "machine" (slower, and its same-run
+      reference is slower with it: the machine, not the kernel), "acknowledged" (a regression whose change
       ``kernelwatch ack`` recorded, see :func:`acknowledge`), "pass", "new" (no baseline to compare).
     * ``suite``: "accuracy" or "perf".
     * ``effect``: candidate / baseline median time - 1 (0.087 = 8.7% slower), perf only.
@@ -60,6 +86,8 @@ class CaseVerdict:
     * ``time_ms`` / ``baseline_ms``: the two runs' median times (candidate now, baseline before).
     * ``budget`` / ``baseline_budget``: error budgets (accuracy), 1 = at the tolerance.
     * ``comparison``: the full statistics (``ci.detect.Comparison``) when a perf comparison was made.
+    * ``reference`` / ``reference_ratio``: the same-run reference (an implementation, or a measured ceiling)
+      and its candidate / baseline time ratio; the kernel's change relative to it is ratio / reference_ratio.
     """
 
     case: str
@@ -74,6 +102,8 @@ class CaseVerdict:
     budget: float | None = None
     baseline_budget: float | None = None
     comparison: Comparison | None = None
+    reference: str | None = None
+    reference_ratio: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -130,225 +160,380 @@ def check_values(min_effect: Any, fdr: Any, min_effects: dict[str, Any] | None) 
             for name, value in (min_effects or {}).items()}
 
 
-def check_options(candidate: dict[str, Any], min_effect: Any, fdr: Any,
+def check_options(candidate: RunDocument, min_effect: Any, fdr: Any,
                   min_effects: dict[str, Any] | None) -> dict[str, float]:
     """Validate the gate's options; every name in ``min_effects`` must be a kernel or case of the candidate."""
     out = check_values(min_effect, fdr, min_effects)
-    names = {c["key"] for c in candidate["cases"]} | {c["kernel"] for c in candidate["cases"]}
+    names = {c.key for c in candidate.cases} | {c.kernel for c in candidate.cases}
     for name in out:
         if name not in names:
-            kernels = ", ".join(sorted({c["kernel"] for c in candidate["cases"]})) or "none"
+            kernels = ", ".join(sorted({c.kernel for c in candidate.cases})) or "none"
             raise GateUndecided(f"--case-min-effect {name}: not a kernel or case of the candidate "
                                 f"(its kernels: {kernels})")
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# Baseline
+# Baseline: one rule for the gate, the dashboard's Triage and Compare
 # ---------------------------------------------------------------------------------------------
-def _hardware_names(s: Session, ids: set[int]) -> dict[int, str]:
-    rows = s.execute(select(Hardware.id, Hardware.device_name, Hardware.fingerprint).where(Hardware.id.in_(ids)))
-    return {i: f"{name} ({fp[:8]})" for i, name, fp in rows}
+def _times(candidate: RunDocument) -> tuple[dt.datetime, dt.datetime]:
+    started = parse_time(candidate.run.started_at)
+    when = parse_time(candidate.run.commit.time) if candidate.run.commit.time else started
+    return when, started
 
 
-def baseline_run(engine: Engine, spec: str, fingerprint: str, exclude: str,
-                 device_name: str = "this hardware") -> dict[str, Any]:
-    """Resolve ``--baseline``: a run id, a unique run-id prefix, or a branch (its newest complete run on this
-    hardware). Never the candidate (``exclude``). Errors say what was searched and what exists."""
+def _run_ref(run: dict[str, Any]) -> dict[str, Any]:
+    return {"id": run["id"], "commit": run["commit"], "branch": run["branch"], "status": run["status"]}
+
+
+def _gating_keys(candidate: RunDocument) -> tuple[list[str], list[str]]:
+    """(kernel-timed perf cases, gating accuracy cases) of the candidate."""
+    perf = sorted({p.case for p in candidate.perf if p.implementation == KERNEL_IMPL})
+    acc = sorted({a.case for a in candidate.accuracy if a.kind == "gate"})
+    return perf, acc
+
+
+def eligible_baselines(engine: Engine, candidate: RunDocument, branch: str | None,
+                       now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """The runs the baseline rule chooses from, best first (see :func:`choose_baseline`)."""
+    perf, acc = _gating_keys(candidate)
+    rows = baseline_candidates(engine, hardware_fingerprint(to_data(candidate)["hardware"]), perf, acc,
+                               _times(candidate), now or dt.datetime.now(dt.timezone.utc), branch, candidate.run.id)
+    if perf or acc:  # a candidate with no result at all (a failed run) is compared with the newest
+        rows = [r for r in rows if r["perf_shared"] + r["acc_shared"] > 0]
+    order = {r["id"]: i for i, r in enumerate(rows)}  # newest first (commit order)
+    return sorted(rows, key=lambda r: (-r["perf_shared"], -r["acc_shared"], order[r["id"]]))
+
+
+def choose_baseline(engine: Engine, candidate: RunDocument, branch: str | None,
+                    now: dt.datetime | None = None) -> dict[str, Any] | None:
+    """The baseline rule, one for ``gate --baseline BRANCH``, Triage and Compare.
+
+    Among the complete runs on the candidate's hardware (of ``branch``; any branch when None) that are not
+    the candidate, not after it in commit order nor started after it, not dated after ``now``, and hold at
+    least one result: the one sharing the most of the candidate's kernel-timed cases, then the most of its
+    gating accuracy cases, then the newest. None when no such run shares a case (a candidate with no result
+    at all gets the newest such run: what it should have measured is its baseline's cases).
+    """
+    rows = eligible_baselines(engine, candidate, branch, now)
+    return rows[0] if rows else None
+
+
+def _describe(run: dict[str, Any]) -> str:
+    return (f"run {run['id']} (commit {run['commit'][:12]}, {run['status']}, started {run['started']}, "
+            f"{run.get('results', 0)} results)")
+
+
+def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str, Any]:
+    """Resolve ``--baseline``: a run id, a unique run-id prefix, or a branch (:func:`choose_baseline`).
+    Never the candidate. Errors say what was searched and what exists, with whole run ids."""
     spec = spec.strip()
+    exclude = candidate.run.id
+    fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
+    device_name = candidate.hardware.device_name or "this hardware"
     if not spec:
         raise GateUndecided("--baseline is empty: give a branch, a run id or a unique run-id prefix")
-    with Session(engine) as s:
-        hw_id = s.execute(select(Hardware.id).where(Hardware.fingerprint == fingerprint)).scalar_one_or_none()
-        by_id = s.execute(select(Run).where(Run.id.startswith(spec, autoescape=True)).limit(3)).scalars().all()
-        exact = [r for r in by_id if r.id == spec]
-        by_id = exact or by_id
-        branch_runs = s.execute(
-            select(Run.id, Run.hardware_id, Run.status, Run.started_at).where(Run.branch == spec)
-            .order_by(Run.started_at.desc())).all()
-        if by_id and branch_runs and not exact:
-            raise GateUndecided(f"--baseline {spec!r} is both a branch ({len(branch_runs)} runs) and a run-id prefix "
-                                "of run " + ", ".join(r.id[:12] for r in by_id) + ": give the full run id")
-        if by_id and not branch_runs or exact:
-            if len(by_id) > 1:
-                raise GateUndecided(f"--baseline {spec!r} is an ambiguous run-id prefix: it matches "
-                                    + ", ".join(r.id[:12] for r in by_id[:2]) + " and more: give more characters")
-            run = by_id[0]
-            if run.id == exclude:
-                raise GateUndecided(f"--baseline {spec!r} is the candidate run itself ({run.id[:12]})")
-            if run.hardware_id != hw_id:
-                other = _hardware_names(s, {run.hardware_id}).get(run.hardware_id, "unknown")
-                raise GateUndecided(f"baseline run {run.id[:12]} was measured on {other}, the candidate on "
-                                    f"{device_name} ({fingerprint[:8]})")
-            if run.status not in ("complete", "partial"):
-                raise GateUndecided(f"baseline run {run.id[:12]} is {run.status}: it has nothing to compare with")
-            return {"id": run.id, "commit": run.commit_sha, "branch": run.branch, "status": run.status}
-        if not branch_runs:
-            known = s.execute(select(Run.branch, func.count()).where(Run.hardware_id == hw_id)
-                              .group_by(Run.branch).order_by(Run.branch)).all() if hw_id is not None else []
-            listing = ", ".join(f"{b} ({n})" for b, n in known[:10]) or "none"
-            raise GateUndecided(f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
-                                f"branches with runs on {device_name}: {listing}")
-        here = [r for r in branch_runs if r.hardware_id == hw_id]
-        usable = [r for r in here if r.status == "complete" and r.id != exclude]
-        if usable:
-            run = s.get(Run, usable[0].id)
-            return {"id": run.id, "commit": run.commit_sha, "branch": run.branch, "status": run.status}
-        if not here:
-            elsewhere = _hardware_names(s, {r.hardware_id for r in branch_runs})
-            raise GateUndecided(f"no run of branch {spec!r} on {device_name} ({fingerprint[:8]}); it has "
-                                f"{len(branch_runs)} on other hardware: {', '.join(sorted(elsewhere.values()))}. "
-                                "Run the collector on the baseline branch here first")
-        parts = [f"{len(here)} run{'s' if len(here) != 1 else ''} of {spec} on {device_name}"]
-        if here[0].id == exclude:
-            parts.append("the newest is the candidate")
-        states = sorted({r.status for r in here if r.id != exclude})
-        if states:
-            parts.append("the others are " + "/".join(states) if len(here) > 1 else f"it is {states[0]}")
-        raise GateUndecided(f"no complete run of branch {spec!r} to compare with: " + "; ".join(parts))
+    by_id = runs_by_id_prefix(engine, spec)
+    exact = [r for r in by_id if r["id"] == spec]
+    by_id = exact or by_id
+    branch = branch_runs(engine, spec)
+    if by_id and branch and not exact:
+        raise GateUndecided(f"--baseline {spec!r} is both a branch ({len(branch)} runs) and a run-id prefix "
+                            "of run " + ", ".join(r["id"] for r in by_id) + ": give the full run id")
+    if by_id and not branch or exact:
+        if len(by_id) > 1:
+            raise GateUndecided(f"--baseline {spec!r} is an ambiguous run-id prefix: it matches "
+                                + ", ".join(r["id"] for r in by_id[:2]) + " and more: give more characters")
+        run = by_id[0]
+        if run["id"] == exclude:
+            raise GateUndecided(f"--baseline {spec!r} is the candidate run itself ({run['id']})")
+        if run["fingerprint"] != fingerprint:
+            raise GateUndecided(f"baseline run {run['id']} was measured on {run['hardware']} "
+                                f"({run['fingerprint'][:8]}), the candidate on {device_name} ({fingerprint[:8]})")
+        if run["status"] not in ("complete", "partial"):
+            raise GateUndecided(f"baseline run {run['id']} is {run['status']}: it has nothing to compare with")
+        if not result_counts(engine, [run["id"]]):
+            raise GateUndecided(f"baseline run {run['id']} ({run['status']}) holds no results: nothing to compare with")
+        return _run_ref(run)
+    if not branch:
+        listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
+        raise GateUndecided(f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
+                            f"branches with runs on {device_name}: {listing}")
+    eligible = eligible_baselines(engine, candidate, spec)
+    if eligible:
+        chosen = eligible[0]
+        _check_selection(engine, candidate, spec, chosen, eligible)
+        return _run_ref(chosen)
+    here = [r for r in branch if r["fingerprint"] == fingerprint]
+    if not here:
+        elsewhere = sorted({f"{r['hardware']} ({r['fingerprint'][:8]})" for r in branch})
+        raise GateUndecided(f"no run of branch {spec!r} on {device_name} ({fingerprint[:8]}); it has "
+                            f"{len(branch)} on other hardware: {', '.join(elsewhere)}. "
+                            "Run the collector on the baseline branch here first")
+    parts = [f"searched the complete runs of {spec} on {device_name} up to the candidate (started "
+             f"{candidate.run.started_at}) that hold results and share a case with it; "
+             f"{len(here)} run{'s' if len(here) != 1 else ''} of {spec} on {device_name}"]
+    if here[0]["id"] == exclude:
+        parts.append("the newest is the candidate")
+    others = [r for r in here if r["id"] != exclude]
+    states = sorted({r["status"] for r in others})
+    if states:
+        parts.append("the others are " + "/".join(states) if len(here) > 1 else f"it is {states[0]}")
+    if others:
+        newest = {**others[0], "results": result_counts(engine, [others[0]["id"]]).get(others[0]["id"], 0)}
+        parts.append("newest: " + _describe(newest))
+    raise GateUndecided(f"no complete run of branch {spec!r} to compare with: " + "; ".join(parts))
+
+
+def _check_selection(engine: Engine, candidate: RunDocument, branch: str, chosen: dict[str, Any],
+                     eligible: list[dict[str, Any]]) -> None:
+    """A kernel-timed case the chosen baseline lacks while another eligible run has it would pass as "new":
+    that is a baseline-selection error (exit 2), never a pass."""
+    perf, _ = _gating_keys(candidate)
+    have = perf_case_runs(engine, [r["id"] for r in eligible], perf)
+    lacking = sorted(set(perf) - have.get(chosen["id"], set()))
+    elsewhere = [(r, have[r["id"]] & set(lacking)) for r in eligible if r["id"] != chosen["id"]
+                 and have.get(r["id"], set()) & set(lacking)]
+    if elsewhere:
+        other, cases = elsewhere[0]
+        raise GateUndecided(
+            f"baseline selection: the run of {branch!r} sharing most cases, {_describe(chosen)}, has "
+            f"{chosen['perf_shared']} of the candidate's {len(perf)} kernel timings; {len(cases)} of the "
+            f"{len(lacking)} it lacks (e.g. {sorted(cases)[0]}) are in {_describe(other)}. "
+            f"Searched {len(eligible)} complete runs of {branch} on this hardware up to the candidate: give "
+            "--baseline RUN_ID")
 
 
 # What ``--metric`` compares: (per-run summary column, its samples). gpu: GPU time with the L2 flushed, one
 # sample per repetition; call: wall time per call with calls issued back to back (host + device), one
 # sample per batch (the collector's cost per call).
 METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples_ms")}
+# Same-run references of a kernel timing, preferred first: cuBLAS alone (RMSNorm+MatMul), eager PyTorch.
+REFERENCES = ("cublas_linear", EAGER_IMPL)
 
 
-def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "median_ms") -> dict[str, list[float]]:
-    """Per case, the kernel's medians over the last HISTORY_RUNS runs on this hardware (one query)."""
+def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "median_ms"
+               ) -> dict[str, list[tuple[float, str | None]]]:
+    """Per case, (the kernel's median, its GPU UUID) over the last HISTORY_RUNS runs on this hardware, in
+    commit order (one query)."""
     runs = [r for r in recent_runs(engine, fingerprint, HISTORY_RUNS + 1) if r["id"] != exclude][-HISTORY_RUNS:]
     order = {r["id"]: i for i, r in enumerate(runs)}
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
-    out: dict[str, list[tuple[int, float]]] = {}
+    out: dict[str, list[tuple[int, float, str | None]]] = {}
     for r in rows:
         if r[column]:
-            out.setdefault(r["case"], []).append((order[r["run_id"]], r[column]))
-    return {case: [m for _, m in sorted(points)] for case, points in out.items()}
+            out.setdefault(r["case"], []).append((order[r["run_id"]], r[column], r["device_uuid"]))
+    return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}
 
 
 # ---------------------------------------------------------------------------------------------
 # Judging
 # ---------------------------------------------------------------------------------------------
-def _gating(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [a for a in rows if a.get("kind", "gate") == "gate"]
-
-
-def _scope(candidate: dict[str, Any]) -> tuple[set[str], set[str]]:
+def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
     """(kernels, suites) the candidate set out to measure. A complete run measured what it meant to (a
     ``--kernels`` or CPU run covers less than the baseline on purpose); a partial or failed run was cut
     short, so everything the baseline has is expected of it."""
-    if candidate["run"]["status"] != "complete":
+    if candidate.run.status != "complete":
         return set(), set()
-    kernels = {c["kernel"] for c in candidate["cases"]}
-    suites = {"accuracy"} if _gating(candidate["accuracy"]) else set()
-    if any(p["implementation"] == KERNEL_IMPL for p in candidate["perf"]):
+    kernels = {c.kernel for c in candidate.cases}
+    suites = {"accuracy"} if any(a.kind == "gate" for a in candidate.accuracy) else set()
+    if any(p.implementation == KERNEL_IMPL for p in candidate.perf):
         suites.add("perf")
     return kernels, suites
 
 
-def _missing(candidate: dict[str, Any], base: dict[str, Any]) -> list[tuple[str, str, str]]:
+def _missing(candidate: RunDocument, base: RunDocument) -> list[tuple[str, str, str]]:
     """(suite, case, kernel) measured by the baseline and absent from the candidate, within its scope."""
     kernels, suites = _scope(candidate)
-    complete = candidate["run"]["status"] == "complete"
-    kernel_of = {c["key"]: c["kernel"] for c in base["cases"]}
-    have_acc = {a["case"] for a in candidate["accuracy"] if a.get("kind", "gate") == "gate"}
-    have_perf = {p["case"] for p in candidate["perf"] if p["implementation"] == KERNEL_IMPL}
+    complete = candidate.run.status == "complete"
+    kernel_of = {c.key: c.kernel for c in base.cases}
+    have_acc = {a.case for a in candidate.accuracy if a.kind == "gate"}
+    have_perf = {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL}
     out = []
-    for suite, rows, have in (("accuracy", _gating(base["accuracy"]), have_acc),
-                              ("perf", [p for p in base["perf"] if p["implementation"] == KERNEL_IMPL], have_perf)):
-        for r in rows:
-            kernel = kernel_of[r["case"]]
+    for suite, cases, have in (("accuracy", [a.case for a in base.accuracy if a.kind == "gate"], have_acc),
+                               ("perf", [p.case for p in base.perf if p.implementation == KERNEL_IMPL], have_perf)):
+        for case in cases:
+            kernel = kernel_of[case]
             if complete and (kernel not in kernels or suite not in suites):
                 continue
-            if r["case"] not in have:
-                out.append((suite, r["case"], kernel))
+            if case not in have:
+                out.append((suite, case, kernel))
     return out
 
 
-def _judge_accuracy(result: GateResult, candidate: dict[str, Any], base: dict[str, Any],
-                    kernel_of: dict[str, str]) -> int:
-    """Accuracy verdicts; returns how many rows were measured (passed or failed on a real measurement)."""
-    base_acc = {a["case"]: a for a in _gating(base["accuracy"])}
+def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str]) -> int:
+    """Accuracy verdicts from what was measured (the error budget and the NaN/Inf mismatches; the stored
+    ``passed`` flag can only make a case fail, never pass); returns how many rows were measured."""
+    base_acc = {a.case: a for a in base.accuracy if a.kind == "gate"}
     measured = 0
-    for a in _gating(candidate["accuracy"]):
-        kernel = kernel_of[a["case"]]
-        before = (base_acc.get(a["case"]) or {}).get("error_budget")
-        v = CaseVerdict(a["case"], kernel, "pass", suite="accuracy", budget=a["error_budget"], baseline_budget=before)
-        unmeasured = a["trials"] == 0 or (a["error_budget"] is None and not a["nan_mismatches"])
-        if a["error"] and a["error_budget"] is None and not a["nan_mismatches"]:
-            v.status, v.message = "error", a["error"]
+    for a in candidate.accuracy:
+        if a.kind != "gate":
+            continue
+        before = base_acc[a.case].error_budget if a.case in base_acc else None
+        v = CaseVerdict(a.case, kernel_of[a.case], "pass", suite="accuracy", budget=a.error_budget,
+                        baseline_budget=before)
+        unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
+        over = a.error_budget is not None and a.error_budget > 1
+        flag = " (the stored 'passed: true' disagrees with the measurement)" if a.passed else ""
+        if a.error and a.error_budget is None and not a.nan_mismatches:
+            v.status, v.message = "error", a.error
         elif unmeasured:
             v.status, v.message = "unmeasured", "no accuracy measurement (no trials or no error budget)"
-        elif not a["passed"]:
+        elif a.nan_mismatches or over or not a.passed:
             v.status = "accuracy"
-            v.message = a["error"] or f"error budget {a['error_budget']:.3g} > 1"
-        elif before and a["error_budget"] is not None and a["error_budget"] > BUDGET_GROWTH_WARNING * before:
+            why = [f"error budget {a.error_budget:.3g} > 1"] if over else []
+            if a.nan_mismatches:
+                why.append(f"{a.nan_mismatches} NaN/Inf mismatches with the reference")
+            v.message = "; ".join(why) + flag if why else (a.error or "marked failed by the collector")
+        elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
             v.status = "warning"
-            v.message = (f"error budget grew {a['error_budget'] / before:.1f}x ({before:.3g} -> "
-                         f"{a['error_budget']:.3g}), still within tolerance")
+            v.message = (f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
+                         f"{a.error_budget:.3g}), still within tolerance")
         else:
-            v.message = f"error budget {a['error_budget']:.3g}"
+            v.message = f"error budget {a.error_budget:.3g}"
         measured += v.status not in ("error", "unmeasured")
         result.verdicts.append(v)
     return measured
 
 
-def _judge_perf(result: GateResult, engine: Engine, candidate: dict[str, Any], base: dict[str, Any],
+def _short_uuid(uuid: str | None) -> str:
+    """``GPU-cadb0535`` of ``GPU-cadb0535-5296-...``: the prefix and the first whole group."""
+    if not uuid:
+        return "unknown GPU"
+    parts = uuid.split("-")
+    return "-".join(parts[:2]) if len(parts) > 2 else uuid
+
+
+def _reference(candidate: RunDocument, base: RunDocument, case: str, column: str, klass: str
+               ) -> tuple[str, float] | None:
+    """(what, candidate / baseline time ratio it implies) for the case's same-run reference: the first of
+    REFERENCES both runs timed, else the runs' measured ceiling for the case's class (bandwidth for
+    memory-bound cases, matmul throughput for GEMM)."""
+    def timed(doc: RunDocument) -> dict[str, float]:
+        return {p.implementation: getattr(p, column) for p in doc.perf
+                if p.case == case and p.implementation in REFERENCES and getattr(p, column)}
+
+    mine, theirs = timed(candidate), timed(base)
+    for impl in REFERENCES:
+        if impl in mine and impl in theirs:
+            return impl, mine[impl] / theirs[impl]
+    ceiling = "peak_tflops" if klass == "gemm" else "peak_gbps"
+    now, before = getattr(candidate.hardware, ceiling), getattr(base.hardware, ceiling)
+    if now and before:
+        return f"the measured {'matmul' if klass == 'gemm' else 'bandwidth'} ceiling", before / now
+    return None
+
+
+def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base: RunDocument,
                 kernel_of: dict[str, str], fingerprint: str, min_effects: dict[str, float]) -> int:
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
-    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == KERNEL_IMPL}
     median, samples = METRICS[result.metric]
-    histories = _histories(engine, fingerprint, candidate["run"]["id"], median)
-    compared: list[tuple[CaseVerdict, Comparison]] = []
-    for p in candidate["perf"]:
-        if p["implementation"] != KERNEL_IMPL:
+    base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
+    variant_of = {c.key: c.variant for c in candidate.cases}
+    histories = _histories(engine, fingerprint, candidate.run.id, median)
+    compared: list[tuple[CaseVerdict, Comparison, str]] = []
+    other_gpu: set[str] = set()
+    for p in candidate.perf:
+        if p.implementation != KERNEL_IMPL:
             continue
-        kernel = kernel_of[p["case"]]
-        b = base_perf.get(p["case"])
-        p = {**p, "samples_ms": p.get(samples) or [], "median_ms": p.get(median)}
-        if b is not None:
-            b = {**b, "samples_ms": b.get(samples) or [], "median_ms": b.get(median)}
-        v = CaseVerdict(p["case"], kernel, "new", time_ms=p["median_ms"], baseline_ms=(b or {}).get("median_ms"))
+        kernel = kernel_of[p.case]
+        b = base_perf.get(p.case)
+        mine = [s for s in getattr(p, samples) if s > 0]
+        theirs = [s for s in getattr(b, samples) if s > 0] if b is not None else []
+        v = CaseVerdict(p.case, kernel, "new", time_ms=getattr(p, median),
+                        baseline_ms=getattr(b, median) if b is not None else None)
         result.verdicts.append(v)
-        if p["error"]:
-            v.status, v.message = "error", p["error"]
-        elif not [s for s in p["samples_ms"] if s > 0]:
+        if p.error:
+            v.status, v.message = "error", p.error
+        elif not mine:
             v.status, v.message = "unmeasured", "no timing samples"
         elif b is None:
             v.message = "no baseline measurement of this case"
-        elif not [s for s in b["samples_ms"] if s > 0]:
-            v.message = "the baseline has no timing samples of this case" + (f" ({b['error']})" if b["error"] else "")
+        elif not theirs:
+            v.message = "the baseline has no timing samples of this case" + (f" ({b.error})" if b.error else "")
         else:
-            effect = min_effects.get(p["case"], min_effects.get(kernel, result.min_effect))
-            c = compare_case(p["case"], b["samples_ms"], p["samples_ms"], histories.get(p["case"], []), effect,
-                             heavy_tailed=result.metric == "call")
+            effect = min_effects.get(p.case, min_effects.get(kernel, result.min_effect))
+            history = histories.get(p.case, [])
+            klass = case_class(p.flops, p.bytes, variant_of[p.case])
+            note, sigma_m = "", 0.0
+            if p.device_uuid != b.device_uuid:
+                groups: dict[str, list[float]] = {}
+                for m, uuid in history:
+                    if uuid:
+                        groups.setdefault(uuid, []).append(m)
+                sigma_m, source = machine_sigma(groups, klass)
+                where = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
+                         f"{_short_uuid(p.device_uuid)})" if b.device_uuid and p.device_uuid else
+                         f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
+                         f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})")
+                note = f"{where}: between-GPU noise {sigma_m:.1%}, {source}"
+                other_gpu.add(_short_uuid(b.device_uuid))
+            c = compare_case(p.case, theirs, mine, [m for m, _ in history], effect,
+                             heavy_tailed=result.metric == "call", machine=sigma_m)
             v.comparison, v.effect, v.p_value = c, c.effect, c.p
             v.time_ms, v.baseline_ms = c.candidate_ms, c.baseline_ms
-            compared.append((v, c))
-    found = {id(c) for c in regressions([c for _, c in compared], result.fdr)}
-    for v, c in compared:
+            ref = _reference(candidate, base, p.case, median, klass)
+            if ref is not None:
+                v.reference, v.reference_ratio = ref
+            compared.append((v, c, note))
+    found = {id(c) for c in regressions([c for _, c, _ in compared], result.fdr)}
+    if other_gpu:
+        crossed = sum(bool(note) for _, _, note in compared)
+        result.notes.append(f"baseline from another GPU ({', '.join(sorted(other_gpu))}) for {crossed} of "
+                            f"{len(compared)} compared cases: their noise includes a between-GPU term")
+    shift = run_shift([c for _, c, _ in compared if c.contaminated is None])
+    if shift is not None and shift.p > result.fdr:
+        shift = None  # too few cases to tell a shift of the run from chance
+    if shift is not None:
+        result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
+                            f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
+                            "judged as one change, not as each case's noise")
+    for v, c, note in compared:
         evidence = (f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} "
                     + (f"from {c.history} runs of history" if c.basis == "history"
                        else f"from the noise floor ({c.history} runs of history, fewer than needed)"))
         times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
-        if id(c) in found:
-            v.status = "regression"
-            v.message = f"{c.effect:+.1%} slower ({times}; {evidence}; minimum effect {c.min_effect:.0%})"
+        relative = None if v.reference_ratio is None else c.ratio / v.reference_ratio
+        vs_ref = "" if relative is None else (f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
+                                              f"({v.reference} {v.reference_ratio - 1:+.1%})")
+        tail = vs_ref + (f"; {note}" if note else "")
+        # part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case
+        # far beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)
+        shifted = (shift is not None and c.effect > c.min_effect
+                   and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect))
+        if c.contaminated is not None:
+            v.status = "unreliable"
+            v.message = f"{c.contaminated.describe()} ({times}){tail}"
+        elif id(c) in found or shifted:
+            why = evidence if id(c) in found else (f"part of the run-wide shift ({shift.slower} of {shift.n} cases "
+                                                   f"slower, sign test p={shift.p:.2g}); {evidence}")
+            if relative is not None and relative - 1 < c.min_effect:
+                v.status = "machine"
+                v.message = (f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
+                             f"kernel ({why}){tail}")
+            else:
+                v.status = "regression"
+                v.message = f"{c.effect:+.1%} slower ({times}; {why}; minimum effect {c.min_effect:.0%}){tail}"
         elif c.effect > c.min_effect:
             v.status = "noisy"
             if c.p_within >= c.p_between:
                 why = "not significant within the runs"
             elif c.p_outlier >= c.p_between:
                 why = "launch-bound: one run cannot be told from the 2-6x outlier runs such cases have"
+            elif c.basis == "history" and c.exceeded:
+                why = f"runs of its history deviated this much {c.exceeded} times in {c.history}"
+            elif c.machine_sigma:
+                sd = math.hypot(c.sigma, c.machine_sigma)
+                why = f"within this case's between-run and between-GPU noise (sd {sd:.1%})"
             else:
                 why = f"within this case's between-run noise (sd {c.sigma:.1%})"
-            v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}); watch its history"
+            v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
         else:
-            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g})"
+            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}){tail}"
     return len(compared)
 
 
-def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spec: str,
+def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
            min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
            min_effects: dict[str, float] | None = None, metric: str = "gpu") -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
@@ -356,20 +541,20 @@ def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spe
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
     set (exit 2) still lists what errored or is missing.
     """
-    if isinstance(candidate, RunDocument):
-        candidate = to_data(candidate)
+    if not isinstance(candidate, RunDocument):
+        raise TypeError(f"decide takes a RunDocument, got {type(candidate).__name__}")
     min_effects = check_options(candidate, min_effect, fdr, min_effects)
     if metric not in METRICS:
         raise GateUndecided(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    fingerprint = hardware_fingerprint(candidate["hardware"])
-    cand_run = candidate["run"]
-    base_ref = baseline_run(engine, baseline_spec, fingerprint, cand_run["id"],
-                            candidate["hardware"].get("device_name") or "this hardware")
-    base = to_data(export_run(engine, base_ref["id"]))
+    fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
+    base_ref = baseline_run(engine, baseline_spec, candidate)
+    base = export_run(engine, base_ref["id"])
+    cand_run = to_data(candidate)["run"]
     result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr),
                         metric=metric)
-    result.explored = [a for a in candidate["accuracy"] if a.get("kind", "gate") != "gate"]
-    kernel_of = {c["key"]: c["kernel"] for c in candidate["cases"]}
+    result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy)
+                       if a.kind != "gate"]
+    kernel_of = {c.key: c.kernel for c in candidate.cases}
 
     measured = _judge_accuracy(result, candidate, base, kernel_of)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
@@ -384,7 +569,7 @@ def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spe
         errored = sum(v.status == "error" for v in result.verdicts)
         result.undecided = (f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
                             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
-                            f"baseline run {base_ref['id'][:12]}")
+                            f"baseline run {base_ref['id']}")
     acknowledge(engine, result, fingerprint, candidate)
     return result
 
@@ -395,7 +580,7 @@ def decide(engine: Engine, candidate: RunDocument | dict[str, Any], baseline_spe
 ACKNOWLEDGED = "acknowledged"
 
 
-def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate: dict[str, Any]) -> None:
+def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate: RunDocument) -> None:
     """Turn a regression into "acknowledged" (reported, not failing) when ``kernelwatch ack`` recorded the
     case's change on this hardware at a commit after the baseline's and up to the candidate's (inclusive).
 
@@ -410,8 +595,8 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
         by_case.setdefault(a["case"], []).append(a)
     if not by_case:
         return
-    sha = candidate["run"]["commit"]["sha"]
-    until = candidate["run"]["commit"]["time"] or candidate["run"]["started_at"]
+    sha = candidate.run.commit.sha
+    until = candidate.run.commit.time or candidate.run.started_at
     base = run_info(engine, result.baseline["id"]) or {}
     since = base.get("commit_time") or base.get("started") or ""
     for v in regressed:
@@ -424,7 +609,7 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
                 break
 
 
-def speedups(engine: Engine, candidate: RunDocument | dict[str, Any], result: GateResult) -> dict[str, Comparison]:
+def speedups(engine: Engine, candidate: RunDocument, result: GateResult) -> dict[str, Comparison]:
     """Cases significantly faster than the baseline: the gate's test with the two runs' roles swapped (the
     baseline's samples judged against the candidate's, the same history and minimum effect), Benjamini-Hochberg
     at the gate's FDR over every compared case. ``ratio`` is baseline / candidate time. Informational: it
@@ -433,16 +618,14 @@ def speedups(engine: Engine, candidate: RunDocument | dict[str, Any], result: Ga
     Only cases at least the minimum effect faster are tested; the others enter the FDR control with p = 1,
     which can only make it stricter.
     """
-    if isinstance(candidate, RunDocument):
-        candidate = to_data(candidate)
     compared = {v.case: v.comparison for v in result.verdicts if v.comparison is not None}
     quick = {case: c for case, c in compared.items() if 1 / c.ratio - 1 > c.min_effect}
     if not quick:
         return {}
-    base = to_data(export_run(engine, result.baseline["id"]))
-    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == "triton"}
-    histories = _histories(engine, hardware_fingerprint(candidate["hardware"]), candidate["run"]["id"])
-    pairs = [compare_case(p["case"], p["samples_ms"], base_perf[p["case"]]["samples_ms"],
-                          histories.get(p["case"], []), quick[p["case"]].min_effect)
-             for p in candidate["perf"] if p["implementation"] == "triton" and p["case"] in quick]
+    base_perf = {p.case: p for p in export_run(engine, result.baseline["id"]).perf if p.implementation == KERNEL_IMPL}
+    histories = _histories(engine, hardware_fingerprint(to_data(candidate)["hardware"]), candidate.run.id)
+    pairs = [compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
+                          [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
+                          machine=quick[p.case].machine_sigma)
+             for p in candidate.perf if p.implementation == KERNEL_IMPL and p.case in quick]
     return {c.case: c for c in regressions(pairs, result.fdr, tested=len(compared))}

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 from ci.gate import GateResult
 from db.schema import printable
 
-ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "warning": "⚠️",
+ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "unreliable": "❌",
+         "warning": "⚠️", "machine": "🖥️",
          "noisy": "〰️", "pass": "✅", "new": "🆕", "acknowledged": "☑️"}
 # The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
 # brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
@@ -91,18 +92,18 @@ def junit(result: GateResult) -> str:
     for v in result.verdicts:
         by_kernel[v.kernel].append(v)
     for kernel, verdicts in sorted(by_kernel.items()):
-        failures = sum(v.status in ("regression", "accuracy", "missing", "unmeasured") for v in verdicts)
+        failures = sum(v.failed and v.status != "error" for v in verdicts)
         errors = sum(v.status == "error" for v in verdicts)
         suite = ET.SubElement(suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures),
                               errors=str(errors))
         for v in verdicts:
             message = printable(v.message)
             case = ET.SubElement(suite, "testcase", classname=printable(kernel), name=printable(v.case))
-            if v.status in ("regression", "accuracy", "missing", "unmeasured"):
+            if v.failed and v.status != "error":
                 ET.SubElement(case, "failure", message=message, type=v.status).text = message
             elif v.status == "error":
                 ET.SubElement(case, "error", message=message, type="error").text = message
-            elif v.status in ("warning", "noisy"):
+            elif v.status in ("warning", "noisy", "machine"):
                 ET.SubElement(case, "system-out").text = f"{v.status}: {message}"
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
@@ -131,7 +132,8 @@ def html_report(result: GateResult) -> str:
     md = html.escape(markdown(result))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>KernelWatch gate</title><style>"
             "body{font-family:sans-serif;margin:2em} td{padding:2px 8px} "
-            ".regression,.accuracy,.error,.missing,.unmeasured{background:#fdd} .warning,.noisy{background:#ffd}"
+            ".regression,.accuracy,.error,.missing,.unmeasured,.unreliable{background:#fdd} "
+            ".warning,.noisy,.machine{background:#ffd}"
             "</style></head><body>"
             f"<h1>KernelWatch gate: {result.verdict}</h1><pre>{md}</pre>{chart}"
             f"<table><tr><th>case</th><th>verdict</th><th>details</th></tr>{rows}</table></body></html>")

@@ -14,19 +14,20 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ci.bisect import bisect_command, rerun_command
-from ci.gate import GateUndecided, decide, speedups
+from ci.gate import GateUndecided, choose_baseline, decide, speedups
 from dashboard.data import software_changes
 from db import queries
 from db.export import export_run
-from db.schema import to_data
+from db.schema import RunDocument, to_data
 
 SPARK_RUNS = 30
 # Verdicts, most severe first (the sort order of the triage table).
 SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "accuracy warning", "acknowledged",
-            "slower (within noise)", "new", "faster", "unchanged")
+            "slower (within noise)", "machine", "new", "faster", "unchanged")
 _STATUS = {"accuracy": "accuracy failed", "error": "errored", "missing": "not measured", "unmeasured": "not measured",
            "regression": "slower", "warning": "accuracy warning", "acknowledged": "acknowledged",
-           "noisy": "slower (within noise)", "new": "new", "pass": "unchanged"}
+           "noisy": "slower (within noise)", "new": "new", "pass": "unchanged", "unreliable": "not measured",
+           "machine": "machine"}
 
 
 @dataclass
@@ -42,14 +43,14 @@ class Triage:
         return asdict(self)
 
 
-def baseline_for(eng: Engine, run: dict[str, Any], branch: str) -> dict[str, Any] | None:
-    """The default baseline: an earlier comparable run of ``branch`` when the candidate is on another
-    branch and ``branch`` has one, else the newest earlier comparable run (``queries.comparable_run``)."""
-    if run["branch"] != branch:
-        found = queries.comparable_run(eng, run, branch=branch)
+def baseline_for(eng: Engine, doc: RunDocument, branch: str) -> dict[str, Any] | None:
+    """The default baseline, by the gate's rule (``ci.gate.choose_baseline``): the run of ``branch`` it
+    picks when the candidate is on another branch and ``branch`` has one, else the one of any branch."""
+    if doc.run.commit.branch != branch:
+        found = choose_baseline(eng, doc, branch)
         if found is not None:
             return found
-    return queries.comparable_run(eng, run)
+    return choose_baseline(eng, doc, None)
 
 
 def _verdict(status: str, faster: bool) -> str:
@@ -63,8 +64,9 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     cand = queries.run_info(eng, candidate_id)
     if cand is None:
         raise LookupError(f"no run {candidate_id}")
-    base = queries.run_info(eng, baseline_id) if baseline_id else baseline_for(eng, cand, branch)
-    doc = to_data(export_run(eng, candidate_id))
+    document = export_run(eng, candidate_id)
+    base = queries.run_info(eng, baseline_id) if baseline_id else baseline_for(eng, document, branch)
+    doc = to_data(document)
     out = Triage(candidate=cand, baseline=base)
     verdicts, faster = [], {}
     if base is None:
@@ -72,7 +74,7 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     else:
         out.software = software_changes(base, cand)
         try:
-            result = decide(eng, doc, base["id"])
+            result = decide(eng, document, base["id"])
         except GateUndecided as exc:
             out.undecided = str(exc)
         else:
@@ -80,14 +82,14 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
             verdicts = result.verdicts
             out.failed = len(result.failed)
             if result.verdicts:
-                faster = speedups(eng, doc, result)
+                faster = speedups(eng, document, result)
     out.rows = _rows(eng, cand, doc, verdicts, faster)
     return out
 
 
 def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list, faster: dict) -> list[dict]:
     kernel_of = {c["key"]: c["kernel"] for c in doc["cases"]}
-    perf = {p["case"]: p for p in doc["perf"] if p["implementation"] == "triton"}
+    perf = {p["case"]: p for p in doc["perf"] if p["implementation"] == queries.KERNEL_IMPL}
     acc = {a["case"]: a for a in doc["accuracy"] if a.get("kind", "gate") == "gate"}
     by_case: dict[str, list] = {}
     for v in verdicts:
@@ -145,7 +147,7 @@ def _sparklines(eng: Engine, cand: dict[str, Any]) -> dict[str, list[float]]:
     runs = runs[-SPARK_RUNS:]
     order = {r["id"]: i for i, r in enumerate(runs)}
     points: dict[str, list[tuple[int, float]]] = {}
-    for r in queries.perf_rows(eng, list(order), implementations=("triton",), with_params=False):
+    for r in queries.perf_rows(eng, list(order), implementations=(queries.KERNEL_IMPL,), with_params=False):
         if r["median_ms"]:
             points.setdefault(r["case"], []).append((order[r["run_id"]], r["median_ms"] * 1e3))
     return {case: [v for _, v in sorted(p)] for case, p in points.items()}

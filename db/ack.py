@@ -14,6 +14,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from db import queries
 from db.models import Ack, Case, Hardware, Run
 from db.schema import NAME_LEN, SHORT_LEN, TEXT_LEN, format_time
 
@@ -36,20 +37,14 @@ def _one_line(value: str, what: str, limit: int) -> str:
 
 
 def find_hardware(session: Session, hardware: str) -> Hardware:
-    """The one hardware whose fingerprint starts with ``hardware`` or whose name is it (case-insensitive),
-    else the one whose name contains it."""
-    text = hardware.strip().lower()
-    if not text:
-        raise AckError("--hardware must not be empty")
+    """The one hardware ``--hardware`` names (``db.queries.find_hardware``: the rule every command uses)."""
     rows = session.execute(select(Hardware).order_by(Hardware.device_name)).scalars().all()
-    exact = [h for h in rows if h.fingerprint.startswith(text) or h.device_name.lower() == text]
-    matches = exact or [h for h in rows if text in h.device_name.lower()]
-    if len(matches) != 1:
-        names = "; ".join(f"{h.device_name} ({h.fingerprint[:8]})" for h in matches[:6]) or "none"
-        known = "; ".join(f"{h.device_name} ({h.fingerprint[:8]})" for h in rows[:6]) or "none"
-        raise AckError(f"--hardware {hardware[:60]!r} must match exactly one hardware: it matches "
-                       f"{len(matches)} ({names})" + ("" if matches else f"; known: {known}"))
-    return matches[0]
+    try:
+        found = queries.find_hardware(session.get_bind(), hardware, [
+            {"id": h.id, "device_name": h.device_name, "fingerprint": h.fingerprint} for h in rows])
+    except LookupError as exc:
+        raise AckError(str(exc)) from None
+    return next(h for h in rows if h.id == found["id"])
 
 
 def resolve_commit(session: Session, hardware_id: int, commit: str) -> str:

@@ -6,6 +6,7 @@ dicts, so callers (Streamlit pages, the gate) never see SQLAlchemy objects.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from sqlalchemy import Engine, func, or_, select, union
@@ -19,6 +20,7 @@ RESULT_FIELDS = (
     "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",
 )  # fmt: skip
 KERNEL_IMPL = "triton"
+EAGER_IMPL = "torch_eager"
 
 
 def _iso(value) -> str | None:
@@ -53,21 +55,38 @@ def _run_dict(run: Run, hw: Hardware) -> dict[str, Any]:
     }
 
 
-def _hardware_filter(hardware: str | None):
-    if not hardware:
-        return True
-    return or_(Hardware.device_name.ilike(f"%{hardware}%"), Hardware.fingerprint.startswith(hardware))
+def match_hardware(engine: Engine, hardware: str, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The hardware ``--hardware`` names, by one rule for every command (runs, bisect, ack, gate): those
+    whose fingerprint starts with it or whose device name is it (case-insensitive), else those whose device
+    name contains it. ``rows``: the hardware rows to match (default: the database's, :func:`list_hardware`)."""
+    text = (hardware or "").strip().lower()
+    if not text:
+        return []
+    rows = list_hardware(engine) if rows is None else rows
+    exact = [h for h in rows if h["fingerprint"].startswith(text) or h["device_name"].lower() == text]
+    return sorted(exact or [h for h in rows if text in h["device_name"].lower()], key=lambda h: h["device_name"])
+
+
+def find_hardware(engine: Engine, hardware: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The one hardware :func:`match_hardware` names; LookupError (one line: what matched, what exists) else."""
+    if not (hardware or "").strip():
+        raise LookupError("--hardware must not be empty")
+    rows = list_hardware(engine) if rows is None else rows
+    matches = match_hardware(engine, hardware, rows)
+    if len(matches) != 1:
+        names = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in matches[:6]) or "none"
+        known = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in rows[:6])
+        raise LookupError(f"--hardware {hardware[:60]!r} must match exactly one hardware: it matches "
+                          f"{len(matches)} ({names})" + ("" if matches else f"; known: {known or 'none'}"))
+    return matches[0]
 
 
 def list_runs(engine: Engine, hardware: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Runs, newest first."""
-    stmt = (
-        select(Run, Hardware)
-        .join(Hardware)
-        .where(_hardware_filter(hardware))
-        .order_by(Run.started_at.desc(), Run.id)
-        .limit(limit)
-    )
+    """Runs, newest first; with ``hardware``, only runs on the hardware :func:`match_hardware` names."""
+    stmt = select(Run, Hardware).join(Hardware)
+    if hardware:
+        stmt = stmt.where(Hardware.id.in_([h["id"] for h in match_hardware(engine, hardware)]))
+    stmt = stmt.order_by(Run.started_at.desc(), Run.id).limit(limit)
     with Session(engine) as conn:
         return [_run_dict(r, h) for r, h in conn.execute(stmt)]
 
@@ -221,7 +240,7 @@ def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, imp
     cols = [PerfResult.run_id, PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms,
             PerfResult.min_ms, PerfResult.call_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak,
             PerfResult.bytes, PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
-            PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
+            PerfResult.error, PerfResult.device_uuid, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
     if with_params:
         cols.append(Case.params)
     if with_samples:
@@ -288,56 +307,6 @@ def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
     with Session(engine) as conn:
         row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
     return None if row is None else _run_dict(*row)
-
-
-def shared_cases(engine: Engine, run_id: str, others: list[str]) -> dict[str, int]:
-    """For each run in ``others``: how many of ``run_id``'s kernel timings and gating accuracy cases it shares."""
-    if not others:
-        return {}
-    out = dict.fromkeys(others, 0)
-    perf_cases = select(PerfResult.case_id).where(PerfResult.run_id == run_id, PerfResult.implementation == KERNEL_IMPL)
-    acc_cases = select(AccuracyResult.case_id).where(AccuracyResult.run_id == run_id, AccuracyResult.kind == "gate")
-    perf = (select(PerfResult.run_id, func.count())
-            .where(PerfResult.run_id.in_(others), PerfResult.implementation == KERNEL_IMPL,
-                   PerfResult.case_id.in_(perf_cases))
-            .group_by(PerfResult.run_id))
-    acc = (select(AccuracyResult.run_id, func.count())
-           .where(AccuracyResult.run_id.in_(others), AccuracyResult.kind == "gate",
-                  AccuracyResult.case_id.in_(acc_cases))
-           .group_by(AccuracyResult.run_id))
-    with engine.connect() as conn:
-        for stmt in (perf, acc):
-            for rid, n in conn.execute(stmt):
-                out[rid] += n
-    return out
-
-
-def comparable_run(engine: Engine, run: dict[str, Any], lookback: int = 40,
-                   branch: str | None = None) -> dict[str, Any] | None:
-    """The run to compare ``run`` with: an earlier run on the same hardware that shares cases with it.
-
-    Among the ``lookback`` runs before it (commit order; only runs of ``branch`` when given), the newest
-    one of another commit that shares at least half of the most any of them share; a run of the same
-    commit (a repeat) when no other commit shares anything. None when nothing earlier shares a case.
-    """
-    history = recent_runs(engine, run["fingerprint"], lookback + 1 + (lookback if branch else 0))
-    ids = [r["id"] for r in history]
-    if run["id"] in ids:
-        history = history[: ids.index(run["id"])]
-    else:
-        history = [r for r in history if (r["started"] or "") < (run["started"] or "")]
-    if branch:
-        history = [r for r in history if r["branch"] == branch][-lookback:]
-    shared = shared_cases(engine, run["id"], [r["id"] for r in history])
-    best = max(shared.values(), default=0)
-    if best == 0:
-        return None
-    newest_first = history[::-1]
-    for same_commit_ok in (False, True):
-        for r in newest_first:
-            if shared[r["id"]] * 2 >= best and (same_commit_ok or r["commit"] != run["commit"]):
-                return r
-    return None
 
 
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
@@ -471,3 +440,113 @@ def acks(engine: Engine, fingerprint: str | None = None, case: str | None = None
         stmt = stmt.where(Case.key == case)
     with engine.connect() as conn:
         return _iso_rows(conn.execute(stmt).mappings())
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines (the rule is ci.gate.choose_baseline; these are its reads)
+# ---------------------------------------------------------------------------------------------
+BASELINE_LOOKBACK = 200  # eligible runs considered, newest first
+
+
+def runs_by_id_prefix(engine: Engine, prefix: str, limit: int = 3) -> list[dict[str, Any]]:
+    """Runs whose id is ``prefix`` or starts with it (the exact one first), at most ``limit``."""
+    with Session(engine) as conn:
+        rows = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id.startswith(prefix, autoescape=True))
+                            .order_by(Run.id != prefix, Run.id).limit(limit)).all()
+    return [_run_dict(r, h) for r, h in rows]
+
+
+def branch_runs(engine: Engine, branch: str) -> list[dict[str, Any]]:
+    """Every run of ``branch`` (any hardware, any status), newest first."""
+    with Session(engine) as conn:
+        rows = conn.execute(select(Run, Hardware).join(Hardware).where(Run.branch == branch)
+                            .order_by(Run.started_at.desc(), Run.id)).all()
+    return [_run_dict(r, h) for r, h in rows]
+
+
+def branches_on(engine: Engine, fingerprint: str) -> list[tuple[str, int]]:
+    """(branch, number of runs) on one hardware, by branch name."""
+    stmt = (select(Run.branch, func.count()).join(Hardware).where(Hardware.fingerprint == fingerprint)
+            .group_by(Run.branch).order_by(Run.branch))
+    with engine.connect() as conn:
+        return [(b, n) for b, n in conn.execute(stmt)]
+
+
+def result_counts(engine: Engine, run_ids: list[str]) -> dict[str, int]:
+    """Per run: its perf rows plus its gating accuracy rows (runs with none are absent)."""
+    if not run_ids:
+        return {}
+    out: dict[str, int] = {}
+    perf = (select(PerfResult.run_id, func.count()).where(PerfResult.run_id.in_(run_ids))
+            .group_by(PerfResult.run_id))
+    acc = (select(AccuracyResult.run_id, func.count())
+           .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate").group_by(AccuracyResult.run_id))
+    with engine.connect() as conn:
+        for stmt in (perf, acc):
+            for rid, n in conn.execute(stmt):
+                out[rid] = out.get(rid, 0) + n
+    return out
+
+
+def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str], acc_cases: list[str],
+                        not_after: tuple[dt.datetime, dt.datetime], now: dt.datetime, branch: str | None = None,
+                        exclude: str | None = None, lookback: int = BASELINE_LOOKBACK) -> list[dict[str, Any]]:
+    """Complete runs on one hardware that could be a candidate's baseline, newest first (commit order), each
+    with ``perf_shared`` (its kernel timings of ``perf_cases``), ``acc_shared`` (its gating accuracy rows of
+    ``acc_cases``) and ``results`` (all its rows).
+
+    Eligible: status complete, of ``branch`` when given, not ``exclude``, not after the candidate in commit
+    order nor started after it (``not_after`` = (commit time or start, start)), nothing dated after ``now``,
+    and at least one result. The newest ``lookback`` of them are returned.
+    """
+    commit_key = func.coalesce(Run.commit_time, Run.started_at)
+    when, started = not_after
+    has_results = or_(select(PerfResult.id).where(PerfResult.run_id == Run.id).exists(),
+                      select(AccuracyResult.id).where(AccuracyResult.run_id == Run.id,
+                                                      AccuracyResult.kind == "gate").exists())
+    stmt = (select(Run, Hardware).join(Hardware)
+            .where(Hardware.fingerprint == fingerprint, Run.status == "complete", commit_key <= when,
+                   Run.started_at <= started, Run.started_at <= now,
+                   or_(Run.commit_time.is_(None), Run.commit_time <= now), has_results)
+            .order_by(*(c.desc() for c in _commit_order()), Run.id).limit(lookback))
+    if branch is not None:
+        stmt = stmt.where(Run.branch == branch)
+    if exclude:
+        stmt = stmt.where(Run.id != exclude)
+    with Session(engine) as conn:
+        runs = [_run_dict(r, h) for r, h in conn.execute(stmt)]
+    ids = [r["id"] for r in runs]
+    counts = result_counts(engine, ids)
+    perf_shared = _shared(engine, PerfResult, ids, perf_cases, PerfResult.implementation == KERNEL_IMPL)
+    acc_shared = _shared(engine, AccuracyResult, ids, acc_cases, AccuracyResult.kind == "gate")
+    return [{**r, "results": counts.get(r["id"], 0), "perf_shared": perf_shared.get(r["id"], 0),
+             "acc_shared": acc_shared.get(r["id"], 0)} for r in runs]
+
+
+def _shared(engine: Engine, table, run_ids: list[str], keys: list[str], where) -> dict[str, int]:  # noqa: ANN001
+    if not run_ids or not keys:
+        return {}
+    out: dict[str, int] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(keys), 500):  # bound parameters stay far below every backend's limit
+            stmt = (select(table.run_id, func.count()).join(Case, Case.id == table.case_id)
+                    .where(table.run_id.in_(run_ids), Case.key.in_(keys[i:i + 500]), where)
+                    .group_by(table.run_id))
+            for rid, n in conn.execute(stmt):
+                out[rid] = out.get(rid, 0) + n
+    return out
+
+
+def perf_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> dict[str, set[str]]:
+    """Per run among ``run_ids``: which of ``case_keys`` it has a kernel timing of (runs with none are absent)."""
+    if not run_ids or not case_keys:
+        return {}
+    out: dict[str, set[str]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(case_keys), 500):
+            stmt = (select(PerfResult.run_id, Case.key).join(Case, Case.id == PerfResult.case_id)
+                    .where(PerfResult.run_id.in_(run_ids), PerfResult.implementation == KERNEL_IMPL,
+                           Case.key.in_(case_keys[i:i + 500])))
+            for rid, key in conn.execute(stmt):
+                out.setdefault(rid, set()).add(key)
+    return out

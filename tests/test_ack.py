@@ -14,6 +14,7 @@ from db.artifact import dumps, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.queries import acks, list_runs
+from db.schema import RunDocument
 from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
 
@@ -31,7 +32,7 @@ def _long(doc: dict) -> dict:
     return doc
 
 
-def _setup(db_url: str) -> tuple[dict, dict]:
+def _setup(db_url: str) -> tuple[RunDocument, dict]:
     """Ingest the history; return (candidate document, baseline run)."""
     docs = [parse_artifact(dumps(_long(to_data(d)))) for d in HISTORY.documents()]
     stored = [d for i, d in enumerate(docs) if i < 2 * RUNS or i == 2 * RUNS + 1]  # + Ascend at commit 24
@@ -39,7 +40,7 @@ def _setup(db_url: str) -> tuple[dict, dict]:
     engine = open_database(db_url, readonly=True)
     last = HISTORY.commit(RUNS - 1)["sha"]
     base = next(r for r in list_runs(engine) if r["hardware"] == H200 and r["commit"] == last)
-    return to_data(docs[2 * RUNS + 2]), base
+    return docs[2 * RUNS + 2], base  # decide takes RunDocuments
 
 
 def _mse_cases() -> list[str]:

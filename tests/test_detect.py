@@ -15,17 +15,22 @@ import pytest
 from ci.detect import (
     JITTER_MS,
     LAUNCH_BOUND_MS,
+    MACHINE_SIGMA,
     MIN_HISTORY,
     OUTLIER_RATE,
     PRIOR_FACTOR,
     REL_NOISE,
     Comparison,
     benjamini_hochberg,
+    between_machine_sigma,
     change_points,
     compare_case,
+    contamination,
+    machine_sigma,
     noise_floor,
     outlier_p,
     regressions,
+    run_shift,
 )
 
 
@@ -183,3 +188,52 @@ def test_outliers_next_to_a_step_do_not_hide_it() -> None:
               6.18, 22.65, 6.57, 6.14, 6.18, 6.18, 6.18, 6.14, 21.0]
     found = change_points(series, min_effect=0.03)
     assert [c.index for c in found] == [28] and found[0].change == pytest.approx(0.2, abs=0.03)
+
+
+# ---------------------------------------------------------------------------------------------
+# Machines, contamination, run-wide shifts (issue 19)
+# ---------------------------------------------------------------------------------------------
+def test_between_machine_sigma_is_a_variance_component() -> None:
+    rng = np.random.default_rng(4)
+    groups = {f"GPU-{i}": list(np.exp(np.log(0.1) + 0.03 * rng.standard_normal() + 0.002 * rng.standard_normal(6)))
+              for i in range(12)}
+    assert 0.015 < between_machine_sigma(groups) < 0.05
+    same = {f"GPU-{i}": list(0.1 * np.exp(0.002 * rng.standard_normal(6))) for i in range(12)}
+    assert between_machine_sigma(same) < 0.002
+    assert between_machine_sigma({"GPU-0": [0.1, 0.1]}) is None
+    assert machine_sigma({}, "gemm") == (MACHINE_SIGMA["gemm"], "default for GEMM cases")
+
+
+def test_a_between_gpu_term_widens_the_noise() -> None:
+    """Candidate and baseline on different GPUs: a 6% step one machine's tight history calls significant is
+    within a 5% between-GPU spread."""
+    base, cand = _samples(0.2, 0.002), _samples(0.212, 0.002, seed=1)
+    history = list(0.2 * np.exp(0.002 * np.random.default_rng(2).standard_normal(12)))
+    same = compare_case("k", base, cand, history)
+    other = compare_case("k", base, cand, history, machine=0.05)
+    assert same.p < 1e-6 and other.p > 0.05 and other.machine_sigma == 0.05
+
+
+def test_host_delay_moves_the_median_not_the_lower_quantiles() -> None:
+    base = _samples(0.05, 0.005, n=100)
+    rng = np.random.default_rng(3)
+    clean = _samples(0.05, 0.005, n=100, seed=4)
+    delayed = [v + (rng.uniform(0.01, 0.1) if i % 2 else 0.0) for i, v in enumerate(clean)]
+    found = contamination(base, delayed)
+    assert found is not None and found.median_ratio > 1.1
+    assert contamination(base, [v * 1.2 for v in base]) is None  # every quantile moved: a slowdown
+    one_fast = [v * 1.2 for v in base[1:]] + [min(base)]  # a slowdown with one fast sample: p20 moved, min did not
+    assert contamination(base, one_fast) is None
+    assert contamination(base[:4], delayed[:4]) is None  # too few samples for a p20
+    assert compare_case("k", base, delayed).contaminated is not None
+    assert compare_case("k", base, delayed, heavy_tailed=True).contaminated is None  # call time includes the host
+
+
+def test_a_run_wide_shift_needs_most_cases_moving_together() -> None:
+    def comp(ratio: float) -> Comparison:
+        return Comparison("k", ratio, 0.0, 0.5, 0.5, 0.05, 10)
+
+    shift = run_shift([comp(1.2)] * 9 + [comp(1.0)])
+    assert shift is not None and shift.slower == 9 and abs(shift.ratio - 1.2) < 1e-9 and shift.p < 0.05
+    assert run_shift([comp(1.2)] * 5 + [comp(1.0)] * 5) is None
+    assert run_shift([comp(1.2)] * 3) is None  # too few cases to speak of a run

@@ -375,8 +375,14 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     H200_REPEATS = repeats
     others = [p for i, p in enumerate(H200_REPEATS) if i != held_out]
     assert cli.invoke(main, ["ingest", "--db", db_url, *map(str, others)]).exit_code == 0
-    result = cli.invoke(main, ["gate", "--artifact", str(H200_REPEATS[held_out]), "--baseline", "main",
-                               "--db", db_url, "--report-dir", str(tmp_path / "r")])
+    gate = ["gate", "--artifact", str(H200_REPEATS[held_out]), "--db", db_url, "--report-dir", str(tmp_path / "r")]
+    if held_out == 0:  # every other repeat is newer: never a baseline by the rule, so one is named
+        refused = cli.invoke(main, [*gate, "--baseline", "main"])
+        assert refused.exit_code == 2 and "up to the candidate" in refused.output, refused.output
+        baseline = load_artifact(H200_REPEATS[1]).run.id
+    else:
+        baseline = "main"
+    result = cli.invoke(main, [*gate, "--baseline", baseline])
     assert result.exit_code == 0, result.output
     assert "## KernelWatch gate: PASS" in result.output
 

@@ -5,12 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from ci.bisect import bisect_command, rerun_command
+from ci.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from ci.detect import change_points
 from dashboard import charts, common, data
 from dashboard.safe import plot as esc
 from db import queries
-
-MIN_HISTORY = 6  # change points need this many runs (ci/bisect.py: MIN_HISTORY)
 
 eng, params = common.start("Case history")
 key = params.get("case")

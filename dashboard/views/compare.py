@@ -1,19 +1,19 @@
 """Compare two runs case by case: time ratio with its significance, accuracy delta.
 
-Opens on the two newest comparable runs: the newest run and the run ``queries.comparable_run`` picks for
-it (same hardware, shared cases).
+Opens on the newest run and the baseline the merge gate's rule picks for it (``ci.gate.choose_baseline``).
+The colours are the gate's verdicts (``ci.gate.decide`` of B against A), not statistics of their own.
 """
 
 import pandas as pd
 import streamlit as st
 
-from ci.detect import compare_case
+from ci.gate import GateUndecided, choose_baseline, decide
 from dashboard import common, data
 from dashboard.safe import md
 from db import queries
+from db.export import export_run
 
 RED, GREEN = "#f8d0d0", "#d3efd9"
-SIGNIFICANT = 0.01
 TRIES = 6  # newest runs tried for a default pair
 
 
@@ -21,16 +21,18 @@ def default_pair(eng, runs: list[dict]) -> tuple[str, str] | None:  # noqa: ANN0
     """(A, B): the newest run that has a comparable earlier run, and that run; measured runs first."""
     for pool in ([r for r in runs if not r["synthetic"]], runs):
         for run in pool[:TRIES]:
-            base = queries.comparable_run(eng, run)
+            base = choose_baseline(eng, export_run(eng, run["id"]), None)
             if base is not None:
                 return base["id"], run["id"]
     return None
 
 
+FAILING_PERF = ("regression", "unreliable")  # the gate's failing perf verdicts
+
+
 def highlight(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
     def row_style(row: pd.Series) -> list[str]:
-        slower = row.get("B/A time") is not None and row["B/A time"] == row["B/A time"] and row["B/A time"] > 1.05 \
-            and row.get("p (B slower)") is not None and row["p (B slower)"] < SIGNIFICANT
+        slower = row.get("gate") in FAILING_PERF
         faster = row.get("B/A time") is not None and row["B/A time"] == row["B/A time"] and row["B/A time"] < 1 / 1.05
         failed = any(row.get(c) is not None and row[c] == row[c] and row[c] > 1 for c in ("budget A", "budget B"))
         out = []
@@ -79,24 +81,33 @@ pa = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [a], w
 pb = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [b], with_samples=True)}
 acc_a = {r["case"]: r for r in queries.accuracy_rows(eng, [a]) if r["kind"] == "gate"}
 acc_b = {r["case"]: r for r in queries.accuracy_rows(eng, [b]) if r["kind"] == "gate"}
+verdicts: dict[str, object] = {}
+if run_a["fingerprint"] == run_b["fingerprint"]:
+    try:
+        verdicts = {v.case: v for v in decide(eng, export_run(eng, b), a).verdicts if v.suite == "perf"}
+    except GateUndecided as exc:
+        st.info(md(f"The gate cannot judge B against A: {exc}"))
 rows = []
 for key in sorted(set(pa) & set(pb)):
     ra, rb = pa[key], pb[key]
     if (impl == "triton" and key[1] != "triton") or not ra["samples_ms"] or not rb["samples_ms"]:
         continue
-    cmp = compare_case(key[0], ra["samples_ms"], rb["samples_ms"])
+    v = verdicts.get(key[0]) if key[1] == "triton" else None
     rows.append({"case": key[0], "impl": key[1], "A µs": ra["median_ms"] * 1e3, "B µs": rb["median_ms"] * 1e3,
-                 "B/A time": cmp.ratio, "p (B slower)": cmp.p_within,
+                 "B/A time": rb["median_ms"] / ra["median_ms"] if ra["median_ms"] and rb["median_ms"] else None,
+                 "gate": getattr(v, "status", None), "p (B slower)": getattr(v, "p_value", None),
                  "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
                  "budget B": (acc_b.get(key[0]) or {}).get("error_budget")})
 for case in sorted((set(acc_a) & set(acc_b)) - {r["case"] for r in rows}):
     rows.append({"case": case, "impl": "triton", "budget A": acc_a[case]["error_budget"],
                  "budget B": acc_b[case]["error_budget"]})
-frame = pd.DataFrame(rows, columns=["case", "impl", "A µs", "B µs", "B/A time", "p (B slower)", "budget A", "budget B"])
+frame = pd.DataFrame(rows, columns=["case", "impl", "A µs", "B µs", "B/A time", "gate", "p (B slower)", "budget A",
+                                   "budget B"])
 same_hw = run_a["fingerprint"] == run_b["fingerprint"]
 st.caption(md(("Same hardware. " if same_hw else "DIFFERENT hardware: times are not comparable. ")
-              + "p is a one-sided Mann-Whitney U on the two runs' timing samples (no history); "
-              "red: B slower by more than 5% with p < 0.01, or a budget over 1; green: B faster by more than 5%."))
+              + "gate and p: the merge gate's verdict on B against A and its p-value (samples, the case's history, "
+              "FDR control); red: what the gate fails on performance (regression, unreliable), or a budget over 1; "
+              "green: B faster by more than 5%."))
 if frame.empty:
     st.info("These runs share no cases.")
 else:

@@ -6,12 +6,12 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from ci.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from ci.detect import change_points
 from dashboard import charts, common, data
 from dashboard.safe import plot as esc
 from db import queries
 
-MIN_HISTORY = 6
 METRICS = ("speedup over eager and torch.compile", "time per call (µs)", "% of roofline floor")
 RED, AMBER = "#f8d0d0", "#fbeec2"
 

@@ -137,8 +137,9 @@ def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | Non
         raise ConfirmError("--baseline BRANCH|RUN_ID is needed to run the gate")
     try:
         engine = open_database(db_url, readonly=True)
-        doc = to_data(load_artifact(artifact) if artifact else export_run(engine, find_run_id(engine, candidate)))
-        result = decide(engine, doc, baseline)
+        document = load_artifact(artifact) if artifact else export_run(engine, find_run_id(engine, candidate))
+        doc = to_data(document)
+        result = decide(engine, document, baseline)  # decide takes RunDocuments
     except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
         msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
         raise ConfirmError(f"the gate cannot decide: {msg}") from None

@@ -15,7 +15,8 @@ from kernelwatch.options import db_option
 @click.option("--artifact", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A run artifact that need not be in the database.")
 @click.option("--baseline", required=True, metavar="BRANCH|RUN_ID",
-              help="A branch (its newest complete run on the candidate's hardware, never the candidate itself), "
+              help="A branch (of its complete runs on the candidate's hardware up to the candidate, the one sharing "
+                   "the most of its cases, then the newest; never the candidate, a future-dated or an empty run), "
                    "a run id or a unique run-id prefix.")
 @click.option("--min-effect", type=float, default=0.05, show_default=True,
               help="Smallest slowdown that counts as a regression (0.05 = 5%), in (0, 10).")
