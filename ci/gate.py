@@ -27,12 +27,12 @@ from db.export import export_run
 from db.models import Hardware, Run
 from db.queries import acks, perf_rows, recent_runs, run_info
 from db.schema import RunDocument, hardware_fingerprint, to_data
+from kernels.names import KERNEL_IMPL
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
 MIN_EFFECT_RANGE = (0.0, 10.0)  # open interval: 0 would call any noise a regression, 10 = 11x slower
 FDR_RANGE = (0.0, 1.0)
-KERNEL_IMPL = "triton"
 
 FAILING = ("regression", "accuracy", "error", "missing", "unmeasured")
 WARNING = ("warning", "noisy")
@@ -440,9 +440,9 @@ def speedups(engine: Engine, candidate: RunDocument | dict[str, Any], result: Ga
     if not quick:
         return {}
     base = to_data(export_run(engine, result.baseline["id"]))
-    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == "triton"}
+    base_perf = {p["case"]: p for p in base["perf"] if p["implementation"] == KERNEL_IMPL}
     histories = _histories(engine, hardware_fingerprint(candidate["hardware"]), candidate["run"]["id"])
     pairs = [compare_case(p["case"], p["samples_ms"], base_perf[p["case"]]["samples_ms"],
                           histories.get(p["case"], []), quick[p["case"]].min_effect)
-             for p in candidate["perf"] if p["implementation"] == "triton" and p["case"] in quick]
+             for p in candidate["perf"] if p["implementation"] == KERNEL_IMPL and p["case"] in quick]
     return {c.case: c for c in regressions(pairs, result.fdr, tested=len(compared))}

@@ -20,6 +20,7 @@ from collector.selection import Options
 from collector.worker import WorkItem
 from db.journal import JournalWriter, build_document, check_record
 from db.schema import ArtifactError, CaseInfo, Commit, Hardware, RunDocument, RunInfo, format_time, new_run_id
+from kernels.names import vendor
 
 if TYPE_CHECKING:
     from collector.progress import Progress
@@ -105,7 +106,7 @@ def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
 
 
 def unknown_hardware(device: str) -> dict[str, Any]:
-    return {"vendor": {"cuda": "nvidia", "npu": "ascend"}.get(device, "cpu"), "device_name": "unknown",
+    return {"vendor": vendor(device), "device_name": "unknown",
             "device_count": 0, "compute_units": None, "memory_bytes": None, "driver": None, "toolkit": None,
             "peak_gbps": None, "peak_gbps_datasheet": None, "peak_tflops": None, "peak_tflops_datasheet": None,
             "peak_read_gbps": None}

@@ -16,11 +16,8 @@ from sqlalchemy import Engine
 
 from db import queries
 from db.engine import open_database
+from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, READ_CEILING  # noqa: F401 - the views read data.KERNEL_IMPL
 
-KERNEL_IMPL = "triton"
-EAGER_IMPL = "torch_eager"
-COMPILE_IMPL = "torch_compile"
-NAMES = {KERNEL_IMPL: "kernel (Triton)", EAGER_IMPL: "eager PyTorch", COMPILE_IMPL: "torch.compile"}
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
 
 

@@ -13,12 +13,12 @@ from sqlalchemy.orm import Session
 
 from db.models import AccuracyResult, Ack, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import format_time
+from kernels.names import KERNEL_IMPL
 
 RESULT_FIELDS = (
     "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
     "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",
 )  # fmt: skip
-KERNEL_IMPL = "triton"
 
 
 def _iso(value) -> str | None:
