@@ -41,12 +41,12 @@ def error_result(item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, 
 def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device: str, errored: bool,
                 seconds: float, phases: dict[str, float]) -> dict[str, Any]:
     """The journal record of one finished item: its case and result rows as the artifact holds them."""
-    _, case = cases[item]
+    spec, case = cases[item]
     record: dict[str, Any] = {
         "suite": item[0], "key": item[1], "device": device, "errored": errored, "seconds": round(seconds, 6),
         "finished_at": format_time(dt.datetime.now(dt.timezone.utc)), "phases": phases,
         "case": CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
-                         params=case.json_params()).model_dump(mode="json"),
+                         params=case.json_params(), ceiling=spec.case_ceiling(case)).model_dump(mode="json"),
         "accuracy": [], "perf": [], "profiler": []}
     if item[0] == "accuracy":
         record["accuracy"] = [{"case": case.key, **result}]

@@ -223,7 +223,7 @@ def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, imp
             PerfResult.bytes, PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
             PerfResult.error, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
     if with_params:
-        cols.append(Case.params)
+        cols += [Case.params, Case.ceiling]
     if with_samples:
         cols.append(PerfResult.samples_ms)
     stmt = select(*cols).join(Case, Case.id == PerfResult.case_id).where(PerfResult.run_id.in_(run_ids))
@@ -342,9 +342,16 @@ def comparable_run(engine: Engine, run: dict[str, Any], lookback: int = 40,
 
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
-        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling)
                            .where(Case.key == key)).mappings().first()
     return None if row is None else dict(row)
+
+
+def cases_without_ceiling(engine: Engine) -> list[dict[str, Any]]:
+    """Cases stored with no ceiling (only runs from before it was recorded measured them)."""
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+                                              .where(Case.ceiling.is_(None))).mappings()]
 
 
 def case_keys(engine: Engine, kernel: str) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.schema import SCHEMA, RunDocument, format_time, parse_time, to_data
-from kernels.names import EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
+from kernels.names import COPY_CEILING, EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
 
 HARDWARE = (
     {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
@@ -66,7 +66,8 @@ class SyntheticHistory:
             dtype = ("fp16", "bf16", "fp32")[(i // 7) % 3]
             size = 4096 * 4 ** (i % 6)
             out.append({"key": f"{kernel}/{variant}/{dtype}/n={size},synthetic={i}", "kernel": kernel,
-                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i}})
+                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i},
+                        "ceiling": COPY_CEILING})
             i += 1
         return out
 
