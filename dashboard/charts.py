@@ -97,7 +97,7 @@ def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: st
                                  marker={"symbol": "x", "size": 13, "color": "#C00000"}), row=1, col=1)
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=1, legendgroup="parity")
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=2, legendgroup="parity", showlegend=False)
-    for row, impl, word in ((1, "torch_eager", "eager"), (2, "torch_compile", "torch.compile")):
+    for row, impl, word in ((1, EAGER_IMPL, "eager"), (2, COMPILE_IMPL, "torch.compile")):
         for value in sorted(set(targets.get(impl, []))):
             _hline(fig, xs, value, f"target {value:g}x {word}", "#009E73", "dash", row=row)
     fig.update_yaxes(type="log")
@@ -202,7 +202,7 @@ def case_speedups(frame: pd.DataFrame, title: str, targets: dict[str, float]) ->
     """
     fig = go.Figure()
     xs = _categories(frame)
-    for col, impl in (("vs_eager", "torch_eager"), ("vs_compile", "torch_compile")):
+    for col, impl in (("vs_eager", EAGER_IMPL), ("vs_compile", COMPILE_IMPL)):
         rows = frame[frame[col].notna()].sort_values("order")
         if rows.empty:
             continue
