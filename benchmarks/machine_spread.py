@@ -20,7 +20,7 @@ import numpy as np
 
 from ci.detect import between_machine_sigma, case_class
 from db.artifact import load_artifact
-from db.queries import KERNEL_IMPL
+from kernels.names import KERNEL_IMPL
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from ci.detect import MIN_SERIES, ChangePoint, change_points
-from db.queries import KERNEL_IMPL, case_history
+from db.queries import case_history
 from db.queries import find_hardware as find_hardware  # the one --hardware rule
+from kernels.names import KERNEL_IMPL
 
 
 @dataclass(frozen=True)

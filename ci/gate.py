@@ -37,8 +37,6 @@ from ci.detect import (
 )
 from db.export import export_run
 from db.queries import (
-    EAGER_IMPL,
-    KERNEL_IMPL,
     acks,
     baseline_candidates,
     branch_runs,
@@ -51,6 +49,7 @@ from db.queries import (
     runs_by_id_prefix,
 )
 from db.schema import RunDocument, hardware_fingerprint, parse_time, to_data
+from kernels.names import EAGER_IMPL, KERNEL_IMPL
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0

@@ -14,7 +14,11 @@ is compiled once:
   reverse, since the grid and the 512 B alignment follow from that.
 
     python -m collector.compile_check [--targets cuda-sm80,cuda-sm90] [--ascend-python .venv-ascend/bin/python]
-                               [--report FILE.md] [--jobs N]
+                               [--report FILE.md] [--jobs N] [--kernels NAME,...] [--extra-kernels MODULE,...]
+
+``--kernels`` compiles the launches of those specs only; with ``--report`` an existing report keeps the
+rows of every other kernel and only the named kernels' rows are replaced. ``--extra-kernels`` adds spec
+modules found outside ``kernels/`` (as ``kernelwatch collect --extra-kernels`` does).
 
 Prints each failure (target, kernel, configuration, first error line) and a summary table; exits 1 on any
 failure. CUDA compiles go through Triton's cache in ``--cache-dir`` (default ``~/.cache/kernelwatch/
@@ -94,12 +98,23 @@ def _show(value: Any) -> str:
     return f"tl.{value.name}" if type(value).__name__ == "dtype" and hasattr(value, "name") else repr(value)
 
 
-def enumerate_jobs(targets: list[str]) -> tuple[list[Job], dict[Job, Any]]:
-    """Distinct launches over every spec case for each target, and for each the Launch to compile."""
+def select_specs(names: tuple[str, ...] = (), extra_modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The discovered specs (with ``extra_modules``), only those of ``names`` when given (unknown: ValueError)."""
     import kernels
+
+    specs = kernels.discover(extra_modules)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise ValueError(f"unknown kernel {unknown[0]!r} (known: {', '.join(sorted(specs))})")
+    return {n: s for n, s in specs.items() if not names or n in names}
+
+
+def enumerate_jobs(targets: list[str], names: tuple[str, ...] = (),
+                   extra_modules: tuple[str, ...] = ()) -> tuple[list[Job], dict[Job, Any]]:
+    """Distinct launches over every spec case for each target, and for each the Launch to compile."""
     from kernels.plan import launches
 
-    specs = kernels.discover()
+    specs = select_specs(names, extra_modules)
     found: dict[tuple, Any] = {}
     meta: dict[tuple, dict] = {}
     for target in targets:
@@ -132,9 +147,9 @@ _STEPS: dict[Job, Any] = {}
 _JOBS: list[Job] = []
 
 
-def _init_worker(targets: list[str]) -> None:
+def _init_worker(targets: list[str], names: tuple[str, ...], extra_modules: tuple[str, ...]) -> None:
     warnings.filterwarnings("ignore")
-    jobs, steps = enumerate_jobs(targets)
+    jobs, steps = enumerate_jobs(targets, names, extra_modules)
     _JOBS[:] = jobs
     _STEPS.update(steps)
 
@@ -227,13 +242,14 @@ def compile_one(index: int) -> Result:
     return Result(job, True, time.perf_counter() - start, detail=detail)
 
 
-def run_targets(targets: list[str], workers: int) -> tuple[list[Result], dict[str, str]]:
+def run_targets(targets: list[str], workers: int, names: tuple[str, ...] = (),
+                extra_modules: tuple[str, ...] = ()) -> tuple[list[Result], dict[str, str]]:
     import triton
 
-    jobs, _ = enumerate_jobs(targets)
+    jobs, _ = enumerate_jobs(targets, names, extra_modules)
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                initargs=(targets,)) as pool:
+                                initargs=(targets, names, extra_modules)) as pool:
         results = list(pool.map(compile_one, range(len(jobs))))
     versions = {"triton": triton.__version__}
     try:
@@ -267,19 +283,45 @@ def print_summary(results: list[Result], wall: float) -> None:
     print(f"\n{len(results)} configurations compiled, {failed} failed, {wall:.0f} s wall")
 
 
-def write_report(path: Path, results: list[Result], versions: dict[str, str], wall: float, cache: str) -> None:
+_SUMMARY_ROW = re.compile(r"^\| `([^`]+)` \| ([\w-]+) \| \d+ \| \d+ \| [0-9.]+ \|$")
+_DETAIL_ROW = re.compile(r"^\| ([\w-]+) \| `([^`]+)` \| `")
+
+
+def write_report(path: Path, results: list[Result], versions: dict[str, str], wall: float, cache: str,
+                 only: tuple[str, ...] = ()) -> None:
+    """The report of ``results``. With ``only`` (spec names) and an existing report at ``path``, that
+    report's rows of every other kernel function are kept and its header says what was regenerated."""
+    header = [f"Compilers: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}. Wall time {wall:.0f} s "
+              f"with a {cache} Triton cache for the CUDA targets."]
+    kept_summary: list[str] = []
+    kept_detail: list[str] = []
+    if only and path.exists():
+        mine = {r.job.kernel for r in results}
+        old = path.read_text().splitlines()
+        compilers = next((line for line in old if line.startswith("Compilers:")), None)
+        header = [line for line in old if line.startswith(("Compilers:", "Regenerated alone:"))
+                  and line != compilers] if compilers is None else [compilers]
+        header += [line for line in old if line.startswith("Regenerated alone:")
+                   and not any(f"`{n}`" in line for n in only)]
+        header.append(f"Regenerated alone: the launches of {', '.join(f'`{n}`' for n in only)} "
+                      f"(`--kernels`), {wall:.0f} s wall with a {cache} Triton cache; every other row is from "
+                      "the run above.")
+        kept_summary = [line for line in old if (m := _SUMMARY_ROW.match(line)) and m.group(1) not in mine]
+        kept_detail = [line for line in old if (m := _DETAIL_ROW.match(line)) and m.group(2) not in mine]
+    summary_rows = kept_summary + [f"| `{k}` | {t} | {ok} | {bad} | {s:.1f} |" for k, t, ok, bad, s in summary(results)]
+    detail_rows = list(kept_detail)
+    for r in results:
+        status = f"ok ({r.detail})" if r.ok else f"FAIL: {r.error}"
+        detail_rows.append(f"| {r.job.target} | `{r.job.kernel}` | `{r.job.config}` | {r.job.dtypes} | "
+                           f"{r.job.cases} | {status.replace('|', '/')} |")
     lines = ["# Compile check: every kernel launch, every target", "",
              "Generated by `make compile-check` (`python -m collector.compile_check`); do not edit by hand.", "",
-             f"Compilers: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}. Wall time {wall:.0f} s "
-             f"with a {cache} Triton cache for the CUDA targets.", "",
+             *[line for h in header for line in (h, "")],
              "| kernel | target | ok | failed | compile s |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| `{k}` | {t} | {ok} | {bad} | {s:.1f} |" for k, t, ok, bad, s in summary(results)]
+    lines += sorted(summary_rows, key=lambda line: _SUMMARY_ROW.match(line).groups())
     lines += ["", "| target | kernel | configuration [argument types] | dtypes | cases | status |",
               "| --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(results, key=lambda r: (r.job.target, r.job.kernel, r.job.config)):
-        status = f"ok ({r.detail})" if r.ok else f"FAIL: {r.error}"
-        lines.append(f"| {r.job.target} | `{r.job.kernel}` | `{r.job.config}` | {r.job.dtypes} | {r.job.cases} | "
-                     f"{status.replace('|', '/')} |")
+    lines += sorted(detail_rows, key=lambda line: (*_DETAIL_ROW.match(line).groups(), line))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -299,12 +341,15 @@ def _from_json(text: str) -> tuple[list[Result], dict[str, str]]:
     return results, data["versions"]
 
 
-def _ascend_results(python: str, workers: int) -> tuple[list[Result], dict[str, str]]:
+def _ascend_results(python: str, workers: int, names: tuple[str, ...] = (),
+                    extra_modules: tuple[str, ...] = ()) -> tuple[list[Result], dict[str, str]]:
     """Run the Ascend part in triton-ascend's own environment and read its results back."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
         command = [python, "-m", "collector.compile_check", "--targets", ASCEND_TARGET, "--jobs", str(workers),
-                   "--fresh", "--json", out.name]
+                   "--fresh", "--json", out.name, "--kernels", ",".join(names),
+                   "--extra-kernels", ",".join(extra_modules)]
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         text = Path(out.name).read_text()
     if not text:
@@ -324,12 +369,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=None, help="write every configuration and status here (.md)")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kernelwatch" / "compile-check")
     parser.add_argument("--fresh", action="store_true", help="compile into an empty cache (a cold run)")
+    parser.add_argument("--kernels", default="", help="comma-separated spec names: compile only their launches "
+                        "(and, with --report, replace only their rows of an existing report)")
+    parser.add_argument("--extra-kernels", default="", help="comma-separated spec modules outside kernels/")
+    parser.add_argument("--list", action="store_true", help="print the launches that would compile, and exit")
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     unknown = [t for t in targets if t not in (*CUDA_TARGETS, ASCEND_TARGET)]
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}")
+    names = tuple(n for n in args.kernels.split(",") if n)
+    extra = tuple(m for m in args.extra_kernels.split(",") if m)
+    try:
+        select_specs(names, extra)
+    except (ValueError, ImportError) as exc:
+        parser.error(str(exc))
+    if args.list:
+        listed = targets + ([ASCEND_TARGET] if args.ascend_python and ASCEND_TARGET not in targets else [])
+        for job in enumerate_jobs(listed, names, extra)[0]:
+            print(f"{job.target} {job.module} {job.kernel} {job.config}")
+        return 0
     if args.fresh:
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kw-compile-check-")
     else:
@@ -340,9 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     versions: dict[str, str] = {}
     if targets:
-        results, versions = run_targets(targets, args.jobs)
+        results, versions = run_targets(targets, args.jobs, names, extra)
     if args.ascend_python:
-        more, more_versions = _ascend_results(args.ascend_python, args.jobs)
+        more, more_versions = _ascend_results(args.ascend_python, args.jobs, names, extra)
         results += more
         versions.update({f"{k} (Ascend env)": v for k, v in more_versions.items()})
     wall = time.perf_counter() - start
@@ -351,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_summary(results, wall)
     if args.report:
-        write_report(args.report, results, versions, wall, cache)
+        write_report(args.report, results, versions, wall, cache, only=names)
         print(f"wrote {args.report}")
     return 1 if any(not r.ok for r in results) or not results else 0
 

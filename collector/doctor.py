@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.metadata import cann_version
+from kernels.names import vendor as vendor_of
 
 # triton-ascend 3.2.0 documents CANN 8.5.0 and torch_npu 2.7.1 (installation_guide.md); pyproject pins them
 ASCEND_PINS = {"triton-ascend": "3.2.0", "torch-npu": "2.7.1", "cann": "8.5.0"}
@@ -229,7 +230,7 @@ def diagnose(device: str = "auto", profile: bool = False, db_url: str | None = N
     """Every check, in the order the report prints them."""
     env = dict(os.environ if env is None else env)
     device_check, kind = check_device(device)
-    vendor = {"cuda": "nvidia", "npu": "ascend"}.get(kind, "cpu")
+    vendor = vendor_of(kind)
     checks = [device_check, Check("vendor", True, vendor, required=False)]
     if device_check.ok:
         checks.append(check_compute_units(kind))

@@ -20,6 +20,7 @@ from collector.selection import Options
 from collector.worker import WorkItem
 from db.journal import JournalWriter, build_document, check_record
 from db.schema import ArtifactError, CaseInfo, Commit, Hardware, RunDocument, RunInfo, format_time, new_run_id
+from kernels.names import vendor
 
 if TYPE_CHECKING:
     from collector.progress import Progress
@@ -40,12 +41,12 @@ def error_result(item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, 
 def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device: str, errored: bool,
                 seconds: float, phases: dict[str, float]) -> dict[str, Any]:
     """The journal record of one finished item: its case and result rows as the artifact holds them."""
-    _, case = cases[item]
+    spec, case = cases[item]
     record: dict[str, Any] = {
         "suite": item[0], "key": item[1], "device": device, "errored": errored, "seconds": round(seconds, 6),
         "finished_at": format_time(dt.datetime.now(dt.timezone.utc)), "phases": phases,
         "case": CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
-                         params=case.json_params()).model_dump(mode="json"),
+                         params=case.json_params(), ceiling=spec.case_ceiling(case)).model_dump(mode="json"),
         "accuracy": [], "perf": [], "profiler": []}
     if item[0] == "accuracy":
         record["accuracy"] = [{"case": case.key, **result}]
@@ -105,7 +106,7 @@ def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
 
 
 def unknown_hardware(device: str) -> dict[str, Any]:
-    return {"vendor": {"cuda": "nvidia", "npu": "ascend"}.get(device, "cpu"), "device_name": "unknown",
+    return {"vendor": vendor(device), "device_name": "unknown",
             "device_count": 0, "compute_units": None, "memory_bytes": None, "driver": None, "toolkit": None,
             "peak_gbps": None, "peak_gbps_datasheet": None, "peak_tflops": None, "peak_tflops_datasheet": None,
             "peak_read_gbps": None}

@@ -22,6 +22,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kernels.names import KERNEL_IMPL
+
 WorkItem = tuple[str, str]  # (suite, case key)
 PARENT_POLL_S = 0.5
 
@@ -129,7 +131,7 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
                 errored = False
             else:
                 result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(case))
-                errored = any(r["implementation"] == "triton" and r["error"] for r in result)
+                errored = any(r["implementation"] == KERNEL_IMPL and r["error"] for r in result)
                 if config.get("profile") and not errored:
                     from collector.profiling import profile_case
 

@@ -10,6 +10,7 @@ goes through ``safe.plot`` (Plotly renders a subset of HTML, links included, in 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 
 import pandas as pd
@@ -17,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.safe import plot as esc
+from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, LABELS
 
 MAX_SERIES = 8
 SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
@@ -24,9 +26,14 @@ SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
 # the labels a parameter can take (not among those shown), so filtering never recolours a line.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
            "#7F3C8D", "#11A579", "#3969AC", "#E73F74")
-IMPL_COLOURS = {"triton": "#0072B2", "torch_eager": "#7F7F7F", "torch_compile": "#D55E00",
-                "cublas_linear": "#009E73", "torch_rms_norm": "#CC79A7"}
-IMPL_NAMES = {"triton": "kernel (Triton)", "torch_eager": "eager PyTorch", "torch_compile": "torch.compile"}
+IMPL_COLOURS = {KERNEL_IMPL: "#0072B2", EAGER_IMPL: "#7F7F7F", COMPILE_IMPL: "#D55E00"}
+IMPL_NAMES = LABELS
+
+
+def impl_colour(impl: str) -> str:
+    """The fixed colour of the three implementations every kernel has; a kernel's own baselines (cuBLAS
+    alone, ...) take one of the others, fixed by the name (crc32), so no kernel's names live here."""
+    return IMPL_COLOURS.get(impl) or PALETTE[2 + zlib.crc32(impl.encode()) % (len(PALETTE) - 2)]
 
 
 def colours(universe: Iterable[str]) -> dict[str, str]:
@@ -90,7 +97,7 @@ def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: st
                                  marker={"symbol": "x", "size": 13, "color": "#C00000"}), row=1, col=1)
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=1, legendgroup="parity")
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=2, legendgroup="parity", showlegend=False)
-    for row, impl, word in ((1, "torch_eager", "eager"), (2, "torch_compile", "torch.compile")):
+    for row, impl, word in ((1, EAGER_IMPL, "eager"), (2, COMPILE_IMPL, "torch.compile")):
         for value in sorted(set(targets.get(impl, []))):
             _hline(fig, xs, value, f"target {value:g}x {word}", "#009E73", "dash", row=row)
     fig.update_yaxes(type="log")
@@ -137,7 +144,7 @@ def case_times(frame: pd.DataFrame, title: str, marks: pd.DataFrame | None = Non
     xs = _categories(frame)
     for impl, rows in frame.groupby("implementation", sort=False):
         rows = rows.sort_values("order")
-        colour = IMPL_COLOURS.get(impl, "#333333")
+        colour = impl_colour(impl)
         name = esc(IMPL_NAMES.get(impl, impl))
         band = rows[rows["p20_us"].notna() & rows["p80_us"].notna()]
         if not band.empty:
@@ -195,12 +202,12 @@ def case_speedups(frame: pd.DataFrame, title: str, targets: dict[str, float]) ->
     """
     fig = go.Figure()
     xs = _categories(frame)
-    for col, impl in (("vs_eager", "torch_eager"), ("vs_compile", "torch_compile")):
+    for col, impl in (("vs_eager", EAGER_IMPL), ("vs_compile", COMPILE_IMPL)):
         rows = frame[frame[col].notna()].sort_values("order")
         if rows.empty:
             continue
         fig.add_trace(go.Scatter(x=rows["x"], y=rows[col], mode="lines+markers",
-                                 name=f"over {IMPL_NAMES[impl]}", line={"color": IMPL_COLOURS[impl]},
+                                 name=f"over {IMPL_NAMES[impl]}", line={"color": impl_colour(impl)},
                                  hovertemplate="%{x}: %{y:.3g}x<extra></extra>"))
         if impl in targets:
             _hline(fig, xs, targets[impl], f"target {targets[impl]:g}x {IMPL_NAMES[impl]}", IMPL_COLOURS[impl], "dash")
@@ -224,7 +231,7 @@ def case_floor(frame: pd.DataFrame, title: str, y_title: str) -> go.Figure:
             continue
         rows = rows.sort_values("order")
         fig.add_trace(go.Scatter(x=rows["x"], y=rows["pct"], mode="lines+markers", name=IMPL_NAMES[impl],
-                                 line={"color": IMPL_COLOURS[impl]}, hovertemplate="%{x}: %{y:.1f}%<extra></extra>"))
+                                 line={"color": impl_colour(impl)}, hovertemplate="%{x}: %{y:.1f}%<extra></extra>"))
     _hline(fig, xs, 100.0, "100% = the ceiling", "#C00000", "dash")
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, title="run")
     fig.update_yaxes(title=esc(y_title), rangemode="tozero")
@@ -245,7 +252,7 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
     for impl, rows in data.groupby("implementation", sort=True):
         fig.add_trace(go.Scatter(x=rows["intensity"], y=rows["achieved"], mode="markers",
                                  name=esc(IMPL_NAMES.get(impl, impl)),
-                                 marker={"size": 9, "color": IMPL_COLOURS.get(impl, "#333")},
+                                 marker={"size": 9, "color": impl_colour(impl)},
                                  hovertext=[esc(c) for c in rows["case"]], hoverinfo="text+x+y"))
     if peak_gbps and peak_tflops and not data.empty:
         lo = max(min(data["intensity"].min() / 4, 0.01), 1e-3)

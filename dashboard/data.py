@@ -16,11 +16,8 @@ from sqlalchemy import Engine
 
 from db import queries
 from db.engine import open_database
+from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, READ_CEILING  # noqa: F401 - the views read data.KERNEL_IMPL
 
-KERNEL_IMPL = "triton"
-EAGER_IMPL = "torch_eager"
-COMPILE_IMPL = "torch_compile"
-NAMES = {KERNEL_IMPL: "kernel (Triton)", EAGER_IMPL: "eager PyTorch", COMPILE_IMPL: "torch.compile"}
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
 
 
@@ -137,28 +134,27 @@ def targets(target: str | None) -> dict[str, float]:
     return out
 
 
-def read_stream(kernel: str, params: dict[str, Any]) -> bool:
-    """Whether a case's traffic is a read-only stream: the MSELoss forward reads both inputs and writes one
-    scalar (``kernels/mse_loss.py: _bytes``: (2n + 1) elements with reduction mean or sum)."""
-    return kernel == "mse_loss" and params.get("direction", "fwd") == "fwd" and params.get("reduction") != "none"
-
-
-def floor_ceiling(run: dict[str, Any], kernel: str, params: dict[str, Any]) -> tuple[float, str]:
+def floor_ceiling(run: dict[str, Any], ceiling: str | None) -> tuple[float, str]:
     """(factor, description) for the % of the roofline floor of one case in one run.
 
     The collector's % of peak is floor / time with floor = max(bytes / copy GB/s, FLOPs / matmul rate),
-    both measured on the device. A read-only stream can run faster than a copy, so for such a case the
-    measured read ceiling (``peak_read_gbps``) is the honest 100% when the run has it: the stored value
-    is multiplied by copy / read. Without it the description says that values over 100% are possible.
+    both measured on the device. ``ceiling`` is the case's, as its kernel's spec names it and the
+    collector stored it (``kernels.names.CEILINGS``; None when no run that measured the case recorded it).
+    A read-only stream can run faster than a copy, so for a ``read`` case the measured read ceiling
+    (``peak_read_gbps``) is the honest 100% when the run has it: the stored value is multiplied by
+    copy / read. Without it the description says that values over 100% are possible.
     """
     copy, read = run.get("peak_gbps"), run.get("peak_read_gbps")
-    if read_stream(kernel, params):
+    if ceiling == READ_CEILING:
         if copy and read:
             return copy / read, f"% of the read ceiling (measured read-only stream, {read:,.0f} GB/s)"
         ceiling = f"{copy:,.0f} GB/s" if copy else "not recorded"
         return 1.0, (f"% of the copy-bandwidth floor (measured copy rate, {ceiling}); this case only reads, "
                      "and a read-only stream can beat the copy rate: values over 100% are possible")
-    return 1.0, "% of the roofline floor: max(bytes / measured copy GB/s, FLOPs / measured matmul rate)"
+    text = "% of the roofline floor: max(bytes / measured copy GB/s, FLOPs / measured matmul rate)"
+    if ceiling is None:
+        text += " (the runs that measured this case did not record its ceiling; a read-only stream may exceed 100%)"
+    return 1.0, text
 
 
 def software_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

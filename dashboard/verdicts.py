@@ -19,6 +19,7 @@ from dashboard.data import software_changes
 from db import queries
 from db.export import export_run
 from db.schema import RunDocument, to_data
+from kernels.names import KERNEL_IMPL
 
 SPARK_RUNS = 30
 # Verdicts, most severe first (the sort order of the triage table).
@@ -89,7 +90,7 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
 
 def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list, faster: dict) -> list[dict]:
     kernel_of = {c["key"]: c["kernel"] for c in doc["cases"]}
-    perf = {p["case"]: p for p in doc["perf"] if p["implementation"] == queries.KERNEL_IMPL}
+    perf = {p["case"]: p for p in doc["perf"] if p["implementation"] == KERNEL_IMPL}
     acc = {a["case"]: a for a in doc["accuracy"] if a.get("kind", "gate") == "gate"}
     by_case: dict[str, list] = {}
     for v in verdicts:
@@ -147,7 +148,7 @@ def _sparklines(eng: Engine, cand: dict[str, Any]) -> dict[str, list[float]]:
     runs = runs[-SPARK_RUNS:]
     order = {r["id"]: i for i, r in enumerate(runs)}
     points: dict[str, list[tuple[int, float]]] = {}
-    for r in queries.perf_rows(eng, list(order), implementations=(queries.KERNEL_IMPL,), with_params=False):
+    for r in queries.perf_rows(eng, list(order), implementations=(KERNEL_IMPL,), with_params=False):
         if r["median_ms"]:
             points.setdefault(r["case"], []).append((order[r["run_id"]], r["median_ms"] * 1e3))
     return {case: [v for _, v in sorted(p)] for case, p in points.items()}

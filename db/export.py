@@ -49,9 +49,10 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
             raise RunNotFound(f"no run with id {run_id!r}")
         run, hw = row
         cases = {
-            cid: {"key": key, "kernel": kernel, "variant": variant, "dtype": dtype, "params": params}
-            for cid, key, kernel, variant, dtype, params in conn.execute(
-                select(Case.id, Case.key, Case.kernel, Case.variant, Case.dtype, Case.params).where(
+            cid: {"key": key, "kernel": kernel, "variant": variant, "dtype": dtype, "params": params,
+                  "ceiling": ceiling}
+            for cid, key, kernel, variant, dtype, params, ceiling in conn.execute(
+                select(Case.id, Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling).where(
                     Case.id.in_(
                         union(
                             select(AccuracyResult.case_id).where(AccuracyResult.run_id == run_id),

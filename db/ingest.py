@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -77,7 +77,29 @@ def _case_ids(conn: Connection, doc: RunDocument, source: str) -> dict[str, int]
                 if getattr(row, name) != given[row.key][name]:
                     raise IngestError(f"{source}: cases: case {row.key!r} is stored with {name} "
                                       f"{getattr(row, name)!r}; this run gives {given[row.key][name]!r}")
+    # A case's ceiling comes from its kernel's spec: a run that states it sets it (runs from before it was
+    # recorded leave it as it is).
+    stated: dict[str, list[str]] = {}
+    for key, case in given.items():
+        if case["ceiling"] is not None:
+            stated.setdefault(case["ceiling"], []).append(key)
+    for ceiling, keys_of in stated.items():
+        for start in range(0, len(keys_of), 500):
+            conn.execute(update(Case).where(Case.key.in_(keys_of[start : start + 500]),
+                                            or_(Case.ceiling.is_(None), Case.ceiling != ceiling))
+                         .values(ceiling=ceiling))
     return ids
+
+
+def set_ceilings(engine: Engine, ceilings: dict[str, str]) -> None:
+    """Set the ceiling of cases by key, in one transaction (what their kernels' specs say)."""
+    by_value: dict[str, list[str]] = {}
+    for key, ceiling in ceilings.items():
+        by_value.setdefault(ceiling, []).append(key)
+    with engine.begin() as conn:
+        for ceiling, keys in by_value.items():
+            for start in range(0, len(keys), 500):
+                conn.execute(update(Case).where(Case.key.in_(keys[start : start + 500])).values(ceiling=ceiling))
 
 
 def _t(value: str | None):  # noqa: ANN202

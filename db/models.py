@@ -109,6 +109,7 @@ class Case(Base):
     variant: Mapped[str] = mapped_column(String(SHORT_LEN))
     dtype: Mapped[str] = mapped_column(String(TAG_LEN))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    ceiling: Mapped[str | None] = mapped_column(String(TAG_LEN))  # copy / read (kernels.names.CEILINGS)
 
 
 class AccuracyResult(Base):

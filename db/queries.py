@@ -14,13 +14,12 @@ from sqlalchemy.orm import Session
 
 from db.models import AccuracyResult, Ack, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import format_time
+from kernels.names import KERNEL_IMPL
 
 RESULT_FIELDS = (
     "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
     "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",
 )  # fmt: skip
-KERNEL_IMPL = "triton"
-EAGER_IMPL = "torch_eager"
 
 
 def _iso(value) -> str | None:
@@ -242,7 +241,7 @@ def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, imp
             PerfResult.bytes, PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
             PerfResult.error, PerfResult.device_uuid, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
     if with_params:
-        cols.append(Case.params)
+        cols += [Case.params, Case.ceiling]
     if with_samples:
         cols.append(PerfResult.samples_ms)
     stmt = select(*cols).join(Case, Case.id == PerfResult.case_id).where(PerfResult.run_id.in_(run_ids))
@@ -311,9 +310,16 @@ def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
 
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
-        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling)
                            .where(Case.key == key)).mappings().first()
     return None if row is None else dict(row)
+
+
+def cases_without_ceiling(engine: Engine) -> list[dict[str, Any]]:
+    """Cases stored with no ceiling (only runs from before it was recorded measured them)."""
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+                                              .where(Case.ceiling.is_(None))).mappings()]
 
 
 def case_keys(engine: Engine, kernel: str) -> list[str]:

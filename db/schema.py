@@ -34,6 +34,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kernels.names import CEILINGS
+
 SCHEMA = "kernelwatch.run/1"
 TRIGGERS = ("pr", "nightly", "manual")
 STATUSES = ("running", "complete", "failed", "partial")
@@ -287,6 +289,9 @@ class CaseInfo(Record):
     variant: Short
     dtype: Tag
     params: dict[Short, Any] = Field(max_length=64)
+    ceiling: Literal[CEILINGS] | None = Field(
+        default=None, description="The measured bandwidth that is the case's 100%: copy, or read for a "
+        "read-only stream (from the kernel's spec); None in runs from before it was recorded.")
 
     @field_validator("params", mode="after")
     @classmethod
@@ -408,6 +413,7 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
     "hardware": ("peak_read_gbps",),
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
+    "cases": ("ceiling",),
 }
 
 # The run-notes lines that named the physical devices before they were fields of each perf result
@@ -624,7 +630,7 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     data = to_data(doc)
     defaults = {
         "run": RunInfo.model_fields, "hardware": Hardware.model_fields, "accuracy": AccuracyResult.model_fields,
-        "perf": PerfResult.model_fields,
+        "perf": PerfResult.model_fields, "cases": CaseInfo.model_fields,
     }
     for section, fields in ADDED_FIELDS.items():
         items = data[section] if isinstance(data[section], list) else [data[section]]
@@ -634,6 +640,10 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
                 default = info.default_factory() if info.default_factory else info.default
                 if item.get(name) == default:
                     item.pop(name, None)
+    # A case's ceiling is its kernel's spec's fact (ingest fills it in for runs from before it was recorded),
+    # not something the run measured: an old artifact and its export, which names the ceiling, hash alike.
+    for item in data["cases"]:
+        item.pop("ceiling", None)
     # The physical device a run's notes already state is not new content (runs from before the fields
     # existed get them from the notes): an old artifact and its export hash alike.
     uuids, host = physical_from_notes(doc.run.notes)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.schema import SCHEMA, RunDocument, format_time, parse_time, to_data
+from kernels.names import COPY_CEILING, EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
 
 HARDWARE = (
     {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
@@ -26,9 +27,11 @@ HARDWARE = (
      "memory_bytes": 68_719_476_736, "driver": "synthetic", "toolkit": "CANN (synthetic)",
      "peak_gbps": 1300.0, "peak_gbps_datasheet": None, "peak_tflops": 280.0, "peak_tflops_datasheet": None},
 )
-KERNELS = (("mse_loss", ("persistent", "atomic")), ("scaled_masked_softmax", ("fwd", "bwd")),
-           ("fused_rmsnorm_matmul", ("fused",)))
-IMPLEMENTATIONS = ("triton", "torch_eager", "torch_compile")
+# (kernel, variants) the history is drawn from when no kernels are given: stand-ins for the tests and
+# benchmarks of the database, gate and dashboard, which import no torch. `kernelwatch synth` passes the
+# discovered specs' names and variants instead; tests/test_kernel_contract.py checks these against them.
+STAND_INS = (("mse_loss", ("persistent", "atomic")), ("scaled_masked_softmax", ("masked", "causal")),
+             ("fused_rmsnorm_matmul", ("fold_gamma", "prologue_gamma", "rstd_prepass")))
 
 
 @dataclass
@@ -51,18 +54,20 @@ class SyntheticHistory:
     base_ms: float = 0.005  # the fastest case's median; cases run 1-7x (x4 on the second hardware) that
     steps: list[Step] = field(default_factory=list)
     accuracy: bool = True
+    kernels: tuple[tuple[str, tuple[str, ...]], ...] = STAND_INS
     start: dt.datetime = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.timezone.utc)
 
     def case_list(self) -> list[dict[str, Any]]:
         out = []
         i = 0
         while len(out) < self.cases:
-            kernel, variants = KERNELS[i % len(KERNELS)]
-            variant = variants[(i // len(KERNELS)) % len(variants)]
+            kernel, variants = self.kernels[i % len(self.kernels)]
+            variant = variants[(i // len(self.kernels)) % len(variants)]
             dtype = ("fp16", "bf16", "fp32")[(i // 7) % 3]
             size = 4096 * 4 ** (i % 6)
             out.append({"key": f"{kernel}/{variant}/{dtype}/n={size},synthetic={i}", "kernel": kernel,
-                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i}})
+                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i},
+                        "ceiling": COPY_CEILING})
             i += 1
         return out
 
@@ -94,7 +99,7 @@ class SyntheticHistory:
             factor = math.prod(s.factor for s in self.steps if index >= s.at and s.match in case["key"])
             medians = {}
             for impl, scale in zip(IMPLEMENTATIONS, (1.0, 1.9, 1.4)):
-                center = base_ms * scale * (factor if impl == "triton" else 1.0)
+                center = base_ms * scale * (factor if impl == KERNEL_IMPL else 1.0)
                 samples = sorted(center * (1 + rng.gauss(0, self.noise)) for _ in range(self.samples))
                 med = samples[len(samples) // 2]
                 medians[impl] = med
@@ -108,7 +113,7 @@ class SyntheticHistory:
                              "pct_peak": 100 * nbytes / (med * 1e-3) / 1e9 / hw["peak_gbps"],
                              "speedup_vs_eager": None, "target": None, "target_met": None, "error": None})
             for row in perf[-3:]:
-                row["speedup_vs_eager"] = medians["torch_eager"] / row["median_ms"]
+                row["speedup_vs_eager"] = medians[EAGER_IMPL] / row["median_ms"]
             if self.accuracy:
                 budget = abs(rng.gauss(0.1, 0.05))
                 accuracy.append({"case": case["key"], "max_abs_err": budget * 1e-3, "max_rel_err": budget * 1e-3,
@@ -118,7 +123,7 @@ class SyntheticHistory:
         return RunDocument.model_validate({
             "schema": SCHEMA,
             "run": {"id": run_id, "commit": commit, "trigger": "nightly", "ci_job": None,
-                    "device": "cuda" if hw["vendor"] == "nvidia" else "npu", "command": None,
+                    "device": next(t for t in ("cuda", "npu") if vendor(t) == hw["vendor"]), "command": None,
                     "versions": {"python": "3.12", "torch": "synthetic", "triton": "synthetic"},
                     "started_at": format_time(started),
                     "finished_at": format_time(started + dt.timedelta(minutes=5)), "status": "complete",
@@ -157,7 +162,7 @@ def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: i
                                     + (f", {match} x{factor:g}" if index >= at else "")}
         for p in copy["perf"]:
             scale = 1 + rng.gauss(0, noise)
-            if p["implementation"] == "triton" and match in p["case"] and index >= at:
+            if p["implementation"] == KERNEL_IMPL and match in p["case"] and index >= at:
                 scale *= factor
             for k in ("median_ms", "p20_ms", "p80_ms", "min_ms", "call_ms"):
                 if p.get(k) is not None:
@@ -167,7 +172,7 @@ def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: i
             for k in ("gbps", "tflops", "pct_peak"):
                 if p.get(k) is not None:
                     p[k] /= scale
-        eager = {p["case"]: p["median_ms"] for p in copy["perf"] if p["implementation"] == "torch_eager"}
+        eager = {p["case"]: p["median_ms"] for p in copy["perf"] if p["implementation"] == EAGER_IMPL}
         for p in copy["perf"]:
             if p["median_ms"] and eager.get(p["case"]):
                 p["speedup_vs_eager"] = eager[p["case"]] / p["median_ms"]

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from kernels.names import vendor as _vendor
 from kernels.plan import DeviceInfo
 
 INTERPRETER_PROGRAMS = 4  # CPU interpreter: few programs keep the interpreted grid quick
@@ -29,7 +30,7 @@ def interpreting() -> bool:
 
 def vendor(device: torch.device) -> str:
     """``nvidia``, ``ascend`` or ``cpu`` (the Triton interpreter)."""
-    return {"cuda": "nvidia", "npu": "ascend"}.get(device.type, "cpu")
+    return _vendor(device.type)
 
 
 def _ascend_cores(index: int) -> tuple[int, int]:

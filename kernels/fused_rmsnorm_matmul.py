@@ -884,5 +884,7 @@ SPEC = KernelSpec(
     profile_kernel=lambda case: "_fused_rmsnorm_matmul",
     launch_plans=_launch_plans,
     bound="compute",
+    variants=VARIANTS,
+    public=("fused_rmsnorm_matmul", "FusedRMSLinear"),
     doc=__doc__ or "",
 )

@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from kernels.device import INTERPRETER_PROGRAMS, describe
+from kernels.names import COPY_CEILING, READ_CEILING
 from kernels.plan import DeviceInfo, Footprint, Launch, Tile, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
@@ -576,6 +577,11 @@ def _bytes(case: Case) -> int:
     return (2 * n + out) * size
 
 
+def _ceiling(case: Case) -> str:
+    """The forward with reduction mean or sum reads both inputs and writes one scalar: a read-only stream."""
+    return READ_CEILING if case.p["direction"] == "fwd" and case.p["reduction"] != "none" else COPY_CEILING
+
+
 def _flops(case: Case) -> int:
     return 3 * numel(case.p["shape"])  # subtract, multiply, add
 
@@ -602,6 +608,10 @@ SPEC = KernelSpec(
     flops=_flops,
     profile_kernel=lambda case: "_mse_atomic" if case.variant == "atomic" else "_mse_persistent_kernel",
     launch_plans=_launch_plans,
+    variants=VARIANTS,
+    ceiling=_ceiling,
+    plan_sample=4,
+    public=("mse_loss",),
     doc=__doc__ or "",
 )
 

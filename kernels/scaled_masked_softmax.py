@@ -762,5 +762,7 @@ SPEC = KernelSpec(
     # Softmax writes as many bytes as it reads (MTE3 carries about half the traffic, not < 1% as in a
     # reduction) and takes an exponential per element: the MSELoss document's mte3 and vec ideals do not apply.
     profiler_ideals={"aiv_mte3_ratio": None, "aiv_vec_ratio": None},
+    variants=("masked", "causal"),
+    public=("scaled_masked_softmax", "scaled_upper_triang_masked_softmax"),
     doc=__doc__ or "",
 )

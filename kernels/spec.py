@@ -13,13 +13,12 @@ from typing import Any
 
 import torch
 
+from kernels.names import CEILINGS, COMPILE_IMPL, COPY_CEILING, EAGER_IMPL, KERNEL_IMPL
+
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                                   "fp64": torch.float64}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 BOUNDS = ("memory", "compute")
-KERNEL_IMPL = "triton"
-EAGER_IMPL = "torch_eager"
-COMPILE_IMPL = "torch_compile"
 
 
 @dataclass(frozen=True)
@@ -129,13 +128,21 @@ class KernelSpec:
     * ``run(case, inputs)``: the Triton implementation; returns the tensors that are checked.
     * ``reference(case, inputs)``: the same tensors computed in float64 by PyTorch.
     * ``implementations(case, inputs)``: implementation name -> zero-argument callable to time;
-      must include ``"triton"`` and ``"torch_eager"``.
+      must include ``KERNEL_IMPL`` and ``EAGER_IMPL`` (:mod:`kernels.names`).
     * ``bytes_moved`` / ``flops``: the minimum traffic and arithmetic of a case (roofline).
     * ``profile_kernel``: a regex of the Triton kernel name(s) a profiler should look at.
     * ``launch_plans(case, device)``: every kernel launch (``kernels.plan.Launch``) running the case makes
       on a device description, from the same plan functions the launchers use.
     * ``bound``: ``"memory"`` (vector / bandwidth-bound) or ``"compute"`` (cube / matrix-bound), which
       selects the profiler ideals; ``profiler_ideals`` overrides single metrics' ideals.
+    * ``variants``: every variant its cases use, in the order to show them (synthetic history draws from
+      them); left empty, :meth:`variant_names` reads them off the cases.
+    * ``ceiling(case)``: which measured bandwidth is the case's 100% (``kernels.names.CEILINGS``): ``copy``
+      (bytes read + written; the default) or ``read`` (a case that only reads: a read-only stream can beat
+      a copy). The collector stores it with the case; the dashboard reads it there.
+    * ``plan_sample``: the launch-plan test starts every n-th accuracy case in the interpreter under each
+      simulated device (4n off Ascend): 1 for kernels with few cases, more where the suite is large.
+    * ``public``: the module's public API, exported as ``kernels.<name>``.
     """
 
     name: str
@@ -151,11 +158,31 @@ class KernelSpec:
     launch_plans: Callable[[Case, Any], tuple[Any, ...]] = field(default=lambda case, device: ())
     bound: str = "memory"
     profiler_ideals: Mapping[str, str | None] = field(default_factory=dict)
+    variants: tuple[str, ...] = ()
+    ceiling: Callable[[Case], str] = field(default=lambda case: COPY_CEILING)
+    plan_sample: int = 1
+    public: tuple[str, ...] = ()
     doc: str = ""
 
     def __post_init__(self) -> None:
         if self.bound not in BOUNDS:
             raise ValueError(f"KernelSpec {self.name!r}: bound must be one of {BOUNDS}, got {self.bound!r}")
+        if self.plan_sample < 1:
+            raise ValueError(f"KernelSpec {self.name!r}: plan_sample must be >= 1, got {self.plan_sample}")
+
+    def variant_names(self) -> tuple[str, ...]:
+        """``variants``, or the variants of its cases in order of first appearance."""
+        if self.variants:
+            return self.variants
+        cases = (*self.accuracy_cases(), *self.perf_cases())
+        return tuple(dict.fromkeys(c.variant for c in cases))
+
+    def case_ceiling(self, case: Case) -> str:
+        """``ceiling(case)``, checked against :data:`kernels.names.CEILINGS`."""
+        value = self.ceiling(case)
+        if value not in CEILINGS:
+            raise ValueError(f"KernelSpec {self.name!r}: ceiling of {case.key} is {value!r}, not one of {CEILINGS}")
+        return value
 
     def baseline_key(self, case: Case) -> str:
         """Cases that differ only in variant share their PyTorch baselines."""

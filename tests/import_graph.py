@@ -60,11 +60,12 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
-def package_edges() -> dict[str, set[str]]:
+def package_edges(ignore: set[str] = frozenset()) -> dict[str, set[str]]:
+    """package -> other packages it imports; edges to the modules of ``ignore`` are left out."""
     out: dict[str, set[str]] = defaultdict(set)
     for src, targets in module_edges().items():
         for dst in targets:
-            if package_of(src) != package_of(dst):
+            if package_of(src) != package_of(dst) and dst not in ignore:
                 out[package_of(src)].add(package_of(dst))
     return out
 

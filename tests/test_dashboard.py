@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from collector.ceilings import fill_missing
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
@@ -83,6 +84,7 @@ def build(url: str) -> None:
     ingest_documents(engine, [(f"stepped {i}", parse_artifact(dumps(d))) for i, d in enumerate(copies)])
     ingest_documents(engine, [(f"hostile {i}", d) for i, d in enumerate(hostile_documents())])
     ingest_documents(engine, [("cpu", cpu_document())])
+    fill_missing(engine)  # as `kernelwatch ingest` does: ci/history's runs predate the cases' ceilings
     engine.dispose()
 
 
@@ -249,14 +251,14 @@ def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> Non
 def test_floor_ceiling_uses_a_measured_read_ceiling_for_read_only_streams() -> None:
     from dashboard.data import floor_ceiling
 
-    fwd = {"direction": "fwd", "reduction": "mean", "shape": [4096]}
-    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "mse_loss", fwd)
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "read")
     assert factor == pytest.approx(4250 / 4600) and "read ceiling" in text  # 108% of copy -> 99.8% of read
-    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": None}, "mse_loss", fwd)
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": None}, "read")
     assert factor == 1.0 and "over 100% are possible" in text
-    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "scaled_masked_softmax",
-                                 {"direction": "fwd"})
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "copy")
     assert factor == 1.0 and "max(bytes / measured copy GB/s" in text  # reads and writes: the copy rate
+    factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, None)
+    assert factor == 1.0 and "did not record its ceiling" in text
 
 
 def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db) -> None:  # noqa: ANN001

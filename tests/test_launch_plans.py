@@ -1,5 +1,8 @@
 """Launch plans: Ascend grids and unified-buffer footprints over every spec case, the CUDA launches kept as
-they were, and the launchers starting exactly what the plans say (real kernels in the interpreter)."""
+they were, and the launchers starting exactly what the plans say (real kernels in the interpreter).
+
+The checks over every spec take the specs as an argument (``specs`` / ``spec``) and know nothing of any
+one kernel: tests/test_kernel_contract.py runs them on a planted kernel."""
 
 from __future__ import annotations
 
@@ -44,46 +47,53 @@ FRM = importlib.import_module("kernels.fused_rmsnorm_matmul")
 CPU = torch.device("cpu")
 
 
-def _all_cases() -> list:
-    return [case for spec in SPECS.values() for case in (*spec.accuracy_cases(), *spec.perf_cases())]
+def _all_cases(specs: dict = SPECS) -> list:
+    return [case for spec in specs.values() for case in (*spec.accuracy_cases(), *spec.perf_cases())]
 
 
-def _grid_violations(device: DeviceInfo) -> list[str]:
+def grid_violations(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
     bad = []
-    for case in _all_cases():
-        for step in launches(SPECS[case.kernel].launch_plans(case, device)):
+    for case in _all_cases(specs):
+        for step in launches(specs[case.kernel].launch_plans(case, device)):
             cores = device.cube_units if step.footprint and step.footprint.cube_vector else device.compute_units
             if step.programs > GRID_LIMIT or (device.vendor == "ascend" and step.programs > cores):
                 bad.append(f"{case.key}: {step.name} launches {step.programs} programs")
     return bad
 
 
+def unplanned_cases(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
+    """Cases with a non-empty input and no launch planned."""
+    return [case.key for case in _all_cases(specs)
+            if min(case.p.get("shape") or (1,)) > 0 and not specs[case.kernel].launch_plans(case, device)]
+
+
+def footprint_overruns(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
+    over = []
+    for case in _all_cases(specs):
+        for step in launches(specs[case.kernel].launch_plans(case, device)):
+            if step.footprint is None:
+                over.append(f"{case.key}: {step.name} has no footprint estimate")
+            elif not step.footprint.fits():
+                over.append(f"{case.key}: {step.name} {step.config()} needs {step.footprint.bytes} B")
+    return over
+
+
 def test_every_ascend_launch_is_a_persistent_grid_within_the_launch_limit() -> None:
-    assert _grid_violations(ASCEND_910B) == []
+    assert grid_violations(ASCEND_910B) == []
 
 
 def test_the_grid_check_fails_on_one_program_per_tile_grids() -> None:
     """The check above can fail: NVIDIA's plans (one program per row tile) exceed 65,535 programs."""
-    bad = _grid_violations(NVIDIA_H200)
+    bad = grid_violations(NVIDIA_H200)
     assert any("scaled_masked_softmax" in b for b in bad) and any("mse_loss/atomic" in b for b in bad)
 
 
 def test_every_case_of_every_kernel_has_a_plan_on_ascend() -> None:
-    for case in _all_cases():
-        steps = SPECS[case.kernel].launch_plans(case, ASCEND_910B)
-        shape = case.p["shape"]
-        if min(shape) > 0:
-            assert steps, f"{case.key}: no launches planned"
+    assert unplanned_cases(ASCEND_910B) == []
 
 
 def test_every_ascend_launch_fits_the_unified_buffer() -> None:
-    over = []
-    for case in _all_cases():
-        for step in launches(SPECS[case.kernel].launch_plans(case, ASCEND_910B)):
-            assert step.footprint is not None, f"{case.key}: {step.name} has no footprint estimate"
-            if not step.footprint.fits():
-                over.append(f"{case.key}: {step.name} {step.config()} needs {step.footprint.bytes} B")
-    assert over == []
+    assert footprint_overruns(ASCEND_910B) == []
 
 
 def test_the_footprint_estimate_flags_the_tiles_issue_12_suspected() -> None:
@@ -190,23 +200,19 @@ def test_the_autotuner_prunes_to_the_planned_candidates() -> None:
             for s in planned.candidates]
 
 
-def _subset(spec_name: str, every: int) -> list:
-    cases = SPECS[spec_name].accuracy_cases()
-    return [c for i, c in enumerate(cases) if i % every == 0 and kernels.spec.numel(c.p["shape"]) <= 300_000]
+def plan_sample(spec: kernels.KernelSpec, info: DeviceInfo | None) -> list:
+    """The accuracy cases the launcher check runs for a spec: every ``spec.plan_sample``-th under the Ascend
+    description, every 4x-th under the others (the CPU accuracy suite runs them all elsewhere); inputs of at
+    most 300,000 elements."""
+    every = spec.plan_sample * (1 if info is ASCEND_910B else 4)
+    return [c for i, c in enumerate(spec.accuracy_cases())
+            if i % every == 0 and kernels.spec.numel(c.p.get("shape") or (1,)) <= 300_000]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("info", [None, ASCEND_910B, NVIDIA_H200], ids=["cpu", "ascend-910b", "nvidia-h200"])
-@pytest.mark.parametrize("spec_name", sorted(SPECS))
-def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_name, info) -> None:  # noqa: ANN001
+def check_launchers(spec: kernels.KernelSpec, info: DeviceInfo | None) -> None:
     """Every launch the launchers make is the plan's (same kernel, grid, constexprs, warps; arguments of the
     planned types), and the results pass the accuracy check with the Ascend and NVIDIA tiles too."""
-    spec = SPECS[spec_name]
-    # every case's Ascend plan; a sample of the others (the CPU accuracy suite runs them all elsewhere)
-    every = {"mse_loss": 4, "scaled_masked_softmax": 1, "fused_rmsnorm_matmul": 1}[spec_name]
-    if info is not ASCEND_910B:
-        every *= 4
-    cases = _subset(spec_name, every)
+    cases = plan_sample(spec, info)
     assert cases
     for case in cases:
         with simulated(info) if info is not None else contextlib.nullcontext():
@@ -217,6 +223,13 @@ def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_nam
         planned = list(spec.launch_plans(case, device))
         trials = case.trials
         assert rec.steps == planned * trials, f"{case.key}: launched {[s.name for s in rec.steps]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("info", [None, ASCEND_910B, NVIDIA_H200], ids=["cpu", "ascend-910b", "nvidia-h200"])
+@pytest.mark.parametrize("spec_name", sorted(SPECS))
+def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_name, info) -> None:  # noqa: ANN001
+    check_launchers(SPECS[spec_name], info)
 
 
 @pytest.mark.slow

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.import_graph import PACKAGES, cycles, module_edges, package_edges, package_of
+import subprocess
+import sys
+
+from tests.import_graph import PACKAGES, ROOT, cycles, module_edges, package_edges, package_of
 
 ALLOWED = {  # package -> project packages it may import
     "kernels": set(),
@@ -12,10 +15,13 @@ ALLOWED = {  # package -> project packages it may import
     "dashboard": {"db", "ci"},
     "kernelwatch": set(PACKAGES) - {"kernelwatch"},
 }
+# Facts every layer shares (implementation names and labels, the vendor map, ceilings): one torch-free
+# module that imports nothing, which any package may import.
+SHARED = {"kernels.names"}
 
 
 def test_packages_import_only_downwards() -> None:
-    edges = package_edges()
+    edges = package_edges(ignore=SHARED)
     for package, targets in edges.items():
         assert targets <= ALLOWED[package], f"{package} imports {sorted(targets - ALLOWED[package])}"
     assert cycles(edges) == []
@@ -45,10 +51,33 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
                 assert not any(n == "torch" or n.startswith("torch.") for n in names), f"{path} imports torch"
 
 
+def test_the_shared_names_module_imports_nothing() -> None:
+    """kernels.names is what db, ci and the dashboard may import from kernels: no project module, no torch."""
+    import ast
+
+    assert module_edges().get("kernels.names", set()) == set()
+    tree = ast.parse((ROOT / "kernels" / "names.py").read_text())
+    imported = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert [getattr(n, "module", None) for n in imported] == ["__future__"]
+
+
+def test_the_database_gate_and_dashboard_load_without_torch() -> None:
+    """Importing them (and with them kernels.names, through kernels/__init__.py) must not load torch."""
+    code = ("import sys, db.queries, db.synthetic, ci.gate, dashboard.data, dashboard.charts\n"
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_the_public_kernel_api_is_at_package_level_with_its_docstrings() -> None:
+    """Every name a kernel's spec lists in ``public`` is ``kernels.<name>``, documented."""
     import kernels
 
-    for name in ("mse_loss", "scaled_masked_softmax", "scaled_upper_triang_masked_softmax", "fused_rmsnorm_matmul",
-                 "FusedRMSLinear"):
+    specs = kernels.discover()
+    names = [name for spec in specs.values() for name in spec.public]
+    assert {"mse_loss", "scaled_masked_softmax", "fused_rmsnorm_matmul", "FusedRMSLinear"} <= set(names)
+    assert all(spec.public for spec in specs.values())
+    for name in names:
         obj = getattr(kernels, name)
-        assert name in kernels.__all__ and obj.__doc__ and len(obj.__doc__.strip()) > 20, name
+        assert callable(obj) and name in kernels.__all__ and obj.__doc__ and len(obj.__doc__.strip()) > 20, name

@@ -88,9 +88,11 @@ def test_migration_0003_takes_the_uuid_from_the_notes(tmp_path: Path) -> None:
     engine.dispose()
     engine = create_db_engine(url)
     cfg = _alembic_config()
-    with engine.begin() as conn:  # back to 0002: the columns go, as in a database of the last release
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0002")
+    with engine.connect() as conn:  # back to 0002: the columns go, as in a database of the last release
+        conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")  # as db.engine.upgrade does
+        with conn.begin():
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0002")
     with engine.connect() as conn:
         columns = {r[1] for r in conn.execute(text("PRAGMA table_info(perf_result)"))}
     assert "device_uuid" not in columns

@@ -103,10 +103,10 @@ if not perf.empty:
         for col, impl in (("vs_eager", data.EAGER_IMPL), ("vs_compile", data.COMPILE_IMPL)):
             speed[col] = speed[impl] / speed[data.KERNEL_IMPL] if impl in speed else None
         target = next((t for t in kern["target"] if isinstance(t, str)), None)
-        factor, ceiling = data.floor_ceiling(newest.to_dict(), kernel, info["params"])
+        factor, ceiling = data.floor_ceiling(newest.to_dict(), info["ceiling"])
         floor = perf[["x", "order", "implementation", "pct_peak", "synthetic", "run_id"]].merge(
             runs[["run_id", "peak_gbps", "peak_read_gbps"]], on="run_id")
-        floor["pct"] = [p * data.floor_ceiling({"peak_gbps": g, "peak_read_gbps": r}, kernel, info["params"])[0]
+        floor["pct"] = [p * data.floor_ceiling({"peak_gbps": g, "peak_read_gbps": r}, info["ceiling"])[0]
                         if p is not None and p == p else None
                         for p, g, r in zip(floor["pct_peak"], floor["peak_gbps"], floor["peak_read_gbps"])]
         s1, s2 = st.columns(2)

@@ -31,12 +31,13 @@ else:
             f"{data.fmt(run['peak_tflops'], ',.0f')} TFLOP/s bf16 matmul")
     st.plotly_chart(charts.roofline(frame, run["peak_gbps"], run["peak_tflops"], f"run {run_id[:8]}"), key="roof")
     cases = frame.drop_duplicates("case").set_index("case")
-    factor = {c: data.floor_ceiling(run, k, p)[0] for c, k, p in zip(cases.index, cases["kernel"], cases["params"])}
+    factor = {c: data.floor_ceiling(run, ceiling)[0] for c, ceiling in zip(cases.index, cases["ceiling"])}
     frame["pct"] = [v * factor[c] if v is not None and v == v else None
                     for v, c in zip(frame["pct_peak"], frame["case"])]
     table = frame.pivot_table(index="case", columns="implementation", values="pct", aggfunc="first").round(1)
     st.caption("% of the roofline floor per case, kernel beside PyTorch: floor = max(bytes / copy GB/s, FLOPs / "
-               "matmul rate). Read-only streams (MSELoss forward) are measured against the read ceiling when the "
+               "matmul rate). Read-only streams (cases whose kernel names the read ceiling) are measured against the "
+               "read ceiling when the "
                "run has one; otherwise against the copy rate, which a read-only stream can beat (over 100%).")
     common.table(pd.DataFrame(table).reset_index(), column_config={"case": st.column_config.TextColumn(width=520)})
 common.finish(params, {"hardware": fp, "run": run_id[:8]})

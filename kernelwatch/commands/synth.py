@@ -14,15 +14,21 @@ from kernelwatch.options import clean_errors, db_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--step", "steps", multiple=True, metavar="AT:FACTOR[:MATCH]",
               help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).")
+@click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
+              help="Import kernel specs from extra modules too (as collect does).")
 @db_option
 @clean_errors
-def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, ...], db_url: str | None) -> None:
-    """Fill a database with SYNTHETIC history (labelled so everywhere) for demos and scale tests."""
+def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, ...], extra_kernels: tuple[str, ...],
+            db_url: str | None) -> None:
+    """Fill a database with SYNTHETIC history (labelled so everywhere) for demos and scale tests.
+
+    Its cases are drawn from every kernel this checkout has, with the variants its spec names."""
     import math
 
     from db.engine import open_database
     from db.ingest import ingest_documents
     from db.synthetic import Step, SyntheticHistory
+    from kernels import discover
 
     parsed = []
     for s in steps:
@@ -34,6 +40,8 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
         if not (math.isfinite(step.factor) and step.factor > 0) or step.at < 0:
             raise click.BadParameter(f"{s!r}: AT must be >= 0 and FACTOR a positive number", param_hint="--step")
         parsed.append(step)
-    history = SyntheticHistory(runs=runs, cases=cases, hardware=hardware, seed=seed, steps=parsed)
+    specs = discover(tuple(extra_kernels))
+    kernels = tuple((name, spec.variant_names()) for name, spec in sorted(specs.items()))
+    history = SyntheticHistory(runs=runs, cases=cases, hardware=hardware, seed=seed, steps=parsed, kernels=kernels)
     out = ingest_documents(open_database(db_url), list(history.sourced_documents()))
     click.echo(f"{sum(o.status == 'ingested' for o in out)} synthetic runs ingested ({len(out)} generated)")
