@@ -54,11 +54,33 @@ def hardware_rank(run: dict[str, Any]) -> tuple:
     return (bool(run["synthetic"]), run["device"] == "cpu", [-ord(c) for c in started])
 
 
-def run_label(run: dict[str, Any]) -> str:
-    """A unique, readable run label: commit, start time, run id (repeats of one commit differ)."""
+def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> str:
+    """A unique, readable run label: commit, start time, run id (repeats of one commit differ); with
+    ``contents`` (``queries.run_contents``) also what the run holds: result counts, kernels, GPUs."""
     when = (run.get("started") or "")[:16].replace("T", " ")
     label = f"{run['commit'][:8]} · {when} · run {run['id'][:8]}"
+    if contents is not None:
+        label += " · " + queries.contents_text(contents, run.get("device"), run.get("device_count"))
     return label + (" · SYNTHETIC" if run.get("synthetic") else "")
+
+
+TRIAGE_SCAN = 60  # how many of a hardware's newest runs Triage looks through for one with perf and one with accuracy
+
+
+def triage_runs(eng: Engine, fingerprint: str) -> list[tuple[str, dict[str, Any]]]:
+    """What Triage judges on one hardware: its newest run (complete or partial) with kernel timings and its
+    newest with gating accuracy results, as [(role, run)]: one entry "perf and accuracy" when one run is both,
+    else "perf" then "accuracy" (either may be missing). A newer perf-only run does not hide accuracy."""
+    runs = [r for r in queries.list_runs(eng, hardware=fingerprint, limit=TRIAGE_SCAN)
+            if r["fingerprint"] == fingerprint and r["status"] in ("complete", "partial")]
+    contents = queries.run_contents(eng, [r["id"] for r in runs])
+    perf = next((r for r in runs if contents[r["id"]]["perf"]), None)
+    acc = next((r for r in runs if contents[r["id"]]["accuracy"]), None)
+    if perf is not None and acc is not None and perf["id"] == acc["id"]:
+        return [("perf and accuracy", perf)]
+    out = [("perf", perf), ("accuracy", acc)]
+    found = [(role, r) for role, r in out if r is not None]
+    return found or ([("newest", runs[0])] if runs else [])
 
 
 def point_label(commit: str, run_id: str) -> str:

@@ -468,3 +468,74 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
     blobs = [json.dumps(spec) for spec in specs(case_page)]
     assert all("<a href" not in b and "<img" not in b for b in blobs)  # Plotly would render those
     assert any("&lt;a href" in b for b in blobs)  # the case name is there, escaped
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
+# ---------------------------------------------------------------------------------------------
+ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json"))
+DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json"
+
+
+@pytest.fixture(scope="module")
+def history_dbs(tmp_path_factory) -> tuple[str, str]:  # noqa: ANN001
+    """(every real run of ci/history, the same plus the demo branch) as two SQLite files."""
+    import shutil
+
+    from db.synthetic import demo_branch
+
+    folder = tmp_path_factory.mktemp("demo")
+    engine = open_database(f"sqlite:///{folder / 'real.db'}")
+    ingest_documents(engine, [(str(p), load_artifact(p)) for p in ALL_HISTORY])
+    engine.dispose()
+    shutil.copy(folder / "real.db", folder / "demo.db")
+    engine = open_database(f"sqlite:///{folder / 'demo.db'}")
+    ingest_documents(engine, [(f"demo {i}", d) for i, d in enumerate(demo_branch(load_artifact(DEMO_SOURCE)))])
+    engine.dispose()
+    return f"sqlite:///{folder / 'real.db'}", f"sqlite:///{folder / 'demo.db'}"
+
+
+def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(PAGES / "triage.py"), default_timeout=180)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The newest H200 run of the shipped history holds only RMSNorm+MatMul accuracy: judging only it hid every
+    perf result. Both defaults get a section, each with its own run."""
+    at = _triage_at(history_dbs[0], monkeypatch)
+    heads = [s.value for s in at.subheader]
+    assert [h.split(" — ")[1] for h in heads] == ["newest run with perf", "newest run with accuracy"]
+    captions = " ".join(c.value for c in at.caption)
+    assert "744fa8bf" in captions and "f7be52d5" in captions
+
+
+def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    at = _triage_at(history_dbs[0], monkeypatch, hardware=fingerprint(history_dbs[0], "NVIDIA H200"))
+    picker = at.selectbox(key="run")
+    labels = list(picker.options)
+    assert labels[0].startswith("newest with perf and with accuracy")
+    assert any("f7be52d5" in x and "accuracy 96 · fused_rmsnorm_matmul · 2 GPUs" in x for x in labels)
+    assert any("cd36845f" in x and "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" in x for x in labels)
+
+
+def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    at = _triage_at(history_dbs[1], monkeypatch)
+    assert "SYNTHETIC" in at.subheader[0].value and "perf and accuracy" in at.subheader[0].value
+    table = at.dataframe[0].value
+    verdicts = dict(zip(table["verdict"], table["case"]))
+    assert {"slower", "faster", "accuracy warning"} <= set(verdicts)
+    assert verdicts["slower"].startswith("masked/bf16/") and verdicts["faster"].startswith("atomic/fp32/")
+    assert verdicts["accuracy warning"].startswith("fold_gamma/fp16/")
+    slower = table[table["verdict"] == "slower"]["effect %"]
+    assert ((slower > 10) & (slower < 20)).all()

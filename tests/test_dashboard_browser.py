@@ -24,7 +24,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("KERNELWATCH_CHROMIUM") or "/usr/bin/chromium"  # Debian's, not a downloaded build
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
-PAGES = ("", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
+PAGES = ("", "triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
 
 pytestmark = pytest.mark.browser
 
