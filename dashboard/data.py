@@ -49,9 +49,12 @@ def hardware_options(eng: Engine) -> dict[str, str]:
 
 
 def hardware_rank(run: dict[str, Any]) -> tuple:
-    """Order of hardware on a page: measured before synthetic, accelerators before the CPU, newest first."""
+    """Order of hardware on a page (by each one's newest run): real machines before synthetic ones (named
+    "(synthetic)"), accelerators before the CPU, measured runs before synthetic ones, newest first. A
+    synthetic run on a real GPU (the demo branch) still comes before the CPU."""
     started = run["started"] or ""
-    return (bool(run["synthetic"]), run["device"] == "cpu", [-ord(c) for c in started])
+    return ("synthetic" in (run.get("hardware") or "").lower(), run["device"] == "cpu", bool(run["synthetic"]),
+            [-ord(c) for c in started])
 
 
 def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> str:
@@ -93,6 +96,31 @@ def short_case(case: str, kernel: str | None = None) -> str:
     if kernel and case.startswith(kernel + "/"):
         return case[len(kernel) + 1:]
     return case
+
+
+def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
+    """Per row, a case label that tells rows apart in a narrow column: the key without its kernel, variant and
+    dtype kept, and of its parameters only those that the same kernel's other rows do not all share, a word-valued
+    one as its value ("masked/bf16 bwd shape=4x16x1024x1024"). One row of a kernel keeps every parameter."""
+    def split(case: str, kernel: str) -> tuple[str, list[str]]:
+        head, _, params = short_case(case, kernel).rpartition("/")
+        return (head, params.split(",")) if head else (params, [])
+
+    groups: dict[str, list[list[str]]] = {}
+    for case, kernel in zip(cases, kernels):
+        groups.setdefault(kernel, []).append(split(case, kernel)[1])
+    common = {k: set.intersection(*map(set, v)) if len({tuple(p) for p in v}) > 1 else set() for k, v in groups.items()}
+    out = []
+    for case, kernel in zip(cases, kernels):
+        head, params = split(case, kernel)
+        out.append(" ".join([head, *(_word(p) for p in params if p not in common[kernel])]).strip())
+    return out
+
+
+def _word(param: str) -> str:
+    """A parameter whose value is a lower-case word names itself ("direction=bwd" -> "bwd")."""
+    name, _, value = param.partition("=")
+    return value if re.fullmatch(r"[a-z][a-z_]*", value) else param
 
 
 def distinct_labels(keys: list[str]) -> dict[str, str]:

@@ -20,18 +20,19 @@ COLOUR = {"accuracy failed": RED, "errored": RED, "not measured": RED, "slower":
           "slower (within noise)": AMBER, "acknowledged": VIOLET, "faster": GREEN}
 COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "reproduce", "bisect")
 CONFIG = {
-    "verdict": st.column_config.TextColumn("verdict", width=128, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=118),
-    "case": st.column_config.TextColumn("case", width=300, help="Click a row to open the case page"),
-    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=64,
+    "verdict": st.column_config.TextColumn("verdict", width=120, help="The gate's verdict on this case"),
+    "kernel": st.column_config.TextColumn("kernel", width=150),
+    "case": st.column_config.TextColumn("case", width=400, help="variant/dtype and the parameters that tell this "
+                                        "kernel's rows apart; click a row to open the case page (full key)"),
+    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
                                               help="candidate / baseline median time - 1 (+ is slower)"),
-    "p": st.column_config.NumberColumn("p", format="%.1e", width=62,
+    "p": st.column_config.NumberColumn("p", format="%.1e", width=60,
                                        help="Evidence for the change (the gate's p-value, before FDR control)"),
-    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=66),
-    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=70),
-    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=110),
-    "reproduce": st.column_config.TextColumn("reproduce", width=170, help="Click to show the command to copy"),
-    "bisect": st.column_config.TextColumn("bisect", width=140, help="Click to show the command to copy"),
+    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
+    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=68),
+    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=100),
+    "reproduce": st.column_config.TextColumn("reproduce", width=96, help="Click to show the command to copy"),
+    "bisect": st.column_config.TextColumn("bisect", width=90, help="Click to show the command to copy"),
 }
 
 
@@ -127,7 +128,7 @@ for role, candidate, baseline in sections:
                    "(\"Show: all cases\" lists them).")
         continue
     frame = pd.DataFrame(rows)
-    shown = frame.assign(case=[data.short_case(c, k) for c, k in zip(frame["case"], frame["kernel"])])
+    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
     event = common.table(style(shown[list(COLUMNS)]), column_config=CONFIG, on_select="rerun",
                          selection_mode=["single-row", "single-cell"], key=f"table-{cand['fingerprint']}-{cand['id']}",
                          height=min(38 + 35 * len(shown), 560), row_height=35)
