@@ -66,11 +66,12 @@ def _categories(frame: pd.DataFrame) -> list[str]:
 # Performance across commits, grouped
 # ---------------------------------------------------------------------------------------------
 def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: str, title: str,
-                     targets: dict[str, list[float]], changes: pd.DataFrame | None = None) -> go.Figure:
+                     targets: dict[str, list[tuple[float, str]]], changes: pd.DataFrame | None = None) -> go.Figure:
     """Two panels sharing the x axis (runs in commit order): the kernel's speedup over eager PyTorch and
     over torch.compile, one line per group (geometric mean over the group's cases in each run), log y.
 
-    ``series`` columns: x, order, group, vs_eager, vs_compile, hover, synthetic. ``targets``: impl -> values.
+    ``series`` columns: x, order, group, vs_eager, vs_compile, hover, synthetic. ``targets``: impl -> [(value,
+    the lines it applies to, "" for all)].
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("kernel speedup over eager PyTorch (t eager / t kernel)",
@@ -91,8 +92,8 @@ def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: st
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=1, legendgroup="parity")
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=2, legendgroup="parity", showlegend=False)
     for row, impl, word in ((1, "torch_eager", "eager"), (2, "torch_compile", "torch.compile")):
-        for value in sorted(set(targets.get(impl, []))):
-            _hline(fig, xs, value, f"target {value:g}x {word}", "#009E73", "dash", row=row)
+        for value, lines in targets.get(impl, []):
+            _hline(fig, xs, value, f"target {value:g}x {word}{esc(lines)}", "#009E73", "dash", row=row)
     fig.update_yaxes(type="log")
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
     fig.update_xaxes(title=f"run (commit·run id, commit order); lines: {esc(group_by)}", row=2, col=1)

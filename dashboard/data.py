@@ -142,9 +142,13 @@ def param_text(value: Any) -> str:
     return str(value)
 
 
+VARIANT_DTYPE = "variant/dtype"
+
+
 def group_options(cases: list[dict[str, Any]]) -> list[str]:
-    """The parameters a kernel's cases can be grouped by: variant, dtype, then every parameter that varies."""
-    out = []
+    """The parameters a kernel's cases can be grouped by: variant/dtype (one line per variant and dtype, so no
+    line averages over either) when either varies, variant, dtype, then every parameter that varies."""
+    out = [VARIANT_DTYPE] if len({(c["variant"], c["dtype"]) for c in cases}) > 1 else []
     for name in ("variant", "dtype"):
         if len({c[name] for c in cases}) > 1:
             out.append(name)
@@ -156,6 +160,8 @@ def group_options(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def group_value(case: dict[str, Any], by: str) -> str:
+    if by == VARIANT_DTYPE:
+        return f"{case['variant']}/{case['dtype']}"
     if by in ("variant", "dtype"):
         return str(case[by])
     value = (case.get("params") or {}).get(by)

@@ -315,7 +315,25 @@ def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(p
         if t["name"] in colour and t.get("showlegend") is not False:
             assert t["line"]["color"] == colour[t["name"]], "a label keeps its colour when filters change"
     refs = [t["name"] for t in spec["data"] if t["name"].startswith(("parity", "target"))]
-    assert "parity (1x)" in refs and "target 1.8x eager" in refs  # legend entries: they cannot overlap
+    assert "parity (1x)" in refs  # legend entries: they cannot overlap
+    # a target line only for the lines whose every case has it: 1.8x eager is the target of the persistent
+    # 33554432-element cases, not of the atomic ones the same line averages over
+    assert not [r for r in refs if r.startswith("target")]
+    assert "one line per shape; each point: geometric mean over 2 variants, 2 dtypes" in spec["layout"][
+        "title"]["text"]
+    persistent = specs(page("performance", kernel="mse_loss", hardware=h200, group="shape", variant="persistent"))[0]
+    assert [t["name"] for t in persistent["data"] if t["name"].startswith("target")] == [
+        "target 1x eager (4096)", "target 1.8x eager (33554432)"]
+
+
+def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -> None:  # noqa: ANN001
+    """One geometric mean over variants and dtypes under "kernel speedup" hid which variant is slow."""
+    at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200"))
+    assert at.selectbox(key=f"group-{fingerprint(dash_db, 'NVIDIA H200')}").value == "variant/dtype"
+    (spec,) = specs(at)
+    lines = {t["name"] for t in spec["data"] if t.get("mode") == "lines+markers" and t.get("showlegend") is not False}
+    assert lines and all(len(n.split("/")) == 2 for n in lines)
+    assert "geometric mean" not in spec["layout"]["title"]["text"]  # nothing mixed: nothing to warn about
 
 
 def test_performance_caps_series_at_eight(page, dash_db) -> None:  # noqa: ANN001

@@ -20,9 +20,9 @@ COLOUR = {"accuracy failed": RED, "errored": RED, "not measured": RED, "slower":
           "slower (within noise)": AMBER, "acknowledged": VIOLET, "faster": GREEN}
 COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "reproduce", "bisect")
 CONFIG = {
-    "verdict": st.column_config.TextColumn("verdict", width=120, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=150),
-    "case": st.column_config.TextColumn("case", width=400, help="variant/dtype and the parameters that tell this "
+    "verdict": st.column_config.TextColumn("verdict", width=116, help="The gate's verdict on this case"),
+    "kernel": st.column_config.TextColumn("kernel", width=168),
+    "case": st.column_config.TextColumn("case", width=412, help="variant/dtype and the parameters that tell this "
                                         "kernel's rows apart; click a row to open the case page (full key)"),
     "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
                                               help="candidate / baseline median time - 1 (+ is slower)"),
@@ -30,9 +30,9 @@ CONFIG = {
                                        help="Evidence for the change (the gate's p-value, before FDR control)"),
     "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
     "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=68),
-    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=100),
-    "reproduce": st.column_config.TextColumn("reproduce", width=96, help="Click to show the command to copy"),
-    "bisect": st.column_config.TextColumn("bisect", width=90, help="Click to show the command to copy"),
+    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=92),
+    "reproduce": st.column_config.TextColumn("reproduce", width=76, help="Click to show the command to copy"),
+    "bisect": st.column_config.TextColumn("bisect", width=66, help="Click to show the command to copy"),
 }
 
 
