@@ -562,3 +562,44 @@ def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(his
     # case labels tell rows apart within the case column's width: softmax keys are ~80 characters long
     for _, rows in table.groupby("kernel"):
         assert rows["case"].is_unique and rows["case"].str.len().max() <= 60, list(rows["case"])
+
+
+def _page_at(url: str, name: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=180)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+DEMO_SLOWER = "scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=8x16x4096x4096"
+
+
+def test_case_page_labels_at_most_twelve_runs_with_short_commits(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """~35 rotated "commit·run" labels overlapped; past 12 runs every k-th run is labelled by its commit."""
+    url = history_dbs[1]
+    at = _page_at(url, "case", monkeypatch, case=DEMO_SLOWER, hardware=fingerprint(url, "NVIDIA H200"))
+    times = specs(at)[0]
+    kernel = next(t for t in times["data"] if t.get("name") == "kernel (Triton)")
+    assert len(kernel["x"]) > 12
+    axis = times["layout"]["xaxis"]
+    assert len(axis["tickvals"]) <= 12 and all(len(t) <= 8 and "·" not in t for t in axis["ticktext"])
+    assert set(axis["tickvals"]) <= set(kernel["x"])
+
+
+def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The accuracy drift chart's log axis read "1, 5, 2, 0.1" (Plotly's minor 2 and 5 labels, dtick D2)."""
+    at = _page_at(history_dbs[1], "accuracy", monkeypatch)
+    drift = specs(at)[-1]
+    axis = drift["layout"]["yaxis"]
+    assert axis["type"] == "log" and "dtick" not in axis
+    ticks = [float(t) for t in axis["ticktext"]]
+    assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks) and 1.0 in ticks
+    assert [f"{v:g}" for v in axis["tickvals"]] == axis["ticktext"]
