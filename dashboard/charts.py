@@ -285,15 +285,25 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
                                  name=esc(IMPL_NAMES.get(impl, impl)),
                                  marker={"size": 9, "color": IMPL_COLOURS.get(impl, "#333")},
                                  hovertext=[esc(c) for c in rows["case"]], hoverinfo="text+x+y"))
-    if peak_gbps and peak_tflops and not data.empty:
-        lo = max(min(data["intensity"].min() / 4, 0.01), 1e-3)
-        hi = max(data["intensity"].max() * 4, peak_tflops * 1e12 / (peak_gbps * 1e9) * 4)
-        xs = [lo * (hi / lo) ** (k / 60) for k in range(61)]
-        ys = [min(peak_gbps * 1e9 * x / 1e12, peak_tflops) for x in xs]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="measured roofline",
-                                 line={"color": "black", "dash": "dash"}))
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)")
-    fig.update_yaxes(type="log", title="achieved TFLOP/s")
+    xrange = yrange = None
+    if not data.empty:
+        # the points' own decade(s) with a third of a decade either side; the ridge (where the copy roof
+        # meets the matmul roof) joins the view only when it is within a decade of the points
+        lo, hi = data["intensity"].min() / 2, data["intensity"].max() * 2
+        ridge = peak_tflops * 1e12 / (peak_gbps * 1e9) if peak_gbps and peak_tflops else None
+        if ridge and ridge / 10 <= hi and ridge * 2 > hi:
+            hi = ridge * 2
+        xrange = [math.log10(lo), math.log10(hi)]
+        ys = list(data["achieved"])
+        if peak_gbps and peak_tflops:
+            xs = [lo * (hi / lo) ** (k / 60) for k in range(61)]
+            roof = [min(peak_gbps * 1e9 * x / 1e12, peak_tflops) for x in xs]
+            fig.add_trace(go.Scatter(x=xs, y=roof, mode="lines", name="measured roofline",
+                                     line={"color": "black", "dash": "dash"}))
+            ys += roof
+        yrange = [math.log10(min(ys) / 2), math.log10(max(ys) * 2)]
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)", range=xrange)
+    fig.update_yaxes(type="log", title="achieved TFLOP/s", range=yrange)
     _layout(fig, 480)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig

@@ -57,6 +57,31 @@ def hardware_rank(run: dict[str, Any]) -> tuple:
             [-ord(c) for c in started])
 
 
+def when(iso: str | None) -> str:
+    """A stored UTC time as a reader writes it: "2026-11-30 22:56 UTC" ("-" when missing)."""
+    if not iso:
+        return "-"
+    return iso[:16].replace("T", " ") + " UTC"
+
+
+# Profiler counters as stored (collector/profiling.py: NCU_METRICS short names, Ascend pipe ratios) -> what a
+# reader calls them; a metric not listed shows its stored name.
+METRIC_NAMES = {
+    "duration_ns": "kernel duration", "dram_throughput_pct": "DRAM throughput (% of peak)",
+    "dram_bytes_read": "DRAM bytes read", "dram_bytes_write": "DRAM bytes written",
+    "sm_throughput_pct": "SM throughput (% of peak)", "l2_hit_rate_pct": "L2 hit rate",
+    "l2_write_hit_rate_pct": "L2 write hit rate", "aiv_vec_ratio": "vector unit busy (AIV vec)",
+    "aiv_mte2_ratio": "MTE2 busy: loads GM->UB (AIV)", "aiv_mte3_ratio": "MTE3 busy: stores UB->GM (AIV)",
+    "aiv_scalar_ratio": "scalar unit busy (AIV)", "aiv_vec_wait_ratio": "vector unit waiting (AIV)",
+    "aic_cube_ratio": "cube unit busy (AIC)", "aic_mte1_ratio": "MTE1 busy (AIC)", "aic_mte2_ratio": "MTE2 busy (AIC)",
+    "aic_fixpipe_ratio": "fixpipe busy (AIC)", "aic_scalar_ratio": "scalar unit busy (AIC)",
+}
+
+
+def metric_name(name: str) -> str:
+    return METRIC_NAMES.get(name, name)
+
+
 def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> str:
     """A unique, readable run label: commit, start time, run id (repeats of one commit differ); with
     ``contents`` (``queries.run_contents``) also what the run holds: result counts, kernels, GPUs."""

@@ -6,7 +6,9 @@ accuracy-only machine with a failing case, and a machine whose names and case ke
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -603,3 +605,37 @@ def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> N
     ticks = [float(t) for t in axis["ticktext"]]
     assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks) and 1.0 in ticks
     assert [f"{v:g}" for v in axis["tickvals"]] == axis["ticktext"]
+
+
+def test_roofline_table_names_implementations_and_units_and_the_axis_fits_the_points(page, dash_db) -> None:  # noqa: ANN001
+    at = page("roofline", hardware=fingerprint(dash_db, "NVIDIA H200"), run="9816bd90")
+    table = at.dataframe[0].value
+    assert list(table.columns[:2]) == ["kernel", "case"]
+    assert "kernel (Triton) (% of floor)" in table.columns and "triton" not in table.columns
+    assert not any(c.startswith(("fused_rmsnorm_matmul/", "mse_loss/")) for c in table["case"])
+    (spec,) = specs(at)
+    points = [x for t in spec["data"] if t.get("mode") == "markers" for x in values(t["x"])]
+    lo, hi = spec["layout"]["xaxis"]["range"]
+    assert lo <= math.log10(min(points)) and math.log10(max(points)) <= hi
+    assert hi - lo <= math.log10(max(points) / min(points)) + 1.5  # not five decades for points in one
+
+
+def test_profiler_shows_metric_display_names_and_how_old_the_counters_are(page) -> None:  # noqa: ANN001
+    at = page("profiler")
+    assert at.selectbox(key="metric").value == "dram_throughput_pct"  # the URL keeps the stored name
+    (spec,) = specs(at)
+    assert "DRAM throughput (% of peak)" in spec["layout"]["title"]["text"]
+    assert "DRAM throughput (% of peak)" in at.selectbox(key="metric").options[0]
+    assert any("Counters from 1 run" in c.value and "behind" in c.value for c in at.caption)
+
+
+def test_overview_times_read_as_dates_not_iso_strings(page) -> None:  # noqa: ANN001
+    captions = " ".join(c.value for c in page("overview").caption)
+    assert "UTC" in captions and not re.search(r"\d{2}:\d{2}:\d{2}\.\d+Z", captions)
+
+
+def test_case_page_plain_text_has_no_markdown_backticks(page, dash_db) -> None:  # noqa: ANN001
+    at = page("case", case="scaled_masked_softmax/causal/bf16/direction=bwd,scale=0.5,shape=1x100x100",
+              hardware=fingerprint(dash_db, "NVIDIA H200"))  # an accuracy case: no profiler counters
+    assert any("kernelwatch collect --profile" in c.value for c in at.caption)
+    assert not [t.value for t in at.text if "`" in t.value]

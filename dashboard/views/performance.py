@@ -140,7 +140,7 @@ for fp in hardware:
                        else data.geomean(list(rows["pct_peak"])),
                        "hover": f"{esc(by)} {esc(group)}: geometric mean of {len(rows)} case(s)<br>"
                                 f"commit {esc(first['commit'][:12])} {esc(first['subject'] or '')}<br>"
-                                f"run {esc(run_id[:8])} · {esc(first['started'])}"
+                                f"run {esc(run_id[:8])} · {esc(data.when(first['started']))}"
                                 + (" · SYNTHETIC" if first["synthetic"] else "")})
     series_frame = pd.DataFrame(points)
     target_values = line_targets(frame[frame["implementation"] == data.KERNEL_IMPL])
