@@ -126,7 +126,8 @@ def short_case(case: str, kernel: str | None = None) -> str:
 def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
     """Per row, a case label that tells rows apart in a narrow column: the key without its kernel, variant and
     dtype kept, and of its parameters only those that the same kernel's other rows do not all share, a word-valued
-    one as its value ("masked/bf16 bwd shape=4x16x1024x1024"). One row of a kernel keeps every parameter."""
+    one as its value, a flag as its name ("masked/bf16 bwd shape=4x16x1024x1024", "fold_gamma/fp16 no bias fwd").
+    One row of a kernel keeps every parameter."""
     def split(case: str, kernel: str) -> tuple[str, list[str]]:
         head, _, params = short_case(case, kernel).rpartition("/")
         return (head, params.split(",")) if head else (params, [])
@@ -143,8 +144,11 @@ def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
 
 
 def _word(param: str) -> str:
-    """A parameter whose value is a lower-case word names itself ("direction=bwd" -> "bwd")."""
+    """A parameter whose value is a lower-case word names itself ("direction=bwd" -> "bwd"); a flag reads
+    "bias" or "no bias"."""
     name, _, value = param.partition("=")
+    if value in ("True", "False"):
+        return name if value == "True" else f"no {name}"
     return value if re.fullmatch(r"[a-z][a-z_]*", value) else param
 
 

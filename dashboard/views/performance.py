@@ -175,7 +175,7 @@ for fp in hardware:
     kernel_rows = frame[frame["implementation"] == data.KERNEL_IMPL].set_index(["run_id", "case"])
     documented = frame.dropna(subset=["target"]).drop_duplicates("case").set_index("case")["target"]
     table = pd.DataFrame({
-        "case": [data.short_case(c, kernel) for c in newest["case"]],
+        "case": data.case_labels(list(newest["case"]), [kernel] * len(newest)),
         "kernel µs": newest["time_us"], "x eager": newest["vs_eager"], "x torch.compile": newest["vs_compile"],
         "target": [data.fmt(documented.get(c)) for c in newest["case"]],
         "target met": [data.fmt(kernel_rows["target_met"].get((r, c)))
@@ -184,7 +184,8 @@ for fp in hardware:
     })
     st.caption("The newest run's cases in this view: red = target missed, amber = slower than torch.compile.")
     common.table(shortfalls(table), column_config={
-        "case": st.column_config.TextColumn(width=420),
+        "case": st.column_config.TextColumn(width=420, help="variant/dtype and the parameters that tell these "
+                                            "cases apart; the case page has the full key"),
         "kernel µs": st.column_config.NumberColumn(format="%.4g"),
         "x eager": st.column_config.NumberColumn(format="%.2f"),
         "x torch.compile": st.column_config.NumberColumn(format="%.2f"),
