@@ -26,7 +26,8 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
            "#7F3C8D", "#11A579", "#3969AC", "#E73F74")
 IMPL_COLOURS = {"triton": "#0072B2", "torch_eager": "#7F7F7F", "torch_compile": "#D55E00",
                 "cublas_linear": "#009E73", "torch_rms_norm": "#CC79A7"}
-IMPL_NAMES = {"triton": "kernel (Triton)", "torch_eager": "eager PyTorch", "torch_compile": "torch.compile"}
+IMPL_NAMES = {"triton": "kernel (Triton)", "torch_eager": "eager PyTorch", "torch_compile": "torch.compile",
+              "cublas_linear": "matmul alone (F.linear)", "torch_rms_norm": "F.rms_norm + F.linear"}
 
 
 def colours(universe: Iterable[str]) -> dict[str, str]:
@@ -302,8 +303,10 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
                                      line={"color": "black", "dash": "dash"}))
             ys += roof
         yrange = [math.log10(min(ys) / 2), math.log10(max(ys) * 2)]
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)", range=xrange)
-    fig.update_yaxes(type="log", title="achieved TFLOP/s", range=yrange)
+    xticks = log_ticks([10 ** v for v in xrange]) if xrange else {}
+    yticks = log_ticks([10 ** v for v in yrange]) if yrange else {}
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)", range=xrange, **xticks)
+    fig.update_yaxes(type="log", title="achieved TFLOP/s", range=yrange, **yticks)
     _layout(fig, 480)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig

@@ -14,13 +14,14 @@ import pandas as pd
 import streamlit as st
 from sqlalchemy import Engine
 
+from dashboard.charts import IMPL_NAMES
 from db import queries
 from db.engine import open_database
 
 KERNEL_IMPL = "triton"
 EAGER_IMPL = "torch_eager"
 COMPILE_IMPL = "torch_compile"
-NAMES = {KERNEL_IMPL: "kernel (Triton)", EAGER_IMPL: "eager PyTorch", COMPILE_IMPL: "torch.compile"}
+NAMES = IMPL_NAMES  # implementation -> what a page calls it (one table, in dashboard/charts.py)
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
 
 
