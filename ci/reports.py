@@ -130,7 +130,7 @@ def _ratio_table(result: GateResult) -> str:
     rows = sorted((v for v in result.verdicts if v.comparison is not None), key=lambda v: -v.comparison.ratio)
     if not rows:
         return "<p>No perf case was compared.</p>"
-    lo = f"{1 / RATIO_SPAN:g}x"
+    lo = f"{1 / RATIO_SPAN:.3g}x"
     body = "".join(
         f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td><td>{_h(v.status)}</td>"
         f"<td class='n'>{_h(_fmt_ms(v.baseline_ms))}</td><td class='n'>{_h(_fmt_ms(v.time_ms))}</td>"
