@@ -557,3 +557,41 @@ def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path
     assert result.exit_code == 0, result.output
     exported = to_data(load_artifact(tmp_path / "exported.json"))
     assert exported["accuracy"] == doc["accuracy"] and exported["run"]["status"] == "partial"
+
+
+def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> None:
+    """A 5:54 run printed "~20:42 left": one rate over everything, measured on the heavy items that run first,
+    and elapsed time over finished items while other workers' items were in flight. Replayed here on a fake
+    clock: two workers, largest first; 10 heavy items (cost 10, 40 s each) and 90 light ones (cost 1, 0.25 s each,
+    16x less time per unit of cost)."""
+    import heapq
+    import io
+    import re
+
+    from collector.progress import Progress
+
+    items = [("acc/heavy", 10.0, 40.0)] * 10 + [("acc/light", 1.0, 0.25)] * 90
+    now = [0.0]
+    stream = io.StringIO()
+    groups = {"acc/heavy": 100.0, "acc/light": 90.0}
+    progress = Progress(len(items), stream=stream, every=1, total_cost=190.0, group_costs=groups, workers=2,
+                        clock=lambda: now[0])
+    free, finishes = [0.0, 0.0], []
+    for group, cost, seconds in items:  # two workers, each takes the next item when it is free
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + seconds)
+        finishes.append((start + seconds, group, cost, seconds))
+    end = max(f[0] for f in finishes)
+    estimates = []
+    for t, group, cost, seconds in sorted(finishes):
+        now[0] = t
+        progress.update("x", cost, seconds, group)
+        estimates.append((t, progress.left_s(t)))
+    line = stream.getvalue().splitlines()[30]
+    minutes, secs = map(int, re.search(r"~(\d+):(\d+) left", line).groups())
+    assert abs(minutes * 60 + secs - estimates[30][1]) <= 1  # the line prints the estimate
+    for t, left in estimates[12:]:  # once each group has a finished item
+        truth = end - t
+        assert abs(left - truth) <= max(0.25 * truth, 2.0), (t, left, truth)
+    t, left = estimates[3]  # only heavy items done: the light ones are priced at the heavy rate, an honest worst case
+    assert left < 2.5 * (end - t)
