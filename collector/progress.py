@@ -15,6 +15,7 @@ from typing import TextIO
 
 LOG_LINES = 20  # about this many lines per run in a log
 LOG_INTERVAL_S = 30.0
+MEDIAN_FROM = 3  # finished items of a group before its rate is their median seconds per cost
 
 
 def _clock(seconds: float) -> str:
@@ -35,8 +36,10 @@ class Progress:
     The scheduler's costs only rank items (largest first), and one unit of cost takes very different times in
     different kernels (an interpreted matmul against a reduction), so one rate over everything, measured on
     the heavy items that run first, overestimated the rest several times over; and elapsed time over finished
-    cost ignored the ``workers`` - 1 items in flight beside each finished one. Both together made a 5:54 run
-    print "~20:42 left". Without seconds per item the estimate falls back to elapsed x cost left / cost done.
+    cost ignored the ``workers`` - 1 items in flight beside each finished one: both together made a 5:54 run
+    print "~20:42 left". From MEDIAN_FROM finished items on, k_g is their median seconds per cost: a worker's
+    first item also pays its interpreter warm-up (49 s against ~2 s on this CPU), which one sum would spread
+    over the whole estimate. Without seconds per item the estimate falls back to elapsed x cost left / cost done.
     """
 
     def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
@@ -48,6 +51,7 @@ class Progress:
         self.workers = max(1, workers)
         self.clock = clock
         self.done_by_group: dict[str, list[float]] = {}  # group -> [cost done, worker seconds]
+        self.ratios: dict[str, list[float]] = {}  # group -> seconds / cost of each finished item
         self.seconds_done = 0.0
         self.done_cost = 0.0
         self.stream = stream if stream is not None else sys.stderr
@@ -71,6 +75,8 @@ class Progress:
             done[0] += cost
             done[1] += seconds
             self.seconds_done += seconds
+            if cost > 0:
+                self.ratios.setdefault(group, []).append(seconds / cost)
         if not self.enabled:
             return
         if self.bar is not None:
@@ -92,7 +98,9 @@ class Progress:
         work = 0.0
         for group, total in groups.items():
             cost, seconds = self.done_by_group.get(group, (0.0, 0.0))
-            rate = seconds / cost if cost > 0 else overall
+            ratios = sorted(self.ratios.get(group, []))
+            mean = seconds / cost if cost > 0 else overall
+            rate = ratios[(len(ratios) - 1) // 2] if len(ratios) >= MEDIAN_FROM else mean  # see the class docstring
             work += rate * max(0.0, total - cost)
         return work / self.workers
 

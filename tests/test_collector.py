@@ -595,3 +595,14 @@ def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> 
         assert abs(left - truth) <= max(0.25 * truth, 2.0), (t, left, truth)
     t, left = estimates[3]  # only heavy items done: the light ones are priced at the heavy rate, an honest worst case
     assert left < 2.5 * (end - t)
+
+
+def test_progress_estimate_ignores_a_workers_warm_up() -> None:
+    """On the CPU a worker's first case also pays the interpreter's warm-up (49 s, then ~2 s per case)."""
+    from collector.progress import Progress
+
+    progress = Progress(14, enabled=False, total_cost=14.0, group_costs={"accuracy/k": 14.0}, workers=2,
+                        clock=lambda: 0.0)
+    for seconds in (49.0, 49.0, 2.0, 2.0):
+        progress.update("x", 1.0, seconds, "accuracy/k")
+    assert progress.left_s(0.0) == 10 * 2.0 / 2  # 10 cases of ~2 s left on two workers, not ~100 s
