@@ -606,3 +606,35 @@ def test_progress_estimate_ignores_a_workers_warm_up() -> None:
     for seconds in (49.0, 49.0, 2.0, 2.0):
         progress.update("x", 1.0, seconds, "accuracy/k")
     assert progress.left_s(0.0) == 10 * 2.0 / 2  # 10 cases of ~2 s left on two workers, not ~100 s
+
+
+QUIET_PROBE = """
+import sys, warnings
+import torch, triton, triton.language as tl
+from collector.worker import quiet_interpreter
+
+@triton.jit
+def _div(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(x + offs, mask=mask, other=1.0)
+    b = tl.load(y + offs, mask=mask, other=0.0)  # masked-off lanes: 1 / 0 in NumPy
+    tl.store(out + offs, a / b, mask=mask)
+
+if sys.argv[1] == "quiet":
+    quiet_interpreter()
+warnings.simplefilter("always", RuntimeWarning) if sys.argv[1] == "loud" else None
+x = torch.ones(3); out = torch.empty(3)
+_div[(1,)](x, x, out, 3, BLOCK=8)
+assert out.tolist() == [1.0, 1.0, 1.0]
+"""
+
+
+@pytest.mark.parametrize("mode", ["loud", "quiet"])
+def test_interpreter_warnings_on_masked_lanes_stay_out_of_the_output(mode) -> None:  # noqa: ANN001
+    """collect on the CPU printed "interpreter.py:599: RuntimeWarning: divide by zero" for lanes never stored."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", QUIET_PROBE, mode], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert ("RuntimeWarning" in out.stderr) == (mode == "loud"), out.stderr
