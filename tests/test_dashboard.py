@@ -400,6 +400,8 @@ def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) 
     frame = at.dataframe[0].value
     assert len(frame) >= 10 and {"B/A time", "p (B slower)", "budget delta"} <= set(frame.columns)
     assert len(set(a.options)) == len(a.options) == len(runs)  # the four repeats of 653a5717 are told apart
+    assert all(" kernel" in o or " · mse_loss" in o or " · scaled" in o or " · fused" in o for o in a.options)
+    assert all("perf " in o or "accuracy " in o for o in a.options)  # what each run holds
     assert at.get("download_button")
 
 

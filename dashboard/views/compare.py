@@ -53,7 +53,8 @@ runs = queries.list_runs(eng, limit=300)
 if len(runs) < 2:
     st.info("Two runs are needed.")
     st.stop()
-labels = {r["id"]: f"{data.run_label(r)} · {r['hardware']}" for r in runs}
+contents = queries.run_contents(eng, [r["id"] for r in runs])
+labels = {r["id"]: f"{data.run_label(r, contents[r['id']])} · {r['hardware']}" for r in runs}
 pair = default_pair(eng, runs) or (runs[1]["id"], runs[0]["id"])
 
 
