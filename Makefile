@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh Linux machine with Python 3.10+ and pip:
-#   make demo   install, collect a CPU accuracy run, load the shipped GPU history, open the dashboard
+#   make demo   install what the demo needs, load the shipped GPU history and a SYNTHETIC demo branch,
+#               collect a reduced CPU accuracy run, open the dashboard
 #   make test   install, lint, run the whole test suite
 #   make compile-check   compile every kernel launch for A100, H100/H200 (Triton) and Ascend 910B (triton-ascend)
 PYTHON ?= python3
@@ -15,16 +16,30 @@ COMPILE_REPORT ?= test-artifacts/compile-check.md
 DB ?= kernelwatch.db
 PORT ?= 8501
 BIN := $(VENV)/bin
+# The real H200 run the SYNTHETIC demo branch is derived from (db/synthetic.py: demo_branch, DEMO_CHANGES).
+DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json
+# A reduced CPU accuracy run: the 121 fp32 cases (~1.5 minutes on 2 cores); the full 358-case run stays in CI.
+DEMO_CPU ?= --match /fp32/
 
-.PHONY: demo test install lint bench clean compile-check
+.PHONY: demo test install install-demo lint bench clean compile-check
 
 install: $(VENV)/.installed
+install-demo: $(VENV)/.installed-demo
 
+# Everything the tests need (the eval extra, apache-otava, is benchmarks/detector_eval.py's reference).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test,postgres,eval,triton]"
+	touch $@ $(VENV)/.installed-demo
+
+# What the demo runs: the package and Triton's interpreter, nothing for tests or evaluation.
+$(VENV)/.installed-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[triton]"
 	touch $@
 
 $(ASCEND_VENV)/.installed: Makefile
@@ -39,9 +54,10 @@ compile-check: install $(ASCEND_VENV)/.installed
 	@mkdir -p $(dir $(COMPILE_REPORT))
 	$(BIN)/python -m collector.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
 
-demo: install
+demo: install-demo
 	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json
-	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all
+	$(BIN)/kernelwatch synth --db $(DB) --demo-from $(DEMO_SOURCE)
+	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all $(DEMO_CPU)
 	$(BIN)/kernelwatch dashboard --db $(DB) --port $(PORT)
 
 lint: install

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import html
+import math
 import os
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
-
-import plotly.graph_objects as go
 
 from ci.gate import GateResult
 from db.schema import printable
@@ -108,35 +107,117 @@ def junit(result: GateResult) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-def _ratio_chart(result: GateResult) -> go.Figure:
-    rows = [v for v in result.verdicts if v.comparison is not None]
-    rows.sort(key=lambda v: v.comparison.ratio)
-    colors = ["#d62728" if v.status == "regression" else "#2ca02c" for v in rows]
-    # Plotly renders a subset of HTML in labels (<a href> becomes a link): case names go in escaped.
-    labels = [html.escape(printable(v.case), quote=False) for v in rows]
-    fig = go.Figure(go.Bar(x=[v.comparison.ratio for v in rows], y=labels,
-                           orientation="h", marker={"color": colors}, name="candidate / baseline time"))
-    fig.add_vline(x=1.0, line_dash="dot")
-    fig.add_vline(x=1.0 + result.min_effect, line_dash="dash", line_color="red")
-    fig.update_layout(title="time ratio per case (candidate / baseline)", height=max(300, 18 * len(rows) + 120))
-    return fig
+STATUS_CLASS = {"regression": "bad", "accuracy": "bad", "error": "bad", "missing": "bad", "unmeasured": "bad",
+                "unreliable": "bad", "warning": "warn", "noisy": "warn", "machine": "warn", "acknowledged": "ack",
+                "pass": "ok", "new": "ok"}
+RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x slower (or faster) reaches the edge
+
+
+def _h(value: object) -> str:
+    return html.escape(printable(" ".join(str(value).split())), quote=True)
+
+
+def _bar(ratio: float, status: str) -> str:
+    """A bar centred on 1 (no change): right of the centre line when the candidate is slower, left when faster,
+    its length log(ratio) on a log scale, so +10% and -9% are as long; past RATIO_SPAN it is clipped (marked)."""
+    half = min(abs(math.log(ratio)) / math.log(RATIO_SPAN), 1.0) * 50 if ratio > 0 else 0.0
+    side = "left:50%" if ratio >= 1 else f"left:{50 - half:.2f}%"
+    cls = "bad" if status == "regression" else "faster" if ratio < 1 else "same"
+    clipped = " clip" if ratio > 0 and abs(math.log(ratio)) > math.log(RATIO_SPAN) else ""
+    return f"<div class='track'><span class='b {cls}{clipped}' style='{side};width:{half:.2f}%'></span></div>"
+
+
+def _ratio_table(result: GateResult) -> str:
+    """Every compared perf case, most slowed first: before, now, the ratio and its bar."""
+    rows = sorted((v for v in result.verdicts if v.comparison is not None), key=lambda v: -v.comparison.ratio)
+    if not rows:
+        return "<p>No perf case was compared.</p>"
+    lo = f"{1 / RATIO_SPAN:.3g}x"
+    body = "".join(
+        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td><td>{_h(v.status)}</td>"
+        f"<td class='n'>{_h(_fmt_ms(v.baseline_ms))}</td><td class='n'>{_h(_fmt_ms(v.time_ms))}</td>"
+        f"<td class='n'>{v.comparison.ratio:.3f}</td><td>{_bar(v.comparison.ratio, v.status)}</td></tr>"
+        for v in rows)
+    return (f"<table id='ratios' style='--min:{_effect_pos(result):.2f}%'><caption>Time ratio per case (candidate "
+            f"/ baseline): each bar grows from the grey line at 1 (no change), right = slower, left = faster, on a "
+            f"log scale with edges at {lo} and {RATIO_SPAN:g}x; the red line is the minimum effect "
+            f"(+{result.min_effect:.0%}).</caption><colgroup><col class='c1'><col class='c2'><col class='c3'>"
+            "<col class='c3'><col class='c4'><col class='c5'></colgroup><tr><th>case</th><th>verdict</th>"
+            "<th>before</th><th>now</th><th>ratio</th><th class='axis'>&larr; faster | slower &rarr;</th></tr>"
+            f"{body}</table>")
+
+
+def _effect_pos(result: GateResult) -> float:
+    return 50 + min(math.log(1 + result.min_effect) / math.log(RATIO_SPAN), 1.0) * 50
+
+
+def _verdict_table(rows: list, title: str) -> str:
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td><td>{_h(v.status)}</td>"
+        f"<td class='n'>{_before_now(v)[0]}</td><td class='n'>{_before_now(v)[1]}</td><td>{_h(v.message)}</td></tr>"
+        for v in rows)
+    return (f"<h2>{_h(title)} ({len(rows)})</h2><table><colgroup><col class='c1'><col class='c2'><col class='c3'>"
+            "<col class='c3'><col></colgroup><tr><th>case</th><th>verdict</th><th>before</th><th>now</th>"
+            f"<th>details</th></tr>{body}</table>")
+
+
+def _before_now(v) -> tuple[str, str]:  # noqa: ANN001 - a CaseVerdict
+    if v.suite == "perf":
+        return _h(_fmt_ms(v.baseline_ms)), _h(_fmt_ms(v.time_ms))
+    return tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget))
+
+
+_CSS = ("body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;max-width:1240px;padding:0 16px;color:#222}"
+        "h1{font-size:22px;margin:0 0 8px} h2{font-size:17px;margin:22px 0 6px}"
+        "table{border-collapse:collapse;width:100%;table-layout:fixed;margin-bottom:8px}"
+        "caption{text-align:left;color:#555;padding:4px 0}"
+        "th,td{padding:3px 6px;border-bottom:1px solid #e4e4e4;text-align:left;vertical-align:top}"
+        "td.case{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:12px}"
+        "td.n{text-align:right;white-space:nowrap} col.c1{width:36%} col.c2{width:9%} col.c3{width:8%}"
+        "col.c4{width:7%} col.c5{width:28%}"
+        "tr.bad td{background:#fde0e0} tr.warn td{background:#fff6d5} tr.ack td{background:#eee6f6}"
+        ".counts span{display:inline-block;margin:0 8px 4px 0;padding:1px 8px;border-radius:9px;background:#eee}"
+        ".counts .bad{background:#f6c6c6} .counts .warn{background:#f8e8a8} .counts .ok{background:#d3efd9}"
+        ".track{position:relative;height:12px;background:linear-gradient(90deg,transparent calc(50% - 1px),#888 "
+        "calc(50% - 1px),#888 calc(50% + 1px),transparent calc(50% + 1px)),linear-gradient(90deg,transparent "
+        "var(--min),#d62728 var(--min),#d62728 calc(var(--min) + 1px),transparent calc(var(--min) + 1px))}"
+        ".b{position:absolute;top:1px;height:10px;background:#9ab} .b.bad{background:#d62728}"
+        ".b.faster{background:#2ca02c} .b.clip{border-right:3px double #000}"
+        "th.axis{text-align:center}"
+        "p.meta{color:#444;margin:4px 0}")
 
 
 def html_report(result: GateResult) -> str:
-    """One file, no server: the Plotly library is embedded."""
-    chart = _ratio_chart(result).to_html(include_plotlyjs=True, full_html=False, div_id="ratios")
-    rows = "".join(
-        f"<tr class='{v.status}'><td>{html.escape(printable(v.case))}</td><td>{v.status}</td>"
-        f"<td>{html.escape(printable(v.message))}</td></tr>"
-        for v in sorted(result.verdicts, key=lambda v: (v.status == "pass", v.case)))
-    md = html.escape(markdown(result))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>KernelWatch gate</title><style>"
-            "body{font-family:sans-serif;margin:2em} td{padding:2px 8px} "
-            ".regression,.accuracy,.error,.missing,.unmeasured,.unreliable{background:#fdd} "
-            ".warning,.noisy,.machine{background:#ffd}"
-            "</style></head><body>"
-            f"<h1>KernelWatch gate: {result.verdict}</h1><pre>{md}</pre>{chart}"
-            f"<table><tr><th>case</th><th>verdict</th><th>details</th></tr>{rows}</table></body></html>")
+    """One small file, no script and nothing fetched: the verdict, what was compared, the failures and
+    warnings, and every compared perf case's time ratio as a bar centred on 1 (CSS only)."""
+    c, b = result.candidate, result.baseline
+    counts: dict[str, int] = defaultdict(int)
+    for v in result.verdicts:
+        counts[v.status] += 1
+    meta = (f"Candidate {_h(c['commit']['sha'][:12])} ({_h(c['commit']['branch'])}, run {_h(c['id'][:8])}, "
+            f"{_h(c['status'])}) against baseline {_h(b['commit'][:12])} ({_h(b['branch'])}, run {_h(b['id'][:8])}); "
+            + ("wall time per call; " if result.metric == "call" else "GPU time; ")
+            + f"minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.")
+    notes = "".join(f"<p class='meta'>Note: {_h(n)}</p>" for n in result.notes)
+    if result.undecided:
+        notes = f"<p class='meta'><b>Cannot decide:</b> {_h(result.undecided)}</p>" + notes
+    badges = "".join(f"<span class='{STATUS_CLASS.get(s, '')}'>{_h(s)}: {n}</span>" for s, n in sorted(counts.items()))
+    acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
+    others = sorted((v for v in result.verdicts if v not in result.failed and v not in result.warnings
+                     and v.status != "acknowledged"), key=lambda v: (v.status != "new", v.case))
+    rest = _verdict_table(others, "Every other case")
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>KernelWatch gate: {_h(result.verdict)}</title><style>{_CSS}</style></head><body>"
+            f"<h1>KernelWatch gate: {_h(result.verdict)}</h1><p class='meta'>{meta}</p>{notes}"
+            f"<div class='counts'>{badges}</div>"
+            + _verdict_table(result.failed, "Failures") + _verdict_table(result.warnings, "Warnings")
+            + _verdict_table(acknowledged, "Acknowledged (expected, not failing)")
+            + f"<h2>Perf: time ratio per case</h2>{_ratio_table(result)}"
+            + (f"<details><summary>Every other case ({len(others)})</summary>{rest}</details>" if others else "")
+            + "</body></html>")
 
 
 def publish(result: GateResult, folder: Path, summary: str | None = None) -> list[str]:

@@ -38,6 +38,7 @@ from collector.pool import (
     cost_of,
     group_of,
     host_cpus,
+    progress_group,
     run_items,
     start_workers,
     stop_all,
@@ -129,10 +130,14 @@ def run_collection(opts: Options) -> RunDocument:
         if journal is not None:
             journal.header(run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),
                            hardware_of(described), len(items))
-        tally.progress = Progress(len(items), opts.progress, total_cost=sum(cost_of(i, cases) for i in items))
+        live = [h for h in handles if h.index in replies]
+        group_costs: dict[str, float] = {}
+        for i in items:
+            group_costs[progress_group(i, cases)] = group_costs.get(progress_group(i, cases), 0.0) + cost_of(i, cases)
+        tally.progress = Progress(len(items), opts.progress, total_cost=sum(group_costs.values()),
+                                  group_costs=group_costs, workers=len(live))
         t_suites = time.monotonic()
-        run_items([h for h in handles if h.index in replies], handles, dispatcher, ceilings, opts.case_timeout_s,
-                  tally)
+        run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally)
         t_suites_end = time.monotonic()
     except KeyboardInterrupt:
         missing = [i for i in items if i[0] != "explore" and i not in tally.records]

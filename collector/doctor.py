@@ -60,6 +60,13 @@ def _which(name: str, env: Mapping[str, str]) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Individual checks
 # ---------------------------------------------------------------------------------------------
+def cpu_only_torch() -> str | None:
+    """The version of this PyTorch when it is built without CUDA (``torch.version.cuda`` is None), else None."""
+    import torch
+
+    return torch.__version__ if torch.version.cuda is None else None
+
+
 def check_device(requested: str) -> tuple[Check, str]:
     """(check, the device type a run will use) for ``auto``, ``cuda``, ``npu`` or ``cpu``."""
     from collector.backends import DEVICE_TYPES, check_available, detect_device, device_count
@@ -71,7 +78,11 @@ def check_device(requested: str) -> tuple[Check, str]:
         check_available(kind)
     except Exception as exc:  # noqa: BLE001 - torch_npu without CANN's libraries raises ImportError or OSError
         kind = requested if requested != "auto" else "cpu"
-        return Check("device", False, kind, str(exc).splitlines()[0] if str(exc) else type(exc).__name__), kind
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        build = cpu_only_torch() if kind == "cuda" else None
+        if build:
+            reason = f"--device cuda: this PyTorch is the CPU-only build ({build}), which never sees a GPU"
+        return Check("device", False, kind, reason), kind
     count = device_count(kind)
     name = "Triton interpreter"
     if kind == "cuda":
@@ -103,7 +114,11 @@ def check_versions(kind: str) -> list[Check]:
     """torch, triton and which distribution provides it, torch_npu and triton-ascend."""
     import torch
 
-    checks = [Check("torch", True, torch.__version__, required=False)]
+    build = cpu_only_torch() if kind == "cuda" else None
+    checks = [Check("torch", False, f"{torch.__version__} (CPU-only build)",
+                    "a CUDA run needs a CUDA build of PyTorch: pip install torch from the index of your CUDA version "
+                    "(https://pytorch.org/get-started/locally/)") if build else
+              Check("torch", True, torch.__version__, required=False)]
     triton_spec = importlib.util.find_spec("triton")
     community, ascend = _dist_version("triton"), _dist_version("triton-ascend")
     if triton_spec is None:

@@ -77,6 +77,11 @@ def cost_of(item: WorkItem, cases: dict[WorkItem, Any]) -> float:
     return case.trials * (ACCURACY_ITEM_S + size / REFERENCE_BYTES_PER_S)
 
 
+def progress_group(item: WorkItem, cases: dict[WorkItem, Any]) -> str:
+    """Items whose cost estimates share one rate (seconds per unit of cost): one suite of one kernel."""
+    return f"{item[0]}/{cases[item][0].name}"
+
+
 class WorkerHandle:
     """One device's worker process, restarted when a case kills it."""
 

@@ -15,6 +15,7 @@ from typing import TextIO
 
 LOG_LINES = 20  # about this many lines per run in a log
 LOG_INTERVAL_S = 30.0
+MEDIAN_FROM = 3  # finished items of a group before its rate is their median seconds per cost
 
 
 def _clock(seconds: float) -> str:
@@ -24,22 +25,40 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    """``update(item_name, cost)`` per finished item; ``close()`` at the end.
+    """``update(item_name, cost, seconds, group)`` per finished item; ``close()`` at the end.
 
-    The time left is elapsed x (cost left / cost done), with the scheduler's cost estimates, since
-    the largest items run first.
+    The time left: each group of items (``group_costs``: e.g. suite and kernel -> the scheduler's summed cost
+    estimates) has its own rate k_g = worker seconds / cost over its finished items (the global rate while a
+    group has none finished), and
+
+        left = sum_g k_g x (cost of g not yet finished) / workers.
+
+    The scheduler's costs only rank items (largest first), and one unit of cost takes very different times in
+    different kernels (an interpreted matmul against a reduction), so one rate over everything, measured on
+    the heavy items that run first, overestimated the rest several times over; and elapsed time over finished
+    cost ignored the ``workers`` - 1 items in flight beside each finished one: both together made a 5:54 run
+    print "~20:42 left". From MEDIAN_FROM finished items on, k_g is their median seconds per cost: a worker's
+    first item also pays its interpreter warm-up (49 s against ~2 s on this CPU), which one sum would spread
+    over the whole estimate. Without seconds per item the estimate falls back to elapsed x cost left / cost done.
     """
 
     def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 every: int | None = None, interval_s: float = LOG_INTERVAL_S, total_cost: float | None = None) -> None:
+                 every: int | None = None, interval_s: float = LOG_INTERVAL_S, total_cost: float | None = None,
+                 group_costs: dict[str, float] | None = None, workers: int = 1, clock=time.monotonic) -> None:  # noqa: ANN001
         self.total, self.enabled = total, enabled
         self.total_cost = total_cost if total_cost else float(total)  # the time left is estimated from costs
+        self.group_costs = dict(group_costs or {})
+        self.workers = max(1, workers)
+        self.clock = clock
+        self.done_by_group: dict[str, list[float]] = {}  # group -> [cost done, worker seconds]
+        self.ratios: dict[str, list[float]] = {}  # group -> seconds / cost of each finished item
+        self.seconds_done = 0.0
         self.done_cost = 0.0
         self.stream = stream if stream is not None else sys.stderr
         self.every = every or max(1, math.ceil(total / LOG_LINES))
         self.interval_s = interval_s
         self.done = 0
-        self.started = self.last_line = time.monotonic()
+        self.started = self.last_line = clock()
         self.bar = None
         isatty = getattr(self.stream, "isatty", None)
         if enabled and isatty is not None and isatty():
@@ -48,22 +67,46 @@ class Progress:
             self.bar = tqdm(total=total, unit="case", dynamic_ncols=True, file=self.stream,
                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
 
-    def update(self, name: str = "", cost: float = 1.0) -> None:
+    def update(self, name: str = "", cost: float = 1.0, seconds: float | None = None, group: str = "") -> None:
         self.done += 1
         self.done_cost += cost
+        if seconds is not None:
+            done = self.done_by_group.setdefault(group, [0.0, 0.0])
+            done[0] += cost
+            done[1] += seconds
+            self.seconds_done += seconds
+            if cost > 0:
+                self.ratios.setdefault(group, []).append(seconds / cost)
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.set_postfix_str(name[:80], refresh=False)
             self.bar.update(1)
             return
-        now = time.monotonic()
+        now = self.clock()
         if self.done % self.every == 0 or now - self.last_line >= self.interval_s or self.done == self.total:
             self._line(now, name)
 
+    def left_s(self, now: float) -> float:
+        """Seconds left, estimated as the class docstring says."""
+        elapsed = now - self.started
+        if not self.done_by_group:
+            return elapsed / self.done_cost * max(0.0, self.total_cost - self.done_cost) if self.done_cost > 0 else 0.0
+        done_cost = sum(c for c, _ in self.done_by_group.values())
+        overall = self.seconds_done / done_cost if done_cost > 0 else 0.0
+        groups = self.group_costs or {"": self.total_cost}
+        work = 0.0
+        for group, total in groups.items():
+            cost, seconds = self.done_by_group.get(group, (0.0, 0.0))
+            ratios = sorted(self.ratios.get(group, []))
+            mean = seconds / cost if cost > 0 else overall
+            rate = ratios[(len(ratios) - 1) // 2] if len(ratios) >= MEDIAN_FROM else mean  # see the class docstring
+            work += rate * max(0.0, total - cost)
+        return work / self.workers
+
     def _line(self, now: float, name: str) -> None:
         elapsed = now - self.started
-        left = elapsed / self.done_cost * max(0.0, self.total_cost - self.done_cost) if self.done_cost > 0 else 0.0
+        left = self.left_s(now)
         pct = 100.0 * self.done / self.total if self.total else 100.0
         last = f", last {name}" if name else ""
         print(f"kernelwatch: {self.done}/{self.total} items ({pct:.0f}%), {_clock(elapsed)} elapsed, "

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collector.pool import WorkerHandle, cost_of
+from collector.pool import WorkerHandle, cost_of, progress_group
 from collector.schedule import Dispatcher
 from collector.selection import Options
 from collector.worker import WorkItem
@@ -93,7 +93,7 @@ class Tally:
             self.errored.add(item)
         if self.journal is not None:
             self.journal.result(record)
-        self.progress.update(item[1], cost_of(item, self.cases))
+        self.progress.update(item[1], cost_of(item, self.cases), seconds, progress_group(item, self.cases))
 
 
 def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:

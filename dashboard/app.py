@@ -15,7 +15,10 @@ import streamlit as st  # noqa: E402
 st.set_page_config(page_title="KernelWatch", page_icon="⏱", layout="wide")
 here = Path(__file__).parent / "views"  # not "pages/": that name turns on Streamlit's legacy multipage mode
 pages = [
-    st.Page(str(here / "triage.py"), title="Triage", url_path="triage", default=True),
+    # The default page is served at "/" only; the hidden twin serves the same script at "/triage" too, so a link
+    # to /triage (the name the menu shows) is not "Page not found".
+    st.Page(str(here / "triage.py"), title="Triage", url_path="landing", default=True),
+    st.Page(str(here / "triage.py"), title="Triage", url_path="triage", visibility="hidden"),
     st.Page(str(here / "case.py"), title="Case", url_path="case"),
     st.Page(str(here / "overview.py"), title="Overview", url_path="overview"),
     st.Page(str(here / "performance.py"), title="Performance", url_path="performance"),

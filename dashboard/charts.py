@@ -69,15 +69,50 @@ def _categories(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame.sort_values("order")["x"]))
 
 
+MAX_X_TICKS = 12  # rotated commit labels of ~1,100 px of plot: more than this overlap
+
+
+def _run_axis(fig: go.Figure, xs: list[str], row: int | None = None, **kwargs: object) -> None:
+    """A category axis of runs (commit·run id) with at most MAX_X_TICKS labels: past that, every k-th run is
+    labelled with its commit alone (the hover names every point's run)."""
+    ticks: dict = {}
+    if len(xs) > MAX_X_TICKS:
+        step = math.ceil(len(xs) / MAX_X_TICKS)
+        shown = xs[::step]
+        ticks = {"tickmode": "array", "tickvals": shown, "ticktext": [x.split("·")[0] for x in shown]}
+    target = {} if row is None else {"row": row, "col": 1}
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, **ticks, **kwargs, **target)
+
+
+def log_ticks(values: Iterable[float], most: int = 9) -> dict:
+    """Tick values and labels of a log axis over ``values``: 1-2-5 steps per decade, decades alone when that
+    would be more than ``most`` ticks, every label a plain number ("0.02", "1", "50"). Plotly's own log ticks
+    label the minor 2 and 5 of each decade "2" and "5" next to "0.1" and "1": "1, 5, 2, 0.1" reads wrong."""
+    vals = [v for v in values if v is not None and isinstance(v, (int, float)) and v > 0 and math.isfinite(v)]
+    if not vals:
+        return {}
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    hi = max(hi, lo + 1)
+    for mantissas, margin in (((1, 2, 5), 2.5), ((1,), 10.0)):
+        ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in mantissas]
+        ticks = [t for t in ticks if min(vals) / margin <= t <= max(vals) * margin]
+        if len(ticks) <= most:
+            break
+    else:
+        ticks = ticks[:: math.ceil(len(ticks) / most)]
+    return {"tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+
+
 # ---------------------------------------------------------------------------------------------
 # Performance across commits, grouped
 # ---------------------------------------------------------------------------------------------
 def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: str, title: str,
-                     targets: dict[str, list[float]], changes: pd.DataFrame | None = None) -> go.Figure:
+                     targets: dict[str, list[tuple[float, str]]], changes: pd.DataFrame | None = None) -> go.Figure:
     """Two panels sharing the x axis (runs in commit order): the kernel's speedup over eager PyTorch and
     over torch.compile, one line per group (geometric mean over the group's cases in each run), log y.
 
-    ``series`` columns: x, order, group, vs_eager, vs_compile, hover, synthetic. ``targets``: impl -> values.
+    ``series`` columns: x, order, group, vs_eager, vs_compile, hover, synthetic. ``targets``: impl -> [(value,
+    the lines it applies to, "" for all)].
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("kernel speedup over eager PyTorch (t eager / t kernel)",
@@ -98,11 +133,13 @@ def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: st
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=1, legendgroup="parity")
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot", row=2, legendgroup="parity", showlegend=False)
     for row, impl, word in ((1, EAGER_IMPL, "eager"), (2, COMPILE_IMPL, "torch.compile")):
-        for value in sorted(set(targets.get(impl, []))):
-            _hline(fig, xs, value, f"target {value:g}x {word}", "#009E73", "dash", row=row)
-    fig.update_yaxes(type="log")
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
-    fig.update_xaxes(title=f"run (commit·run id, commit order); lines: {esc(group_by)}", row=2, col=1)
+        for value, lines in targets.get(impl, []):
+            _hline(fig, xs, value, f"target {value:g}x {word}{esc(lines)}", "#009E73", "dash", row=row)
+    for row, col in ((1, "vs_eager"), (2, "vs_compile")):
+        refs = [1.0, *(v for v, _ in targets.get(EAGER_IMPL if row == 1 else COMPILE_IMPL, []))]
+        fig.update_yaxes(type="log", **log_ticks([*series.get(col, []), *refs]), row=row, col=1)
+    _run_axis(fig, xs, row=1)
+    _run_axis(fig, xs, row=2, title=f"run (commit·run id, commit order); lines: {esc(group_by)}")
     _layout(fig, 680)
     fig.update_layout(title=_title(title, bool(series["synthetic"].any()) if not series.empty else False),
                       legend_title_text=esc(group_by) + ":")
@@ -122,9 +159,9 @@ def grouped_metric(series: pd.DataFrame, palette: dict[str, str], group_by: str,
                                          "size": 7}))
     if reference:
         _hline(fig, xs, reference[0], reference[1], "#C00000", "dash")
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs,
-                     title="run (commit·run id, commit order)")
-    fig.update_yaxes(type="log" if log else "linear", title=esc(y_title), dtick="D2" if log else None)
+    _run_axis(fig, xs, title="run (commit·run id, commit order)")
+    ys = [*series.get("value", []), *([reference[0]] if reference else [])]
+    fig.update_yaxes(type="log" if log else "linear", title=esc(y_title), **(log_ticks(ys) if log else {}))
     _layout(fig, 460)
     fig.update_layout(title=_title(title, bool(series["synthetic"].any()) if not series.empty else False),
                       legend_title_text=esc(group_by) + ":")
@@ -165,9 +202,9 @@ def case_times(frame: pd.DataFrame, title: str, marks: pd.DataFrame | None = Non
                                      hovertext=[f"wall time per call {v:.4g} us (calls back to back)"
                                                 for v in calls["call_us"]], hoverinfo="text"))
     _marks(fig, marks)
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs,
-                     title="run (commit·run id, commit order)")
-    fig.update_yaxes(type="log", title="time per call (µs): median, p20-p80 band")
+    _run_axis(fig, xs, title="run (commit·run id, commit order)")
+    ys = [*frame["p20_us"], *frame["p80_us"], *frame["median_us"], *frame["call_us"]]
+    fig.update_yaxes(type="log", title="time per call (µs): median, p20-p80 band", **log_ticks(ys))
     _layout(fig, 460)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig
@@ -212,8 +249,9 @@ def case_speedups(frame: pd.DataFrame, title: str, targets: dict[str, float]) ->
         if impl in targets:
             _hline(fig, xs, targets[impl], f"target {targets[impl]:g}x {IMPL_NAMES[impl]}", IMPL_COLOURS[impl], "dash")
     _hline(fig, xs, 1.0, "parity (1x)", "#7F7F7F", "dot")
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, title="run")
-    fig.update_yaxes(type="log", title="speedup (x)")
+    _run_axis(fig, xs, title="run")
+    fig.update_yaxes(type="log", title="speedup (x)",
+                     **log_ticks([*frame["vs_eager"], *frame["vs_compile"], 1.0, *targets.values()]))
     _layout(fig, 400)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig
@@ -233,7 +271,7 @@ def case_floor(frame: pd.DataFrame, title: str, y_title: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=rows["x"], y=rows["pct"], mode="lines+markers", name=IMPL_NAMES[impl],
                                  line={"color": impl_colour(impl)}, hovertemplate="%{x}: %{y:.1f}%<extra></extra>"))
     _hline(fig, xs, 100.0, "100% = the ceiling", "#C00000", "dash")
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs, title="run")
+    _run_axis(fig, xs, title="run")
     fig.update_yaxes(title=esc(y_title), rangemode="tozero")
     _layout(fig, 400)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
@@ -254,15 +292,27 @@ def roofline(frame: pd.DataFrame, peak_gbps: float | None, peak_tflops: float | 
                                  name=esc(IMPL_NAMES.get(impl, impl)),
                                  marker={"size": 9, "color": impl_colour(impl)},
                                  hovertext=[esc(c) for c in rows["case"]], hoverinfo="text+x+y"))
-    if peak_gbps and peak_tflops and not data.empty:
-        lo = max(min(data["intensity"].min() / 4, 0.01), 1e-3)
-        hi = max(data["intensity"].max() * 4, peak_tflops * 1e12 / (peak_gbps * 1e9) * 4)
-        xs = [lo * (hi / lo) ** (k / 60) for k in range(61)]
-        ys = [min(peak_gbps * 1e9 * x / 1e12, peak_tflops) for x in xs]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="measured roofline",
-                                 line={"color": "black", "dash": "dash"}))
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)")
-    fig.update_yaxes(type="log", title="achieved TFLOP/s")
+    xrange = yrange = None
+    if not data.empty:
+        # the points' own decade(s) with a third of a decade either side; the ridge (where the copy roof
+        # meets the matmul roof) joins the view only when it is within a decade of the points
+        lo, hi = data["intensity"].min() / 2, data["intensity"].max() * 2
+        ridge = peak_tflops * 1e12 / (peak_gbps * 1e9) if peak_gbps and peak_tflops else None
+        if ridge and ridge / 10 <= hi and ridge * 2 > hi:
+            hi = ridge * 2
+        xrange = [math.log10(lo), math.log10(hi)]
+        ys = list(data["achieved"])
+        if peak_gbps and peak_tflops:
+            xs = [lo * (hi / lo) ** (k / 60) for k in range(61)]
+            roof = [min(peak_gbps * 1e9 * x / 1e12, peak_tflops) for x in xs]
+            fig.add_trace(go.Scatter(x=xs, y=roof, mode="lines", name="measured roofline",
+                                     line={"color": "black", "dash": "dash"}))
+            ys += roof
+        yrange = [math.log10(min(ys) / 2), math.log10(max(ys) * 2)]
+    xticks = log_ticks([10 ** v for v in xrange]) if xrange else {}
+    yticks = log_ticks([10 ** v for v in yrange]) if yrange else {}
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP / byte)", range=xrange, **xticks)
+    fig.update_yaxes(type="log", title="achieved TFLOP/s", range=yrange, **yticks)
     _layout(fig, 480)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))
     return fig

@@ -14,10 +14,12 @@ import pandas as pd
 import streamlit as st
 from sqlalchemy import Engine
 
+from dashboard.charts import IMPL_NAMES
 from db import queries
 from db.engine import open_database
 from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, READ_CEILING  # noqa: F401 - the views read data.KERNEL_IMPL
 
+NAMES = IMPL_NAMES  # implementation -> what a page calls it (one table, in dashboard/charts.py)
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
 
 
@@ -46,16 +48,66 @@ def hardware_options(eng: Engine) -> dict[str, str]:
 
 
 def hardware_rank(run: dict[str, Any]) -> tuple:
-    """Order of hardware on a page: measured before synthetic, accelerators before the CPU, newest first."""
+    """Order of hardware on a page (by each one's newest run): real machines before synthetic ones (named
+    "(synthetic)"), accelerators before the CPU, measured runs before synthetic ones, newest first. A
+    synthetic run on a real GPU (the demo branch) still comes before the CPU."""
     started = run["started"] or ""
-    return (bool(run["synthetic"]), run["device"] == "cpu", [-ord(c) for c in started])
+    return ("synthetic" in (run.get("hardware") or "").lower(), run["device"] == "cpu", bool(run["synthetic"]),
+            [-ord(c) for c in started])
 
 
-def run_label(run: dict[str, Any]) -> str:
-    """A unique, readable run label: commit, start time, run id (repeats of one commit differ)."""
+def when(iso: str | None) -> str:
+    """A stored UTC time as a reader writes it: "2026-11-30 22:56 UTC" ("-" when missing)."""
+    if not iso:
+        return "-"
+    return iso[:16].replace("T", " ") + " UTC"
+
+
+# Profiler counters as stored (collector/profiling.py: NCU_METRICS short names, Ascend pipe ratios) -> what a
+# reader calls them; a metric not listed shows its stored name.
+METRIC_NAMES = {
+    "duration_ns": "kernel duration", "dram_throughput_pct": "DRAM throughput (% of peak)",
+    "dram_bytes_read": "DRAM bytes read", "dram_bytes_write": "DRAM bytes written",
+    "sm_throughput_pct": "SM throughput (% of peak)", "l2_hit_rate_pct": "L2 hit rate",
+    "l2_write_hit_rate_pct": "L2 write hit rate", "aiv_vec_ratio": "vector unit busy (AIV vec)",
+    "aiv_mte2_ratio": "MTE2 busy: loads GM->UB (AIV)", "aiv_mte3_ratio": "MTE3 busy: stores UB->GM (AIV)",
+    "aiv_scalar_ratio": "scalar unit busy (AIV)", "aiv_vec_wait_ratio": "vector unit waiting (AIV)",
+    "aic_cube_ratio": "cube unit busy (AIC)", "aic_mte1_ratio": "MTE1 busy (AIC)", "aic_mte2_ratio": "MTE2 busy (AIC)",
+    "aic_fixpipe_ratio": "fixpipe busy (AIC)", "aic_scalar_ratio": "scalar unit busy (AIC)",
+}
+
+
+def metric_name(name: str) -> str:
+    return METRIC_NAMES.get(name, name)
+
+
+def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> str:
+    """A unique, readable run label: commit, start time, run id (repeats of one commit differ); with
+    ``contents`` (``queries.run_contents``) also what the run holds: result counts, kernels, GPUs."""
     when = (run.get("started") or "")[:16].replace("T", " ")
     label = f"{run['commit'][:8]} · {when} · run {run['id'][:8]}"
+    if contents is not None:
+        label += " · " + queries.contents_text(contents, run.get("device"), run.get("device_count"))
     return label + (" · SYNTHETIC" if run.get("synthetic") else "")
+
+
+TRIAGE_SCAN = 60  # how many of a hardware's newest runs Triage looks through for one with perf and one with accuracy
+
+
+def triage_runs(eng: Engine, fingerprint: str) -> list[tuple[str, dict[str, Any]]]:
+    """What Triage judges on one hardware: its newest run (complete or partial) with kernel timings and its
+    newest with gating accuracy results, as [(role, run)]: one entry "perf and accuracy" when one run is both,
+    else "perf" then "accuracy" (either may be missing). A newer perf-only run does not hide accuracy."""
+    runs = [r for r in queries.list_runs(eng, hardware=fingerprint, limit=TRIAGE_SCAN)
+            if r["fingerprint"] == fingerprint and r["status"] in ("complete", "partial")]
+    contents = queries.run_contents(eng, [r["id"] for r in runs])
+    perf = next((r for r in runs if contents[r["id"]]["perf"]), None)
+    acc = next((r for r in runs if contents[r["id"]]["accuracy"]), None)
+    if perf is not None and acc is not None and perf["id"] == acc["id"]:
+        return [("perf and accuracy", perf)]
+    out = [("perf", perf), ("accuracy", acc)]
+    found = [(role, r) for role, r in out if r is not None]
+    return found or ([("newest", runs[0])] if runs else [])
 
 
 def point_label(commit: str, run_id: str) -> str:
@@ -68,6 +120,35 @@ def short_case(case: str, kernel: str | None = None) -> str:
     if kernel and case.startswith(kernel + "/"):
         return case[len(kernel) + 1:]
     return case
+
+
+def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
+    """Per row, a case label that tells rows apart in a narrow column: the key without its kernel, variant and
+    dtype kept, and of its parameters only those that the same kernel's other rows do not all share, a word-valued
+    one as its value, a flag as its name ("masked/bf16 bwd shape=4x16x1024x1024", "fold_gamma/fp16 no bias fwd").
+    One row of a kernel keeps every parameter."""
+    def split(case: str, kernel: str) -> tuple[str, list[str]]:
+        head, _, params = short_case(case, kernel).rpartition("/")
+        return (head, params.split(",")) if head else (params, [])
+
+    groups: dict[str, list[list[str]]] = {}
+    for case, kernel in zip(cases, kernels):
+        groups.setdefault(kernel, []).append(split(case, kernel)[1])
+    common = {k: set.intersection(*map(set, v)) if len({tuple(p) for p in v}) > 1 else set() for k, v in groups.items()}
+    out = []
+    for case, kernel in zip(cases, kernels):
+        head, params = split(case, kernel)
+        out.append(" ".join([head, *(_word(p) for p in params if p not in common[kernel])]).strip())
+    return out
+
+
+def _word(param: str) -> str:
+    """A parameter whose value is a lower-case word names itself ("direction=bwd" -> "bwd"); a flag reads
+    "bias" or "no bias"."""
+    name, _, value = param.partition("=")
+    if value in ("True", "False"):
+        return name if value == "True" else f"no {name}"
+    return value if re.fullmatch(r"[a-z][a-z_]*", value) else param
 
 
 def distinct_labels(keys: list[str]) -> dict[str, str]:
@@ -89,9 +170,13 @@ def param_text(value: Any) -> str:
     return str(value)
 
 
+VARIANT_DTYPE = "variant/dtype"
+
+
 def group_options(cases: list[dict[str, Any]]) -> list[str]:
-    """The parameters a kernel's cases can be grouped by: variant, dtype, then every parameter that varies."""
-    out = []
+    """The parameters a kernel's cases can be grouped by: variant/dtype (one line per variant and dtype, so no
+    line averages over either) when either varies, variant, dtype, then every parameter that varies."""
+    out = [VARIANT_DTYPE] if len({(c["variant"], c["dtype"]) for c in cases}) > 1 else []
     for name in ("variant", "dtype"):
         if len({c[name] for c in cases}) > 1:
             out.append(name)
@@ -103,6 +188,8 @@ def group_options(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def group_value(case: dict[str, Any], by: str) -> str:
+    if by == VARIANT_DTYPE:
+        return f"{case['variant']}/{case['dtype']}"
     if by in ("variant", "dtype"):
         return str(case[by])
     value = (case.get("params") or {}).get(by)

@@ -556,3 +556,43 @@ def perf_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> 
             for rid, key in conn.execute(stmt):
                 out.setdefault(rid, set()).add(key)
     return out
+
+
+def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """What each run holds: its kernels (sorted), how many kernel timings (``perf``: Triton rows), gating
+    accuracy results (``accuracy``) and profiler metrics (``profiler``) it has. Runs without results get
+    zeros and no kernels."""
+    out = {rid: {"kernels": set(), "perf": 0, "accuracy": 0, "profiler": 0} for rid in run_ids}
+    if not run_ids:
+        return {}
+    queries = (
+        ("perf", select(PerfResult.run_id, Case.kernel, func.count()).join(Case, Case.id == PerfResult.case_id)
+         .where(PerfResult.run_id.in_(run_ids), PerfResult.implementation == KERNEL_IMPL)),
+        ("accuracy", select(AccuracyResult.run_id, Case.kernel, func.count())
+         .join(Case, Case.id == AccuracyResult.case_id)
+         .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate")),
+        ("profiler", select(ProfilerMetric.run_id, Case.kernel, func.count())
+         .join(Case, Case.id == ProfilerMetric.case_id).where(ProfilerMetric.run_id.in_(run_ids))),
+    )
+    with engine.connect() as conn:
+        for name, stmt in queries:
+            for rid, kernel, n in conn.execute(stmt.group_by(stmt.selected_columns[0], Case.kernel)):
+                out[rid][name] += n
+                out[rid]["kernels"].add(kernel)
+    return {rid: {**c, "kernels": sorted(c["kernels"])} for rid, c in out.items()}
+
+
+def contents_text(contents: dict[str, Any], device: str | None = None, device_count: int | None = None,
+                  names: bool = False) -> str:
+    """One line of what a run holds, e.g. "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" (perf counts kernel
+    timings, accuracy gating cases): the words a run picker and ``kernelwatch runs`` use. The device count is
+    named for GPUs and NPUs only (on the CPU it is the interpreter workers' host). ``names``: every kernel's
+    name instead of their number."""
+    suites = [f"{name} {contents[name]}" for name in ("perf", "accuracy", "profiler") if contents.get(name)]
+    kernels = contents.get("kernels") or []
+    parts = [" + ".join(suites) or "no results",
+             ", ".join(kernels) if names or len(kernels) == 1 else f"{len(kernels)} kernels" if kernels else ""]
+    word = {"cuda": "GPU", "npu": "NPU"}.get(device or "")
+    if device_count and word:
+        parts.append(f"{device_count} {word}" + ("s" if device_count > 1 else ""))
+    return " · ".join(p for p in parts if p)

@@ -178,3 +178,66 @@ def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: i
                 p["speedup_vs_eager"] = eager[p["case"]] / p["median_ms"]
         out.append(RunDocument.model_validate(copy))
     return out
+
+
+@dataclass(frozen=True)
+class DemoChange:
+    """In the demo branch's second run: kernel times (``what="time"``) or gating error budgets
+    (``what="budget"``) of the cases whose key contains ``match`` are multiplied by ``factor``."""
+
+    what: str
+    match: str
+    factor: float
+    story: str
+
+
+# The story `make demo` tells on the Triage page, on top of the real H200 history: one regression, one
+# improvement, one accuracy drift (budgets x3, past the gate's 2x warning, still within tolerance).
+DEMO_CHANGES = (
+    DemoChange("time", "scaled_masked_softmax/masked/bf16/", 1.15, "softmax masked bf16 15% slower"),
+    DemoChange("time", "mse_loss/atomic/fp32/direction=fwd", 0.8, "MSELoss atomic fp32 forward 20% faster"),
+    DemoChange("budget", "fused_rmsnorm_matmul/fold_gamma/fp16/", 3.0,
+               "RMSNorm+MatMul fold_gamma fp16 error budgets x3 (still <= 1)"),
+)
+DEMO_BRANCH = "synthetic/demo"
+
+
+def demo_branch(doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES) -> list[RunDocument]:
+    """Two SYNTHETIC runs derived from a real one on its hardware, branch ``synthetic/demo``: a copy with
+    only the per-run jitter of :func:`stepped_copies`, then a copy with ``changes`` applied. Labelled as
+    every synthetic run is; the subject of the second names each change."""
+    out = []
+    for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2)):
+        data = to_data(copy)
+        data["run"]["commit"]["branch"] = DEMO_BRANCH
+        if index == 1:
+            data["run"]["commit"]["subject"] = "[synthetic] demo: " + "; ".join(c.story for c in changes)
+            for change in changes:
+                _apply(data, change)
+        out.append(RunDocument.model_validate(data))
+    return out
+
+
+def _apply(data: dict[str, Any], change: DemoChange) -> None:
+    if change.what == "budget":
+        for a in data["accuracy"]:
+            if change.match in a["case"] and a.get("error_budget") is not None:
+                a["error_budget"] = min(a["error_budget"] * change.factor, 0.99) if a["passed"] else a["error_budget"]
+                for k in ("max_abs_err", "max_rel_err"):
+                    if a.get(k) is not None:
+                        a[k] *= change.factor
+        return
+    eager = {p["case"]: p["median_ms"] for p in data["perf"] if p["implementation"] == "torch_eager"}
+    for p in data["perf"]:
+        if p["implementation"] != "triton" or change.match not in p["case"]:
+            continue
+        for k in ("median_ms", "p20_ms", "p80_ms", "min_ms", "call_ms"):
+            if p.get(k) is not None:
+                p[k] *= change.factor
+        p["samples_ms"] = [s * change.factor for s in p["samples_ms"]]
+        p["call_samples_ms"] = [s * change.factor for s in p.get("call_samples_ms") or []]
+        for k in ("gbps", "tflops", "pct_peak"):
+            if p.get(k) is not None:
+                p[k] /= change.factor
+        if p["median_ms"] and eager.get(p["case"]):
+            p["speedup_vs_eager"] = eager[p["case"]] / p["median_ms"]

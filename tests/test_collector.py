@@ -557,3 +557,84 @@ def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path
     assert result.exit_code == 0, result.output
     exported = to_data(load_artifact(tmp_path / "exported.json"))
     assert exported["accuracy"] == doc["accuracy"] and exported["run"]["status"] == "partial"
+
+
+def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> None:
+    """A 5:54 run printed "~20:42 left": one rate over everything, measured on the heavy items that run first,
+    and elapsed time over finished items while other workers' items were in flight. Replayed here on a fake
+    clock: two workers, largest first; 10 heavy items (cost 10, 40 s each) and 90 light ones (cost 1, 0.25 s each,
+    16x less time per unit of cost)."""
+    import heapq
+    import io
+    import re
+
+    from collector.progress import Progress
+
+    items = [("acc/heavy", 10.0, 40.0)] * 10 + [("acc/light", 1.0, 0.25)] * 90
+    now = [0.0]
+    stream = io.StringIO()
+    groups = {"acc/heavy": 100.0, "acc/light": 90.0}
+    progress = Progress(len(items), stream=stream, every=1, total_cost=190.0, group_costs=groups, workers=2,
+                        clock=lambda: now[0])
+    free, finishes = [0.0, 0.0], []
+    for group, cost, seconds in items:  # two workers, each takes the next item when it is free
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + seconds)
+        finishes.append((start + seconds, group, cost, seconds))
+    end = max(f[0] for f in finishes)
+    estimates = []
+    for t, group, cost, seconds in sorted(finishes):
+        now[0] = t
+        progress.update("x", cost, seconds, group)
+        estimates.append((t, progress.left_s(t)))
+    line = stream.getvalue().splitlines()[30]
+    minutes, secs = map(int, re.search(r"~(\d+):(\d+) left", line).groups())
+    assert abs(minutes * 60 + secs - estimates[30][1]) <= 1  # the line prints the estimate
+    for t, left in estimates[12:]:  # once each group has a finished item
+        truth = end - t
+        assert abs(left - truth) <= max(0.25 * truth, 2.0), (t, left, truth)
+    t, left = estimates[3]  # only heavy items done: the light ones are priced at the heavy rate, an honest worst case
+    assert left < 2.5 * (end - t)
+
+
+def test_progress_estimate_ignores_a_workers_warm_up() -> None:
+    """On the CPU a worker's first case also pays the interpreter's warm-up (49 s, then ~2 s per case)."""
+    from collector.progress import Progress
+
+    progress = Progress(14, enabled=False, total_cost=14.0, group_costs={"accuracy/k": 14.0}, workers=2,
+                        clock=lambda: 0.0)
+    for seconds in (49.0, 49.0, 2.0, 2.0):
+        progress.update("x", 1.0, seconds, "accuracy/k")
+    assert progress.left_s(0.0) == 10 * 2.0 / 2  # 10 cases of ~2 s left on two workers, not ~100 s
+
+
+QUIET_PROBE = """
+import sys, warnings
+import torch, triton, triton.language as tl
+from collector.worker import quiet_interpreter
+
+@triton.jit
+def _div(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(x + offs, mask=mask, other=1.0)
+    b = tl.load(y + offs, mask=mask, other=0.0)  # masked-off lanes: 1 / 0 in NumPy
+    tl.store(out + offs, a / b, mask=mask)
+
+if sys.argv[1] == "quiet":
+    quiet_interpreter()
+warnings.simplefilter("always", RuntimeWarning) if sys.argv[1] == "loud" else None
+x = torch.ones(3); out = torch.empty(3)
+_div[(1,)](x, x, out, 3, BLOCK=8)
+assert out.tolist() == [1.0, 1.0, 1.0]
+"""
+
+
+@pytest.mark.parametrize("mode", ["loud", "quiet"])
+def test_interpreter_warnings_on_masked_lanes_stay_out_of_the_output(mode) -> None:  # noqa: ANN001
+    """collect on the CPU printed "interpreter.py:599: RuntimeWarning: divide by zero" for lanes never stored."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", QUIET_PROBE, mode], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert ("RuntimeWarning" in out.stderr) == (mode == "loud"), out.stderr

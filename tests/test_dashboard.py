@@ -6,7 +6,9 @@ accuracy-only machine with a failing case, and a machine whose names and case ke
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -164,7 +166,8 @@ def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_
     table = at.dataframe[0].value
     assert list(table.columns[:8]) == ["verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us"]
     top = table.iloc[0]
-    assert top["verdict"] == "slower" and "mse_loss/" + top["case"] == STEP_CASE
+    assert top["verdict"] == "slower" and shlex.split(top["bisect"])[-1] == STEP_CASE
+    assert top["case"].startswith("persistent/fp32 ") and "shape=33554432" in top["case"]
     assert 25 < top["effect %"] < 35 and top["p"] < 1e-6  # a 30% step on a large, quiet case
     assert top["now us"] / top["before us"] == pytest.approx(1 + top["effect %"] / 100, rel=1e-6)
     assert len(top["trend us"]) >= 8 and top["trend us"][-1] == pytest.approx(top["now us"])
@@ -316,7 +319,25 @@ def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(p
         if t["name"] in colour and t.get("showlegend") is not False:
             assert t["line"]["color"] == colour[t["name"]], "a label keeps its colour when filters change"
     refs = [t["name"] for t in spec["data"] if t["name"].startswith(("parity", "target"))]
-    assert "parity (1x)" in refs and "target 1.8x eager" in refs  # legend entries: they cannot overlap
+    assert "parity (1x)" in refs  # legend entries: they cannot overlap
+    # a target line only for the lines whose every case has it: 1.8x eager is the target of the persistent
+    # 33554432-element cases, not of the atomic ones the same line averages over
+    assert not [r for r in refs if r.startswith("target")]
+    assert "one line per shape; each point: geometric mean over 2 variants, 2 dtypes" in spec["layout"][
+        "title"]["text"]
+    persistent = specs(page("performance", kernel="mse_loss", hardware=h200, group="shape", variant="persistent"))[0]
+    assert [t["name"] for t in persistent["data"] if t["name"].startswith("target")] == [
+        "target 1x eager (4096)", "target 1.8x eager (33554432)"]
+
+
+def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -> None:  # noqa: ANN001
+    """One geometric mean over variants and dtypes under "kernel speedup" hid which variant is slow."""
+    at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200"))
+    assert at.selectbox(key=f"group-{fingerprint(dash_db, 'NVIDIA H200')}").value == "variant/dtype"
+    (spec,) = specs(at)
+    lines = {t["name"] for t in spec["data"] if t.get("mode") == "lines+markers" and t.get("showlegend") is not False}
+    assert lines and all(len(n.split("/")) == 2 for n in lines)
+    assert "geometric mean" not in spec["layout"]["title"]["text"]  # nothing mixed: nothing to warn about
 
 
 def test_performance_caps_series_at_eight(page, dash_db) -> None:  # noqa: ANN001
@@ -381,6 +402,8 @@ def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) 
     frame = at.dataframe[0].value
     assert len(frame) >= 10 and {"B/A time", "p (B slower)", "budget delta"} <= set(frame.columns)
     assert len(set(a.options)) == len(a.options) == len(runs)  # the four repeats of 653a5717 are told apart
+    assert all(" kernel" in o or " · mse_loss" in o or " · scaled" in o or " · fused" in o for o in a.options)
+    assert all("perf " in o or "accuracy " in o for o in a.options)  # what each run holds
     assert at.get("download_button")
 
 
@@ -390,7 +413,7 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # n
     runs = [r for r in list_runs(open_database(dash_db, readonly=True)) if r["hardware"] == "NVIDIA H200 (synthetic)"]
     at = page("compare", a=runs[10]["id"][:8], b=runs[0]["id"][:8])
     frame = at.dataframe[0].value
-    slowed = frame[frame["case"].str.startswith("mse_loss")]
+    slowed = frame[frame["kernel"] == "mse_loss"]
     assert (slowed["B/A time"] > 1.15).all()
     # the gate's verdicts and p-values, not a statistic of its own (it once coloured red, p=4e-49, a case the
     # gate called noise): launch-bound cases stay "noisy", the others are regressions
@@ -463,7 +486,7 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
     at = page("triage", hardware=evil)
     assert "https://example.com" not in texts(at) and not raw_markup(texts(at))
     table = at.dataframe[0].value
-    assert {"mse_loss/" + c for c in table["case"][:2]} == {SHELL_CASE, MD_CASE}
+    assert {shlex.split(b)[-1] for b in table["bisect"][:2]} == {SHELL_CASE, MD_CASE}
     assert all(v.startswith("slower") for v in table["verdict"][:2])  # 1.5x on two runs of history
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -471,13 +494,176 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
         (bin_dir / tool).write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
         (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    for case, row in zip(table["case"][:2], table.itertuples()):
+    for row in table.head(2).itertuples():
+        case = shlex.split(row.bisect)[-1]
         for command in (row.reproduce, row.bisect):
             out = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True)
             assert out.returncode == 0, out.stderr
-            assert "mse_loss/" + case in out.stdout.splitlines()  # one argument, intact
+            assert case in out.stdout.splitlines()  # one argument, intact
     assert not (tmp_path / "pwned").exists()
     case_page = page("case", case=MD_CASE, hardware=evil)
     blobs = [json.dumps(spec) for spec in specs(case_page)]
     assert all("<a href" not in b and "<img" not in b for b in blobs)  # Plotly would render those
     assert any("&lt;a href" in b for b in blobs)  # the case name is there, escaped
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
+# ---------------------------------------------------------------------------------------------
+ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json"))
+DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json"
+
+
+@pytest.fixture(scope="module")
+def history_dbs(tmp_path_factory) -> tuple[str, str]:  # noqa: ANN001
+    """(every real run of ci/history, the same plus the demo branch) as two SQLite files."""
+    import shutil
+
+    from db.synthetic import demo_branch
+
+    folder = tmp_path_factory.mktemp("demo")
+    engine = open_database(f"sqlite:///{folder / 'real.db'}")
+    ingest_documents(engine, [(str(p), load_artifact(p)) for p in ALL_HISTORY])
+    engine.dispose()
+    shutil.copy(folder / "real.db", folder / "demo.db")
+    engine = open_database(f"sqlite:///{folder / 'demo.db'}")
+    ingest_documents(engine, [(f"demo {i}", d) for i, d in enumerate(demo_branch(load_artifact(DEMO_SOURCE)))])
+    engine.dispose()
+    return f"sqlite:///{folder / 'real.db'}", f"sqlite:///{folder / 'demo.db'}"
+
+
+def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(PAGES / "triage.py"), default_timeout=180)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The newest H200 run of the shipped history holds only RMSNorm+MatMul accuracy: judging only it hid every
+    perf result. Both defaults get a section, each with its own run."""
+    at = _triage_at(history_dbs[0], monkeypatch)
+    heads = [s.value for s in at.subheader]
+    assert [h.split(" — ")[1] for h in heads] == ["newest run with perf", "newest run with accuracy"]
+    captions = " ".join(c.value for c in at.caption)
+    assert "744fa8bf" in captions and "f7be52d5" in captions
+
+
+def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    at = _triage_at(history_dbs[0], monkeypatch, hardware=fingerprint(history_dbs[0], "NVIDIA H200"))
+    picker = at.selectbox(key="run")
+    labels = list(picker.options)
+    assert labels[0].startswith("newest with perf and with accuracy")
+    assert any("f7be52d5" in x and "accuracy 96 · fused_rmsnorm_matmul · 2 GPUs" in x for x in labels)
+    assert any("cd36845f" in x and "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" in x for x in labels)
+
+
+def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    at = _triage_at(history_dbs[1], monkeypatch)
+    assert "SYNTHETIC" in at.subheader[0].value and "perf and accuracy" in at.subheader[0].value
+    table = at.dataframe[0].value
+    verdicts = dict(zip(table["verdict"], table["case"]))
+    assert {"slower", "faster", "accuracy warning"} <= set(verdicts)
+    assert verdicts["slower"].startswith("masked/bf16 ") and verdicts["faster"].startswith("atomic/fp32 ")
+    assert verdicts["accuracy warning"].startswith("fold_gamma/fp16 ")
+    slower = table[table["verdict"] == "slower"]["effect %"]
+    assert ((slower > 10) & (slower < 20)).all()
+    # case labels tell rows apart within the case column's width: softmax keys are ~80 characters long
+    for _, rows in table.groupby("kernel"):
+        assert rows["case"].is_unique and rows["case"].str.len().max() <= 60, list(rows["case"])
+
+
+def _page_at(url: str, name: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=180)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+DEMO_SLOWER = "scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=8x16x4096x4096"
+
+
+def test_case_page_labels_at_most_twelve_runs_with_short_commits(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """~35 rotated "commit·run" labels overlapped; past 12 runs every k-th run is labelled by its commit."""
+    url = history_dbs[1]
+    at = _page_at(url, "case", monkeypatch, case=DEMO_SLOWER, hardware=fingerprint(url, "NVIDIA H200"))
+    times = specs(at)[0]
+    kernel = next(t for t in times["data"] if t.get("name") == "kernel (Triton)")
+    assert len(kernel["x"]) > 12
+    axis = times["layout"]["xaxis"]
+    assert len(axis["tickvals"]) <= 12 and all(len(t) <= 8 and "·" not in t for t in axis["ticktext"])
+    assert set(axis["tickvals"]) <= set(kernel["x"])
+
+
+def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The accuracy drift chart's log axis read "1, 5, 2, 0.1" (Plotly's minor 2 and 5 labels, dtick D2)."""
+    at = _page_at(history_dbs[1], "accuracy", monkeypatch)
+    drift = specs(at)[-1]
+    axis = drift["layout"]["yaxis"]
+    assert axis["type"] == "log" and "dtick" not in axis
+    ticks = [float(t) for t in axis["ticktext"]]
+    assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks) and 1.0 in ticks
+    assert [f"{v:g}" for v in axis["tickvals"]] == axis["ticktext"]
+
+
+def test_roofline_table_names_implementations_and_units_and_the_axis_fits_the_points(page, dash_db) -> None:  # noqa: ANN001
+    at = page("roofline", hardware=fingerprint(dash_db, "NVIDIA H200"), run="9816bd90")
+    table = at.dataframe[0].value
+    assert list(table.columns[:2]) == ["kernel", "case"]
+    assert "kernel (Triton) (% of floor)" in table.columns and "triton" not in table.columns
+    assert not any(c.startswith(("fused_rmsnorm_matmul/", "mse_loss/")) for c in table["case"])
+    (spec,) = specs(at)
+    points = [x for t in spec["data"] if t.get("mode") == "markers" for x in values(t["x"])]
+    lo, hi = spec["layout"]["xaxis"]["range"]
+    assert lo <= math.log10(min(points)) and math.log10(max(points)) <= hi
+    assert hi - lo <= math.log10(max(points) / min(points)) + 1.5  # not five decades for points in one
+
+
+def test_profiler_shows_metric_display_names_and_how_old_the_counters_are(page) -> None:  # noqa: ANN001
+    at = page("profiler")
+    assert at.selectbox(key="metric").value == "dram_throughput_pct"  # the URL keeps the stored name
+    (spec,) = specs(at)
+    assert "DRAM throughput (% of peak)" in spec["layout"]["title"]["text"]
+    assert "DRAM throughput (% of peak)" in at.selectbox(key="metric").options[0]
+    assert any("Counters from 1 run" in c.value and "behind" in c.value for c in at.caption)
+
+
+def test_overview_times_read_as_dates_not_iso_strings(page) -> None:  # noqa: ANN001
+    captions = " ".join(c.value for c in page("overview").caption)
+    assert "UTC" in captions and not re.search(r"\d{2}:\d{2}:\d{2}\.\d+Z", captions)
+
+
+def test_case_page_plain_text_has_no_markdown_backticks(page, dash_db) -> None:  # noqa: ANN001
+    at = page("case", case="scaled_masked_softmax/causal/bf16/direction=bwd,scale=0.5,shape=1x100x100",
+              hardware=fingerprint(dash_db, "NVIDIA H200"))  # an accuracy case: no profiler counters
+    assert any("kernelwatch collect --profile" in c.value for c in at.caption)
+    assert not [t.value for t in at.text if "`" in t.value]
+
+
+def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """Softmax keys are ~90 characters: cut at the column's width, rows looked identical."""
+    url = history_dbs[1]
+    compare = _page_at(url, "compare", monkeypatch).dataframe[0].value
+    perf = _page_at(url, "performance", monkeypatch, kernel="scaled_masked_softmax",
+                    hardware=fingerprint(url, "NVIDIA H200")).dataframe[0].value
+    for frame in (compare, perf):
+        assert frame["case"].str.len().max() <= 60, frame["case"].str.len().max()
+    for _, rows in compare.groupby(["kernel", "impl"]):
+        assert rows["case"].is_unique
+    assert perf["case"].is_unique

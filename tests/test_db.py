@@ -309,7 +309,11 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     assert result.exit_code == 0, result.output
     runs = json.loads(result.output)
     assert len(runs) == 6
-    assert set(runs[0]) == {"id", "commit", "branch", "hardware", "trigger", "status", "started"}
+    assert set(runs[0]) == {"id", "commit", "branch", "hardware", "trigger", "status", "started", "device_count",
+                            "kernels", "perf", "accuracy", "profiler"}
+    assert runs[0]["perf"] == 4 and runs[0]["accuracy"] == 4 and len(runs[0]["kernels"]) == 3  # what it holds
+    listed = cli.invoke(main, ["runs", "--db", db_url]).output
+    assert "perf 4 + accuracy 4 · fused_rmsnorm_matmul, mse_loss, scaled_masked_softmax · 1 GPU" in listed
     assert runs[0]["started"] >= runs[-1]["started"]
     only = json.loads(cli.invoke(main, ["runs", "--db", db_url, "--format", "json", "--hardware", "Ascend"]).output)
     assert len(only) == 3 and all("Ascend" in r["hardware"] for r in only)
@@ -326,7 +330,14 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     csv_out = cli.invoke(main, ["show", run_id[:6], "--db", db_url, "--format", "csv"]).output.splitlines()
     assert csv_out[0].split(",")[:3] == ["kernel", "variant", "case"] and len(csv_out) == 13
     table = cli.invoke(main, ["show", run_id, "--db", db_url]).output
-    assert "speedup_vs_eager" in table and "error_budget" in table
+    lines = table.splitlines()
+    assert lines[0].startswith(f"run {run_id} · commit ") and "perf 4 + accuracy 4" in lines[1]  # a header
+    assert "times in µs" in table and "x eager" in table and "budget" in table
+    assert max(map(len, lines)) <= 120  # lines were 228 characters
+    kernel_row = next(x for x in lines if x.startswith("    kernel "))
+    doc_perf = next(p for p in docs[0]["perf"] if p["implementation"] == "triton" and p["case"] == min(
+        p["case"] for p in docs[0]["perf"]))
+    assert f"{doc_perf['median_ms'] * 1e3:.4g}" in kernel_row  # µs, as the dashboard shows them
     missing = cli.invoke(main, ["show", "ffffffff", "--db", db_url])
     assert missing.exit_code == 1 and "no run with id 'ffffffff'" in missing.output
 

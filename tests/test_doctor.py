@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collector.doctor import check_cann, check_compiler, check_database, check_profiler, check_versions, diagnose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,3 +121,17 @@ def test_diagnose_takes_the_environment_as_a_parameter(tmp_path: Path) -> None:
     checks = {c.name: c for c in diagnose("cpu", db_url=str(tmp_path / "kw.db"), env=no_tools)}
     assert not any(c.failed for c in checks.values())
     assert checks["C compiler"].value == "not found" and checks["profiler"].ok
+
+
+def test_cuda_asked_for_with_the_cpu_build_of_torch_names_the_build(tmp_path: Path) -> None:
+    """doctor --device cuda said "ok torch 2.13.0+cpu" and failed the device without saying why."""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this PyTorch is a CUDA build")
+    out = _doctor("--device", "cuda", "--db", str(tmp_path / "kw.db"))
+    assert out.returncode == 1
+    lines = {line.split()[1]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines["torch"].startswith("FAIL") and "CPU-only build" in lines["torch"]
+    assert f"this PyTorch is the CPU-only build ({torch.__version__})" in out.stderr
+    assert "a CUDA build of PyTorch" in out.stderr

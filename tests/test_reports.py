@@ -90,14 +90,44 @@ def test_html_report_renders_no_link_image_or_request(tmp_path: Path) -> None:
         page = browser.new_page()
         page.on("request", lambda r: requests.append(r.url))
         page.goto(path.as_uri())
-        page.wait_for_selector("#ratios .main-svg", timeout=60_000)
+        page.wait_for_selector("#ratios td.case", timeout=60_000)
         anchors = page.locator("a[href*='example.com']").count()
         images = page.locator("img[src*='example.com'], image[href*='example.com']").count()
-        ticks = page.evaluate("() => Array.from(document.querySelectorAll('#ratios .ytick text'))"
-                              ".map(t => t.textContent)")
+        ticks = page.locator("#ratios td.case").all_text_contents()
         body = page.inner_text("body")
         browser.close()
     assert anchors == 0 and images == 0
     assert not [r for r in requests if "example.com" in r]
-    assert HTML in ticks and LINK in ticks  # the chart labels show the names, literally
+    assert HTML in ticks and LINK in ticks  # the ratio table shows the names, literally
     assert HTML in body
+
+
+def _full_suite_result(n_perf: int = 62, n_acc: int = 358) -> GateResult:
+    """A result the size of the full H200 suite: 62 compared perf cases and 358 accuracy cases."""
+    result = GateResult(candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
+                        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"})
+    for i in range(n_perf):
+        ratio = 1.108 if i == 0 else 0.9 if i == 1 else 1 + (i % 7 - 3) / 1000
+        case = f"scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape={i}x4096"
+        result.verdicts.append(CaseVerdict(case, "scaled_masked_softmax", "regression" if i == 0 else "pass",
+                                           f"{ratio - 1:+.1%}", baseline_ms=0.1, time_ms=0.1 * ratio,
+                                           comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30)))
+    for i in range(n_acc):
+        result.verdicts.append(CaseVerdict(f"mse_loss/atomic/fp32/direction=fwd,shape={i}", "mse_loss", "pass",
+                                           "error budget 0.1", suite="accuracy", budget=0.1, baseline_budget=0.1))
+    return result
+
+
+def test_html_report_is_small_plain_and_its_bars_are_centred_on_one() -> None:
+    """gate.html was 4.8 MB (Plotly embedded) for 38 cases, opened on the raw Markdown in a <pre>, showed emoji
+    that headless Chromium draws as boxes, and its bars started at 0, so +10.8% looked like every other case."""
+    page = html_report(_full_suite_result())
+    assert len(page.encode()) < 300_000
+    assert "<pre" not in page and "<script" not in page and "## KernelWatch" not in page
+    assert not re.search("[\U0001F000-\U0001FFFF\u2600-\u27BF\u3030\uFE0F]", page)
+    bars = re.findall(r"<td class='case'>([^<]*)</td>.*?style='left:([0-9.]+)%;width:([0-9.]+)%'", page)
+    by_ratio = {case.split("shape=")[1]: (float(left), float(width)) for case, left, width in bars}
+    slower, faster = by_ratio["0x4096"], by_ratio["1x4096"]
+    assert slower[0] == 50 and slower[1] > 10  # +10.8% grows right from the centre, visibly
+    assert faster[0] + faster[1] == pytest.approx(50, abs=0.01) and faster[1] > 10  # -10% grows left to it
+    assert by_ratio["3x4096"][1] < 0.5  # +0.0%: no bar to speak of

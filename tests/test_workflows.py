@@ -59,6 +59,22 @@ def test_dependencies_keep_community_triton_off_npu_hosts() -> None:
     assert "triton" in (ROOT / "Makefile").read_text().split("pip install -q -e")[1].splitlines()[0]
 
 
+def test_make_demo_installs_only_what_it_runs_and_plants_its_story() -> None:
+    """`make demo` installed the eval extra (apache-otava: BigQuery, Slack, gRPC clients) it never uses, and
+    collected the full 358-case CPU run (~6 minutes) before serving."""
+    out = subprocess.run(["make", "-n", "-B", "demo", "VENV=/nonexistent"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    installs = [line for line in out.stdout.splitlines() if "pip install -q -e" in line]
+    assert installs == ['/nonexistent/bin/python -m pip install -q -e ".[triton]"']
+    commands = out.stdout
+    assert "kernelwatch synth --db kernelwatch.db --demo-from ci/history/" in commands
+    assert "--suite accuracy --devices all --match /fp32/" in commands
+    full = subprocess.run(["make", "-n", "-B", "install", "VENV=/nonexistent"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60).stdout
+    assert ".[test,postgres,eval,triton]" in full  # make test still installs everything it needs
+
+
 def _set_env(tmp_path: Path, lines: list[str]) -> Path:
     script = tmp_path / "set_env.sh"
     script.write_text("\n".join(lines) + "\n")

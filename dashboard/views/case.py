@@ -73,7 +73,7 @@ if not perf.empty:
         perf[f"{col}_us"] = perf[f"{col}_ms"] * 1e3
     perf["hover"] = [
         f"{esc(impl)}: {m:.4g} us (p20-p80 {lo:.4g}-{hi:.4g})<br>commit {esc(c[:12])} {esc(s or '')}<br>"
-        f"run {esc(r)} · {esc(w or t)}{' · SYNTHETIC' if syn else ''}<br><i>{esc(cmd)}</i>"
+        f"run {esc(r)} · {esc(data.when(w or t))}{' · SYNTHETIC' if syn else ''}<br><i>{esc(cmd)}</i>"
         for impl, m, lo, hi, c, s, r, w, t, syn, cmd in zip(
             perf["implementation"], perf["median_us"], perf["p20_us"].fillna(float("nan")),
             perf["p80_us"].fillna(float("nan")), perf["commit"], perf["subject"], perf["run_id"], perf["commit_time"],
@@ -155,7 +155,7 @@ else:
 
 st.subheader("Profiler counters")
 if prof.empty:
-    st.text("No profiler counters of this case on this hardware (`kernelwatch collect --profile`).")
+    st.caption("No profiler counters of this case on this hardware: `kernelwatch collect --profile` records them.")
 else:
     prof = prof.merge(runs[["run_id", "x"]], on="run_id", how="left")
     prof["shown"] = [data.fmt(v, ".4g") + (f" {u}" if u and v is not None and v == v else "")

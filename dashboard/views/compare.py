@@ -55,7 +55,8 @@ runs = queries.list_runs(eng, limit=300)
 if len(runs) < 2:
     st.info("Two runs are needed.")
     st.stop()
-labels = {r["id"]: f"{data.run_label(r)} · {r['hardware']}" for r in runs}
+contents = queries.run_contents(eng, [r["id"] for r in runs])
+labels = {r["id"]: f"{data.run_label(r, contents[r['id']])} · {r['hardware']}" for r in runs}
 pair = default_pair(eng, runs) or (runs[1]["id"], runs[0]["id"])
 
 
@@ -93,16 +94,17 @@ for key in sorted(set(pa) & set(pb)):
     if (impl == "triton" and key[1] != "triton") or not ra["samples_ms"] or not rb["samples_ms"]:
         continue
     v = verdicts.get(key[0]) if key[1] == "triton" else None
-    rows.append({"case": key[0], "impl": key[1], "A µs": ra["median_ms"] * 1e3, "B µs": rb["median_ms"] * 1e3,
+    rows.append({"kernel": ra["kernel"], "case": key[0], "impl": key[1], "A µs": ra["median_ms"] * 1e3,
+                 "B µs": rb["median_ms"] * 1e3,
                  "B/A time": rb["median_ms"] / ra["median_ms"] if ra["median_ms"] and rb["median_ms"] else None,
                  "gate": getattr(v, "status", None), "p (B slower)": getattr(v, "p_value", None),
                  "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
                  "budget B": (acc_b.get(key[0]) or {}).get("error_budget")})
 for case in sorted((set(acc_a) & set(acc_b)) - {r["case"] for r in rows}):
-    rows.append({"case": case, "impl": "triton", "budget A": acc_a[case]["error_budget"],
-                 "budget B": acc_b[case]["error_budget"]})
-frame = pd.DataFrame(rows, columns=["case", "impl", "A µs", "B µs", "B/A time", "gate", "p (B slower)", "budget A",
-                                   "budget B"])
+    rows.append({"kernel": acc_a[case]["kernel"], "case": case, "impl": "triton",
+                 "budget A": acc_a[case]["error_budget"], "budget B": acc_b[case]["error_budget"]})
+frame = pd.DataFrame(rows, columns=["kernel", "case", "impl", "A µs", "B µs", "B/A time", "gate", "p (B slower)",
+                                   "budget A", "budget B"])
 same_hw = run_a["fingerprint"] == run_b["fingerprint"]
 st.caption(md(("Same hardware. " if same_hw else "DIFFERENT hardware: times are not comparable. ")
               + "gate and p: the merge gate's verdict on B against A and its p-value (samples, the case's history, "
@@ -112,8 +114,12 @@ if frame.empty:
     st.info("These runs share no cases.")
 else:
     frame["budget delta"] = frame["budget B"] - frame["budget A"]
-    common.table(highlight(frame), height=min(38 + 35 * len(frame), 740), column_config={
-        "case": st.column_config.TextColumn(width=470), "impl": st.column_config.TextColumn(width=70),
+    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
+    common.table(highlight(shown), height=min(38 + 35 * len(frame), 740), column_config={
+        "kernel": st.column_config.TextColumn(width=170),
+        "case": st.column_config.TextColumn(width=420, help="variant/dtype and the parameters that tell this kernel's "
+                                            "rows apart (the CSV has every full key)"),
+        "impl": st.column_config.TextColumn(width=70),
         **{c: st.column_config.NumberColumn(format="%.4g", width=80) for c in ("A µs", "B µs")},
         "B/A time": st.column_config.NumberColumn(format="%.3f", width=80),
         "p (B slower)": st.column_config.NumberColumn(format="%.1e", width=90),

@@ -113,7 +113,8 @@ for run in latest:
         "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=120),
         "details": st.column_config.LinkColumn("details", display_text="performance →", width=100),
     })
-    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · {run['started']} · "
+    started = data.when(run["started"])
+    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · started {started} · "
                   f"regressions = change points that made a case slower in the last {HISTORY} runs; red: accuracy "
                   "failures or targets missed; amber: slower than torch.compile or a regression found"))
 common.finish(params, {})

@@ -17,7 +17,7 @@ RED, AMBER = "#f8d0d0", "#fbeec2"
 
 
 def default_group(options: list[str], counts: dict[str, int]) -> str:
-    for name in ("shape", "dtype", "variant", *options):
+    for name in (data.VARIANT_DTYPE, "shape", "dtype", "variant", *options):
         if name in options and 2 <= counts[name] <= charts.MAX_SERIES:
             return name
     return options[0]
@@ -36,6 +36,35 @@ def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
         return out
 
     return frame.style.apply(row_style, axis=1)
+
+
+def line_targets(kernel_rows: pd.DataFrame) -> dict[str, list[tuple[float, str]]]:
+    """impl -> [(speedup target, legend name)]: a target line is drawn only for the lines whose every case has
+    that target (a line's geometric mean over cases without it says nothing about it); the name lists those
+    lines unless it is all of them. A case's target is the one its newest run records."""
+    per_group: dict[str, dict[str, set]] = {}
+    for group, rows in kernel_rows.sort_values("order").drop_duplicates("case", keep="last").groupby("group"):
+        parsed = [data.targets(t) for t in rows["target"]]
+        for impl in {i for p in parsed for i in p}:
+            per_group.setdefault(impl, {})[group] = {p.get(impl) for p in parsed}
+    groups = set(kernel_rows["group"])
+    out: dict[str, list[tuple[float, str]]] = {}
+    for impl, sets in per_group.items():
+        by_value: dict[float, list[str]] = {}
+        for group, found in sets.items():
+            if len(found) == 1 and None not in found:
+                by_value.setdefault(next(iter(found)), []).append(group)
+        for value, names in sorted(by_value.items()):
+            label = "" if set(names) == groups else " (" + ", ".join(sorted(names, key=lambda v: (len(v), v))) + ")"
+            out.setdefault(impl, []).append((value, label))
+    return out
+
+
+def mixed_note(frame: pd.DataFrame, by: str) -> str:
+    """What each point averages over when a line mixes variants or dtypes."""
+    mixed = [f"{len(frame[name].unique())} {name}s" for name in ("variant", "dtype")
+             if name not in by and frame[name].nunique() > 1]
+    return f"; each point: geometric mean over {', '.join(mixed)}" if mixed else ""
 
 
 eng, params = common.start("Performance across commits")
@@ -111,13 +140,10 @@ for fp in hardware:
                        else data.geomean(list(rows["pct_peak"])),
                        "hover": f"{esc(by)} {esc(group)}: geometric mean of {len(rows)} case(s)<br>"
                                 f"commit {esc(first['commit'][:12])} {esc(first['subject'] or '')}<br>"
-                                f"run {esc(run_id[:8])} · {esc(first['started'])}"
+                                f"run {esc(run_id[:8])} · {esc(data.when(first['started']))}"
                                 + (" · SYNTHETIC" if first["synthetic"] else "")})
     series_frame = pd.DataFrame(points)
-    target_values: dict[str, list[float]] = {}
-    for t in frame.loc[frame["implementation"] == data.KERNEL_IMPL, "target"].dropna().unique():
-        for impl, v in data.targets(t).items():
-            target_values.setdefault(impl, []).append(v)
+    target_values = line_targets(frame[frame["implementation"] == data.KERNEL_IMPL])
     marks = []
     for group, rows in series_frame.groupby("group"):
         rows = rows.sort_values("order")
@@ -130,7 +156,7 @@ for fp in hardware:
                 marks.append({"x": row["x"], "y": row["vs_eager"] if metric == METRICS[0] else row["value"],
                               "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here (p={p.pvalue:.1e})"})
     marks_frame = pd.DataFrame(marks)
-    title = f"{kernel} on {options[fp]}"
+    title = f"{kernel} on {options[fp]}: one line per {by}" + mixed_note(frame, by)
     if metric == METRICS[0]:
         fig = charts.grouped_speedups(series_frame, palette, by, title, target_values, marks_frame)
     else:
@@ -149,7 +175,7 @@ for fp in hardware:
     kernel_rows = frame[frame["implementation"] == data.KERNEL_IMPL].set_index(["run_id", "case"])
     documented = frame.dropna(subset=["target"]).drop_duplicates("case").set_index("case")["target"]
     table = pd.DataFrame({
-        "case": [data.short_case(c, kernel) for c in newest["case"]],
+        "case": data.case_labels(list(newest["case"]), [kernel] * len(newest)),
         "kernel µs": newest["time_us"], "x eager": newest["vs_eager"], "x torch.compile": newest["vs_compile"],
         "target": [data.fmt(documented.get(c)) for c in newest["case"]],
         "target met": [data.fmt(kernel_rows["target_met"].get((r, c)))
@@ -158,7 +184,8 @@ for fp in hardware:
     })
     st.caption("The newest run's cases in this view: red = target missed, amber = slower than torch.compile.")
     common.table(shortfalls(table), column_config={
-        "case": st.column_config.TextColumn(width=420),
+        "case": st.column_config.TextColumn(width=420, help="variant/dtype and the parameters that tell these "
+                                            "cases apart; the case page has the full key"),
         "kernel µs": st.column_config.NumberColumn(format="%.4g"),
         "x eager": st.column_config.NumberColumn(format="%.2f"),
         "x torch.compile": st.column_config.NumberColumn(format="%.2f"),

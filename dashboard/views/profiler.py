@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, common, data
+from dashboard.safe import md
 from dashboard.safe import plot as esc
 from db import queries
 
@@ -50,7 +51,8 @@ units = valued.groupby("name")["unit"].first()
 ideals = valued.groupby("name")["ideal"].apply(lambda s: s.notna().any())
 metrics = sorted(units.index, key=lambda n: metric_rank(n, units[n], bool(ideals.get(n))))
 metric = c3.selectbox("Metric", metrics, index=metrics.index(params.choice("metric", metrics, metrics[0])),
-                      key="metric")
+                      key="metric", format_func=lambda n: f"{data.metric_name(n)} ({n})" if n in data.METRIC_NAMES
+                      else n)
 sub = valued[valued["name"] == metric].copy()
 case_colour = charts.colours(valued["case"].unique())  # by case key: stable whatever is picked
 cases = sorted(sub["case"].unique())
@@ -64,8 +66,9 @@ palette = {label[c]: case_colour[c] for c in chosen}
 sub["hover"] = [f"{esc(g)}: {v:.4g} {esc(u or '')}<br>run {esc(r[:8])}" for g, v, u, r in
                 zip(sub["group"], sub["value"], sub["unit"], sub["run_id"])]
 ideal = sub["ideal"].dropna().iloc[0] if sub["ideal"].notna().any() else None
-fig = charts.grouped_metric(sub, palette, "case", f"{kernel}: {metric}", f"{metric} ({units[metric] or 'no unit'})",
-                            log=False)
+shown_name = data.metric_name(metric)
+fig = charts.grouped_metric(sub, palette, "case", f"{kernel}: {shown_name}",
+                            f"{shown_name} ({units[metric] or 'no unit'})", log=False)
 if ideal and ideal[0] in "<>":
     bound = float(ideal[1:])
     top = max(float(sub["value"].max()) if not sub.empty else bound, bound) * 1.1
@@ -74,9 +77,17 @@ if ideal and ideal[0] in "<>":
     fig.add_scatter(x=[None], y=[None], mode="markers", name=f"ideal {ideal} (green band)",
                     marker={"color": "rgba(0,128,0,0.3)", "symbol": "square", "size": 12})
 st.plotly_chart(fig, key="metric-chart")
+with_counters_runs = sorted(set(sub["run_id"]), key=lambda i: info[i]["started"] or "")
+if with_counters_runs:
+    newest_run = info[with_counters_runs[-1]]
+    behind = sum((r["started"] or "") > (newest_run["started"] or "") for r in queries.recent_runs(eng, fp, 500))
+    st.caption(md(f"Counters from {len(with_counters_runs)} run(s); the newest, {data.run_label(newest_run)}, "
+                  + (f"is {behind} run(s) behind this hardware's newest: " if behind else "is the newest run: ")
+                  + "kernelwatch collect --profile records new ones.", limit=400))
 newest = sub[sub["order"] == sub["order"].max()]
 st.caption("The newest run's values; red: outside the ideal.")
-table = pd.DataFrame({"case": [data.short_case(c, kernel) for c in newest["case"]], "value": newest["value"],
+table = pd.DataFrame({"case": [data.short_case(c, kernel) for c in newest["case"]],
+                      "metric": [data.metric_name(metric)] * len(newest), "value": newest["value"],
                       "unit": newest["unit"],
                       "ideal": [data.fmt(i) for i in newest["ideal"]],
                       "meets ideal": [data.fmt(m) if m == m else "-" for m in newest["meets_ideal"]]})

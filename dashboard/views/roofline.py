@@ -1,6 +1,5 @@
 """Roofline: every case of one run against the hardware's measured ceilings."""
 
-import pandas as pd
 import streamlit as st
 
 from dashboard import charts, common, data
@@ -13,7 +12,8 @@ runs = [r for r in runs if queries.perf_rows(eng, [r["id"]], implementations=("t
 if not runs:
     st.info("No runs on this hardware.")
     st.stop()
-labels = {r["id"]: data.run_label(r) for r in reversed(runs)}
+contents = queries.run_contents(eng, [r["id"] for r in runs])
+labels = {r["id"]: data.run_label(r, contents[r["id"]]) for r in reversed(runs)}
 prefix = params.run_prefix("run")
 default = next((rid for rid in labels if prefix and rid.startswith(prefix)), next(iter(labels)))
 if prefix and not default.startswith(prefix):
@@ -35,9 +35,21 @@ else:
     frame["pct"] = [v * factor[c] if v is not None and v == v else None
                     for v, c in zip(frame["pct_peak"], frame["case"])]
     table = frame.pivot_table(index="case", columns="implementation", values="pct", aggfunc="first").round(1)
+    impls = [i for i in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL) if i in table] + sorted(
+        i for i in table if i not in data.NAMES)
+    table = table[impls].rename(columns=lambda i: f"{data.NAMES.get(i, i)} (% of floor)")
+    kernels = list(cases["kernel"].reindex(table.index))
+    labels = data.case_labels(list(table.index), kernels)
+    table = table.reset_index(drop=True)
+    table.columns.name = None
+    table.insert(0, "case", labels)
+    table.insert(0, "kernel", kernels)
+    table = table.sort_values(["kernel", "case"])
     st.caption("% of the roofline floor per case, kernel beside PyTorch: floor = max(bytes / copy GB/s, FLOPs / "
                "matmul rate). Read-only streams (cases whose kernel names the read ceiling) are measured against the "
                "read ceiling when the "
                "run has one; otherwise against the copy rate, which a read-only stream can beat (over 100%).")
-    common.table(pd.DataFrame(table).reset_index(), column_config={"case": st.column_config.TextColumn(width=520)})
+    pct = {c: st.column_config.NumberColumn(c, format="%.1f %%") for c in table.columns if c.endswith("(% of floor)")}
+    common.table(table.reset_index(drop=True), column_config={
+        "kernel": st.column_config.TextColumn(width=170), "case": st.column_config.TextColumn(width=440), **pct})
 common.finish(params, {"hardware": fp, "run": run_id[:8]})

@@ -1,8 +1,9 @@
 """Triage: what got slower or less accurate, where, since when, and how to reproduce it.
 
-Each hardware's newest run against its baseline, judged by the merge gate itself (``ci.gate.decide``);
-one row per case, most severe first. Clicking a row opens the case page; clicking a command cell shows
-the command ready to copy.
+Per hardware, the newest run with kernel timings and the newest with accuracy results (one section when one
+run is both), each against its baseline (``verdicts.baseline_for``), judged by the merge gate itself
+(``ci.gate.decide``); one row per case, most severe first. Clicking a row opens the case page; clicking a
+command cell shows the command ready to copy.
 """
 
 import os
@@ -19,18 +20,19 @@ COLOUR = {"accuracy failed": RED, "errored": RED, "not measured": RED, "slower":
           "slower (within noise)": AMBER, "acknowledged": VIOLET, "faster": GREEN}
 COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "reproduce", "bisect")
 CONFIG = {
-    "verdict": st.column_config.TextColumn("verdict", width=128, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=118),
-    "case": st.column_config.TextColumn("case", width=300, help="Click a row to open the case page"),
-    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=64,
+    "verdict": st.column_config.TextColumn("verdict", width=116, help="The gate's verdict on this case"),
+    "kernel": st.column_config.TextColumn("kernel", width=168),
+    "case": st.column_config.TextColumn("case", width=412, help="variant/dtype and the parameters that tell this "
+                                        "kernel's rows apart; click a row to open the case page (full key)"),
+    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
                                               help="candidate / baseline median time - 1 (+ is slower)"),
-    "p": st.column_config.NumberColumn("p", format="%.1e", width=62,
+    "p": st.column_config.NumberColumn("p", format="%.1e", width=60,
                                        help="Evidence for the change (the gate's p-value, before FDR control)"),
-    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=66),
-    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=70),
-    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=110),
-    "reproduce": st.column_config.TextColumn("reproduce", width=170, help="Click to show the command to copy"),
-    "bisect": st.column_config.TextColumn("bisect", width=140, help="Click to show the command to copy"),
+    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
+    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=68),
+    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=92),
+    "reproduce": st.column_config.TextColumn("reproduce", width=76, help="Click to show the command to copy"),
+    "bisect": st.column_config.TextColumn("bisect", width=66, help="Click to show the command to copy"),
 }
 
 
@@ -45,7 +47,8 @@ def style(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
 
 
 eng, params = common.start("Triage: what changed in the newest runs")
-st.caption("Each hardware's newest run against its baseline, judged by the merge gate's statistics "
+st.caption("Per hardware, the newest run with perf results and the newest with accuracy results, each against "
+           "its baseline, judged by the merge gate's statistics "
            "(timing samples, the case's own run-to-run noise on that hardware, false-discovery control). "
            "Most severe first. Click a row to open the case; click a command to copy it.")
 latest = sorted(queries.latest_runs(eng), key=data.hardware_rank)
@@ -66,31 +69,44 @@ show = c3.selectbox("Show", show_options, index=show_options.index(params.choice
                     key="show", help="changes: every case that is not unchanged")
 state = {"hardware": None if fp == "all" else fp, "kernel": kernel, "show": None if show == "changes" else show}
 
-sections = latest if fp == "all" else [r for r in latest if r["fingerprint"] == fp]
-for run in sections:
-    candidate, baseline = run, None
-    if fp != "all":  # one hardware: any of its runs can be judged against any earlier one
-        history = queries.recent_runs(eng, fp, 60)[::-1]
-        labels = {r["id"]: data.run_label(r) for r in history}
-        prefix = params.run_prefix("run")
-        picked = next((i for i in labels if prefix and i.startswith(prefix)), run["id"])
-        d1, d2 = st.columns(2)
-        cid = d1.selectbox("Run judged", list(labels), index=list(labels).index(picked) if picked in labels else 0,
-                           format_func=labels.get, key="run")
-        candidate = next(r for r in history if r["id"] == cid)
-        earlier = [r["id"] for r in history if r["id"] != cid and (r["started"] or "") < (candidate["started"] or "")]
-        base_options = ["auto", *earlier]
-        bprefix = params.run_prefix("base")
-        bpicked = next((i for i in earlier if bprefix and i.startswith(bprefix)), "auto")
-        bid = d2.selectbox("Baseline", base_options, index=base_options.index(bpicked), key="base",
-                           format_func={"auto": "automatic: newest earlier comparable run", **labels}.get)
-        baseline = None if bid == "auto" else bid
-        state.update(run=cid[:8] if cid != run["id"] else None, base=bid[:8] if baseline else None)
+sections: list[tuple[str, dict, str | None]] = []  # (what the run is, the run judged, an explicit baseline)
+for hw_run in latest if fp == "all" else [r for r in latest if r["fingerprint"] == fp]:
+    newest = data.triage_runs(eng, hw_run["fingerprint"])
+    if fp == "all":
+        sections += [(role, run, None) for role, run in newest]
+        continue
+    # One hardware: any of its runs can be judged against any earlier one; "newest" judges both defaults.
+    history = queries.recent_runs(eng, fp, data.TRIAGE_SCAN)[::-1]
+    contents = queries.run_contents(eng, [r["id"] for r in history])
+    labels = {r["id"]: data.run_label(r, contents[r["id"]]) for r in history}
+    prefix = params.run_prefix("run")
+    picked = next((i for i in labels if prefix and i.startswith(prefix)), "newest")
+    d1, d2 = st.columns(2)
+    run_options = ["newest", *labels]
+    defaults = " and ".join(f"{role} {r['id'][:8]}" for role, r in newest)
+    cid = d1.selectbox("Run judged", run_options, index=run_options.index(picked), key="run",
+                       format_func={"newest": f"newest with perf and with accuracy ({defaults})", **labels}.get)
+    if cid == "newest":
+        sections += [(role, run, None) for role, run in newest]
+        state.update(run=None, base=None)
+        continue
+    candidate = next(r for r in history if r["id"] == cid)
+    earlier = [r["id"] for r in history if r["id"] != cid and (r["started"] or "") < (candidate["started"] or "")]
+    base_options = ["auto", *earlier]
+    bprefix = params.run_prefix("base")
+    bpicked = next((i for i in earlier if bprefix and i.startswith(bprefix)), "auto")
+    bid = d2.selectbox("Baseline", base_options, index=base_options.index(bpicked), key="base",
+                       format_func={"auto": "automatic: newest earlier comparable run", **labels}.get)
+    state.update(run=cid[:8], base=bid[:8] if bid != "auto" else None)
+    sections.append(("picked", candidate, None if bid == "auto" else bid))
+
+for role, candidate, baseline in sections:
     n_acks = len(queries.acks(eng, candidate["fingerprint"]))
     result = judged(os.environ.get("KERNELWATCH_DB"), candidate["id"], baseline, n_acks)
     cand, base = result["candidate"], result["baseline"]
     title = options.get(cand["fingerprint"], cand["hardware"])
-    st.subheader(md(title) + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray")
+    heading = md(title) + ("" if role == "picked" else f" — newest run with {role}")
+    st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray")
     st.caption(md(f"judged: {data.run_label(cand)} on {cand['branch']} ({cand['status']}) — baseline: "
                   + (f"{data.run_label(base)} on {base['branch']}" if base else "none")))
     if cand["synthetic"] or (base and base["synthetic"]):
@@ -105,15 +121,16 @@ for run in sections:
         rows = [r for r in rows if r["kernel"] == kernel]
     counts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
     st.text(" · ".join(f"{v}: {counts[v]}" for v in verdicts.SEVERITY if v in counts) or "no cases")
-    if show == "changes":
-        rows = [r for r in rows if r["verdict"] != "unchanged"]
+    if show == "changes":  # "new" (no baseline measured the case) is not a change: counted above, listed under "all"
+        rows = [r for r in rows if r["verdict"] not in ("unchanged", "new")]
     if not rows:
-        st.success("Nothing changed" + (f" in {kernel}" if kernel else "") + ": every case is unchanged.")
+        st.success("Nothing changed" + (f" in {kernel}" if kernel else "") + ": every case is unchanged or new "
+                   "(\"Show: all cases\" lists them).")
         continue
     frame = pd.DataFrame(rows)
-    shown = frame.assign(case=[data.short_case(c, k) for c, k in zip(frame["case"], frame["kernel"])])
+    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
     event = common.table(style(shown[list(COLUMNS)]), column_config=CONFIG, on_select="rerun",
-                         selection_mode=["single-row", "single-cell"], key=f"table-{cand['fingerprint']}",
+                         selection_mode=["single-row", "single-cell"], key=f"table-{cand['fingerprint']}-{cand['id']}",
                          height=min(38 + 35 * len(shown), 560), row_height=35)
     cells = event.selection.cells if event is not None else []
     picked_rows = event.selection.rows if event is not None else []

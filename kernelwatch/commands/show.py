@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from kernelwatch.options import FORMATS, clean_errors, db_option, open_readonly
+
+# Implementations as the dashboard names them, short enough for a terminal column.
+IMPL_SHORT = {"triton": "kernel", "torch_eager": "eager", "torch_compile": "compile", "cublas_linear": "F.linear",
+              "torch_rms_norm": "rms+linear"}
+WIDTH = 120
 
 
 @click.command("show")
@@ -13,14 +20,62 @@ from kernelwatch.options import FORMATS, clean_errors, db_option, open_readonly
 @db_option
 @clean_errors
 def command(run_id: str, fmt: str, db_url: str | None) -> None:
-    """Print one run's results flat: one record per case x implementation."""
+    """Print one run's results: one record per case x implementation.
+
+    The table starts with the run (commit, branch, hardware, status, what it holds) and groups the cases by
+    kernel, each case on its own line and its implementations under it, times in µs (as on the dashboard).
+    JSON and CSV keep the stored fields (times in ms)."""
     from db.export import find_run_id
-    from db.queries import RESULT_FIELDS, run_results
-    from kernelwatch.output import render
+    from db.queries import RESULT_FIELDS, contents_text, run_contents, run_info, run_results
+    from kernelwatch.output import render, terminal
 
     engine = open_readonly(db_url)
-    records = run_results(engine, find_run_id(engine, run_id))
-    columns = RESULT_FIELDS
-    if fmt == "table":
-        columns = tuple(c for c in RESULT_FIELDS if c not in ("kernel", "variant", "dtype", "params", "target"))
-    click.echo(render(records, columns, fmt))
+    rid = find_run_id(engine, run_id)
+    records = run_results(engine, rid)
+    if fmt != "table":
+        click.echo(render(records, RESULT_FIELDS, fmt))
+        return
+    run = run_info(engine, rid)
+    holds = contents_text(run_contents(engine, [rid])[rid], run["device"], run["device_count"])
+    when = (run["started"] or "-")[:16].replace("T", " ")
+    click.echo(terminal(f"run {run['id']} · commit {run['commit'][:12]} ({run['branch']}) · {run['status']}"
+                        + (" · SYNTHETIC" if run["synthetic"] else "")))
+    click.echo(terminal(f"{run['hardware']} · started {when} UTC · {holds}"))
+    click.echo("times in µs: median (p20-p80); % of peak; speedup over eager; budget = accuracy error budget "
+               "(<= 1 passes)")
+    for line in table_lines(records):
+        click.echo(terminal(line))
+
+
+def _num(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The records as lines of at most WIDTH characters: a kernel heading, each case's key (without the kernel)
+    on its own line, then one indented row per implementation."""
+    head = f"    {'impl.':<11} {'median':>9} {'p20-p80':>19} {'% peak':>7} {'x eager':>8} {'budget':>7}  " \
+           f"{'ok':<4}  notes"
+    out, kernel, case = [], None, None
+    order = {impl: i for i, impl in enumerate(IMPL_SHORT)}
+    records = sorted(records, key=lambda r: (r["kernel"], r["case"], order.get(r["implementation"], len(order)),
+                                             r["implementation"]))
+    for r in records:
+        if r["kernel"] != kernel:
+            kernel, case = r["kernel"], None
+            out += ["", kernel, head]
+        if r["case"] != case:
+            case = r["case"]
+            key = case[len(kernel) + 1:] if case.startswith(kernel + "/") else case
+            out.append(f"  {key}"[:WIDTH])
+        us = {k: None if r[k] is None else r[k] * 1e3 for k in ("median_ms", "p20_ms", "p80_ms")}
+        spread = "-" if us["p20_ms"] is None else f"{us['p20_ms']:.4g}-{us['p80_ms']:.4g}"
+        ok = "-" if r["passed"] is None else "yes" if r["passed"] else "NO"
+        notes = (["target missed"] if r["target_met"] is False else []) + (
+            [" ".join(str(r["error"]).split())] if r["error"] else [])
+        line = (f"    {IMPL_SHORT.get(r['implementation'], r['implementation'])[:11]:<11} "
+                f"{_num(us['median_ms'], '.4g'):>9} {spread:>19} {_num(r['pct_peak'], '.1f'):>7} "
+                f"{_num(r['speedup_vs_eager'], '.2f'):>8} {_num(r['error_budget'], '.3g'):>7}  {ok:<4}  "
+                + "; ".join(notes))
+        out.append(line[:WIDTH].rstrip())
+    return out

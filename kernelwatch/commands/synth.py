@@ -16,10 +16,13 @@ from kernelwatch.options import clean_errors, db_option
               help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).")
 @click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
               help="Import kernel specs from extra modules too (as collect does).")
+@click.option("--demo-from", "demo_from", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Instead: the demo branch (synthetic/demo) derived from this real run artifact, two runs whose "
+                   "second has a regression, an improvement and an accuracy drift (db/synthetic.py: DEMO_CHANGES).")
 @db_option
 @clean_errors
 def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, ...], extra_kernels: tuple[str, ...],
-            db_url: str | None) -> None:
+            demo_from: str | None, db_url: str | None) -> None:
     """Fill a database with SYNTHETIC history (labelled so everywhere) for demos and scale tests.
 
     Its cases are drawn from every kernel this checkout has, with the variants its spec names."""
@@ -27,7 +30,18 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
 
     from db.engine import open_database
     from db.ingest import ingest_documents
-    from db.synthetic import Step, SyntheticHistory
+    from db.synthetic import DEMO_CHANGES, Step, SyntheticHistory, demo_branch
+
+    if demo_from is not None:
+        from db.artifact import load_artifact
+
+        docs = demo_branch(load_artifact(demo_from))
+        out = ingest_documents(open_database(db_url), [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
+        click.echo(f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
+                   f"derived from {demo_from}):")
+        for change in DEMO_CHANGES:
+            click.echo(f"  {change.story}")
+        return
     from kernels import discover
 
     parsed = []
