@@ -40,7 +40,7 @@ compile-check: install $(ASCEND_VENV)/.installed
 	$(BIN)/python -m collector.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
 
 demo: install
-	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json
+	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json.gz
 	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all
 	$(BIN)/kernelwatch dashboard --db $(DB) --port $(PORT)
 

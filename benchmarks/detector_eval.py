@@ -1,6 +1,6 @@
 """Evaluate change-point detectors on labelled series built from real H200 run-to-run noise.
 
-    python benchmarks/detector_eval.py ci/history/*repeat*.json [--series 400 --length 60]
+    python benchmarks/detector_eval.py ci/history/*repeat*.json.gz [--series 400 --length 60]
 
 Noise: each artifact is one repetition of the same commit's perf suite on the same H200. A
 synthetic "run" of a case draws one of those real runs and takes the median of a bootstrap resample

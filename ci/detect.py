@@ -29,7 +29,7 @@ DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_FDR = 0.05
 
 # Between-run noise of a case's per-run median on one machine (each run a fresh process).
-# JITTER_MS: an absolute term. On the H200, 12 MSELoss cases x 4 repeated runs (ci/history/*repeat*.json,
+# JITTER_MS: an absolute term. On the H200, 12 MSELoss cases x 4 repeated runs (ci/history/*repeat*.json.gz,
 # 2026-11-30) gave per-case standard deviations of the per-run median of 0.07-0.45 us at every size from
 # 5 us to 470 us: launch and clock jitter, not a share of the time. 0.5 us covers the largest.
 JITTER_MS = 0.0005

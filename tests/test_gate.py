@@ -353,9 +353,9 @@ def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path
 
 
 def _repeats_by_commit() -> dict[str, list[Path]]:
-    """ci/history's repeated perf runs, by the commit in their names (DATE-COMMIT-...-repeatN.json)."""
+    """ci/history's repeated perf runs, by the commit in their names (DATE-COMMIT-...-repeatN.json.gz)."""
     groups: dict[str, list[Path]] = {}
-    for path in sorted((Path(__file__).resolve().parents[1] / "ci" / "history").glob("*repeat*.json")):
+    for path in sorted((Path(__file__).resolve().parents[1] / "ci" / "history").glob("*repeat*.json.gz")):
         groups.setdefault(path.name.split("-")[3], []).append(path)
     return groups
 
