@@ -2,7 +2,7 @@
 # The GPU runs behind ci/history/: what one call on a lent two-GPU machine runs, with a time limit per step.
 #
 #   benchmarks/gpu_history.sh full OUT          the whole suite on both GPUs (first, with cold compile caches),
-#                                               then on one GPU: the scaling comparison of issue 14
+#                                               then on one GPU: the scaling comparison (docs/design.md)
 #   benchmarks/gpu_history.sh repeats OUT SECS  perf-only MSELoss + softmax runs repeated on each GPU until SECS
 #                                               have passed (real run-to-run noise), and the 20-seed accuracy
 #                                               margin on the second GPU first

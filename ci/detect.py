@@ -33,7 +33,7 @@ DEFAULT_FDR = 0.05
 # 2026-11-30) gave per-case standard deviations of the per-run median of 0.07-0.45 us at every size from
 # 5 us to 470 us: launch and clock jitter, not a share of the time. 0.5 us covers the largest.
 JITTER_MS = 0.0005
-# REL_NOISE: a relative term, DESIGN.md's run-to-run study (30 processes): large memory-bound cases vary
+# REL_NOISE: a relative term, docs/design.md's run-to-run study (30 processes): large memory-bound cases vary
 # by 0.03-0.3% (coefficient of variation of the per-run median).
 REL_NOISE = 0.003
 # Without MIN_HISTORY runs of history the floor is all there is, so it is doubled: each of the 12
@@ -43,7 +43,7 @@ MIN_HISTORY = 5
 PRIOR_FACTOR = 2.0
 # Change points (``change_points``, ``kernelwatch bisect``, the dashboard's step markers) need this many runs.
 MIN_SERIES = 6
-# Launch-bound cases are heavy-tailed (DESIGN.md): most runs agree within +-5%, but 1-3 runs in 30 come
+# Launch-bound cases are heavy-tailed (docs/design.md): most runs agree within +-5%, but 1-3 runs in 30 come
 # out 2-6x slower. Below LAUNCH_BOUND_MS (4x the ~5 us a near-empty launch takes on the H200, where the
 # 0.5 us jitter alone is 2.5% or more) one run is treated as possibly such an outlier run.
 LAUNCH_BOUND_MS = 0.02

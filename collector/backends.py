@@ -36,7 +36,7 @@ GRAPH_CHECK_REPS = 10  # event-timed samples that check a graph did the call's w
 GRAPH_MIN_FRACTION = 0.5
 MAX_HOLD_MS = 200.0  # a hold never keeps the device busy longer than this
 MAX_HOLD_FLUSHES = 64  # without a spin kernel, a hold is at most this many flushes
-CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
+CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (docs/metrics.md, cost per call: 10-20 ms)
 # Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
 # pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
 CALL_BATCHES = 10

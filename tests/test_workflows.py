@@ -103,7 +103,7 @@ def test_wrapper_fails_without_set_env_or_without_ascend_home_path(tmp_path: Pat
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 11: actionlint, and no step that can hide the gate's verdict
+# The workflows: actionlint, and no step that can hide the gate's verdict
 # ---------------------------------------------------------------------------------------------
 def _actionlint() -> str:
     import shutil
