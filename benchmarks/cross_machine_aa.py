@@ -1,4 +1,5 @@
-"""Cross-machine A/A: runs of one commit measured on different physical GPUs, gated against each other (issue 19.7).
+"""Cross-machine A/A: runs of one commit measured on different physical GPUs, gated against each other
+(docs/design.md, machines of one model).
 
     python benchmarks/cross_machine_aa.py ci/history/*744fa8bf*.json
     python benchmarks/cross_machine_aa.py RUN1.json RUN2.json RUN3.json --history ci/history/*.json

@@ -186,7 +186,7 @@ class Backend:
         checks, descriptors, the launch) before the kernel is queued; a device with nothing left to do
         idles after the start event and the idle is charged to the kernel. The previous method put each
         chunk of samples behind a spin-kernel hold sized from the host time of five bare calls (twice it,
-        per sample); it failed on a fresh H200 (issue 19): a ``fused_rmsnorm_matmul`` decode case whose
+        per sample); it failed on a fresh H200: a ``fused_rmsnorm_matmul`` decode case whose
         host cost per call is 117-201 us had samples spread 49.7-167.7 us (median 70.8 against 51.9 minutes
         later), because the hold was sized from a host time that did not count the flush's own host cost
         and that a loaded host exceeds (a preempted enqueue outlasts any fixed multiple), and nothing

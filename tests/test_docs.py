@@ -71,7 +71,8 @@ def test_no_pointer_at_a_document_outside_the_repository() -> None:
         if path == Path(__file__) or "fixtures" in path.parts or "results" in path.parts or not path.is_file():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-            if OUTSIDE.search(line):
+            match = OUTSIDE.search(line)
+            if match and not (path.parts[-2] == "docs" and "design doc" in match.group(0)):  # docs/ is where they live
                 hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
     assert not hits, "point these at docs/... instead:\n" + "\n".join(hits)
 
