@@ -50,7 +50,7 @@ LAUNCH_BOUND_MS = 0.02
 OUTLIER_RATE = 3 / 30
 OUTLIER_FACTORS = (2.0, 6.0)
 
-# Between-machine noise (DESIGN.md "Machines of one model"): the standard deviation of log(per-run median)
+# Between-machine noise (docs/design.md "Machines of one model"): the standard deviation of log(per-run median)
 # between physical GPUs of one model, per case class, used when a case's history has fewer than
 # MIN_MACHINES GPUs (and as a floor under an estimate from fewer). Measured by benchmarks/machine_spread.py
 # on ci/history (2026-11-30, H200: 2-3 GPUs per commit, the GPU UUID or the machine and device label):
@@ -58,7 +58,7 @@ OUTLIER_FACTORS = (2.0, 6.0)
 #   gemm     18 estimates: median 0.0005, p90 0.0058, max 0.0087
 #   memory  140 estimates: median 0.0002, p90 0.0057, max 0.0271
 # Each class takes its largest estimate (an upper bound where each GPU measured a case once), except gemm:
-# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement of issue 19 / DESIGN.md is
+# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement in docs/design.md is
 # taken: one 4096^3 case over seven runs on four H200s spread 240.8-257.9 us, a standard deviation of 2.4%
 # of the median (range / 2.7 for seven values), rounded up. atomic: reductions that accumulate with atomics,
 # whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
@@ -113,7 +113,7 @@ def contamination(baseline: list[float], candidate: list[float], min_effect: flo
 
     (the median is slower past the minimum effect while the 20th percentile and the minimum moved by less
     than half of it). Both runs need at least 5 samples (a p20 of fewer is the minimum itself). Example
-    (issue 19, H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
+    (a fresh H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
     samples 49.7-167.7 us, p20 51.3, median 70.8: +35.6% at the median, +0.4% at p20 -> contaminated.
     """
     base = np.asarray([v for v in baseline if v > 0], dtype=float)
