@@ -20,9 +20,9 @@ from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
-FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json"  # aad199d7: 62 perf + 358 accuracy cases
-ACCURACY_ONLY = HISTORY / "2026-11-30T2126-f7be52d5-h200x2-rmsnorm-accuracy.json"  # d4c33bb3: 0 perf
-REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json"))
+FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"  # aad199d7: 62 perf + 358 accuracy cases
+ACCURACY_ONLY = HISTORY / "2026-11-30T2126-f7be52d5-h200x2-rmsnorm-accuracy.json.gz"  # d4c33bb3: 0 perf
+REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json.gz"))
 BASE_MS = 0.1
 
 
@@ -166,7 +166,7 @@ def _issue19_samples() -> tuple[list[float], list[float]]:
     """RMSNorm+MatMul rstd_prepass bf16 16x8192 on the H200: the baseline is the real run aad199d7 in ci/history
     (300 samples, p20 51.5 us, median 52.4); the candidate is the contaminated run a fresh H200 gave (not in
     ci/history), rebuilt from its numbers: 49.7-167.7 us, p20 51.3, median 70.8, p80 93.0 (ms)."""
-    base = _real_samples("2026-11-30T2052-cd36845f-h200x2-full-2gpu.json")
+    base = _real_samples("2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz")
     clean = np.linspace(49.7, 52.6, 30)
     delayed = np.concatenate([np.linspace(55.0, 70.6, 20), np.linspace(71.0, 93.0, 30), np.linspace(94, 167.7, 20)])
     return base, list(np.concatenate([clean, delayed]) / 1e3)
@@ -182,7 +182,7 @@ def test_contamination_rule_on_the_issue_19_samples() -> None:
     assert contamination(base, base) is None
     # The real "cold" run of ci/history (11c43fe6): median +81%, but p20 and min moved too (64.5 vs 50.5 us):
     # not the signature of added host delay, so it is judged as a slowdown, never hidden as "unreliable".
-    cold = _real_samples("2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json")
+    cold = _real_samples("2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json.gz")
     assert float(np.median(cold)) / float(np.median(base)) > 1.5 and contamination(base, cold) is None
 
 
@@ -211,7 +211,7 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
 # ---------------------------------------------------------------------------------------------
 def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     """Two runs of one commit on the two GPUs of one host (744fa8bf, device labels swapped)."""
-    one, other = sorted(HISTORY.glob("*744fa8bf*.json"))
+    one, other = sorted(HISTORY.glob("*744fa8bf*.json.gz"))
     _ingest(db_url, load_artifact(one))
     candidate = to_data(load_artifact(other))
     result = _gate(cli, db_url, candidate, tmp_path)
