@@ -17,7 +17,7 @@ DB ?= kernelwatch.db
 PORT ?= 8501
 BIN := $(VENV)/bin
 # The real H200 run the SYNTHETIC demo branch is derived from (db/synthetic.py: demo_branch, DEMO_CHANGES).
-DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json
+DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz
 # A reduced CPU accuracy run: the 121 fp32 cases (~1.5 minutes on 2 cores); the full 358-case run stays in CI.
 DEMO_CPU ?= --match /fp32/
 
@@ -55,7 +55,7 @@ compile-check: install $(ASCEND_VENV)/.installed
 	$(BIN)/python -m collector.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
 
 demo: install-demo
-	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json
+	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json.gz
 	$(BIN)/kernelwatch synth --db $(DB) --demo-from $(DEMO_SOURCE)
 	$(BIN)/kernelwatch collect --db $(DB) --device cpu --suite accuracy --devices all $(DEMO_CPU)
 	$(BIN)/kernelwatch dashboard --db $(DB) --port $(PORT)

@@ -1,7 +1,8 @@
-"""Cross-machine A/A: runs of one commit measured on different physical GPUs, gated against each other (issue 19.7).
+"""Cross-machine A/A: runs of one commit measured on different physical GPUs, gated against each other
+(docs/design.md, machines of one model).
 
-    python benchmarks/cross_machine_aa.py ci/history/*744fa8bf*.json
-    python benchmarks/cross_machine_aa.py RUN1.json RUN2.json RUN3.json --history ci/history/*.json
+    python benchmarks/cross_machine_aa.py ci/history/*744fa8bf*.json.gz
+    python benchmarks/cross_machine_aa.py RUN1.json RUN2.json RUN3.json --history ci/history/*.json.gz
 
 The code is the same in every run, so every FAIL between them is a false alarm caused by the machine. A
 run's perf results are split by the physical device that measured them (``device_uuid``; a two-GPU run

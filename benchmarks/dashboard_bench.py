@@ -3,7 +3,7 @@
     python benchmarks/dashboard_bench.py --db sqlite:////tmp/kwbench/big-1000000.db [--pg URL]
 
 Build the database with benchmarks/db_bench.py first (1,000,000 perf results, 2 hardware x 1,333 runs x
-125 cases x 3 implementations). Target (issue 13): every page renders in < 1 s with 1M perf results.
+125 cases x 3 implementations). Target (docs/design.md): every page renders in < 1 s with 1M perf results.
 
 Two numbers per page: "cold" is a render right after the cached results are dropped
 (``st.cache_data.clear()``; the engine stays open and the modules imported, as in a server that has

@@ -2,7 +2,7 @@
 
     python benchmarks/db_bench.py [--pg URL] [--rows 1000000] [--keep DIR]
 
-Targets (issue 2): one run of 600 results ingests in < 0.3 s on SQLite; with 1M perf results,
+Targets (docs/design.md): one run of 600 results ingests in < 0.3 s on SQLite; with 1M perf results,
 "history of one case on one hardware" and "latest complete run per hardware" each < 50 ms, on
 SQLite and on PostgreSQL. The history is synthetic (labelled so in the database).
 """

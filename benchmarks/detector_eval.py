@@ -1,12 +1,12 @@
 """Evaluate change-point detectors on labelled series built from real H200 run-to-run noise.
 
-    python benchmarks/detector_eval.py ci/history/*repeat*.json [--series 400 --length 60]
+    python benchmarks/detector_eval.py ci/history/*repeat*.json.gz [--series 400 --length 60]
 
 Noise: each artifact is one repetition of the same commit's perf suite on the same H200. A
 synthetic "run" of a case draws one of those real runs and takes the median of a bootstrap resample
 of its real timing samples, so both the between-run and the within-run spread are the measured
 ones. Launch-bound cases (median under ``ci.detect.LAUNCH_BOUND_MS``, the gate's own rule) also get
-the heavy tail DESIGN.md documents from a 30-process study on the H200 (about 2 in 30 runs 2-6x
+the heavy tail docs/design.md documents from a 30-process study on the H200 (about 2 in 30 runs 2-6x
 slower), which four repetitions cannot show. (The first version called a case launch-bound below
 4 MB moved: the 1M-element fp16 MSELoss case, 7.9 us, moves 4 MB + 2 bytes and escaped the tail.)
 

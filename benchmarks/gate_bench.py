@@ -3,7 +3,7 @@
     python benchmarks/gate_bench.py --db sqlite:////tmp/kwbench/big-1000000.db [--runs 1333 --cases 125]
 
 Uses the synthetic history that benchmarks/db_bench.py builds (seed 7, 2 hardware) and judges the
-run that would follow it. Target (issue 7): < 5 s against 2,000 runs x 200 cases.
+run that would follow it. Target (docs/design.md): < 5 s against 2,000 runs x 200 cases.
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
     python benchmarks/gpu_dev.py [--only softmax,rmsnorm,decode,percall] [--out results.json]
 
-Every candidate is checked against a float32 PyTorch reference on the same inputs (outputs poisoned
-with NaN first), then timed like the collector times (CUDA events, L2 flushed by reading 512 MB
-before each repetition, median). Prints one table per study; the notes in kernels/NOTES.md quote it.
-Candidates that win move into `kernels/`.
+Only the studies kernels/NOTES.md cites ("second push" softmax and RMSNorm+MatMul tables, the
+cost-per-call pieces). What shipped is imported from `kernels/` and launched with the study's
+configurations; only the candidates NOTES.md records as rejected (the sum of squares inside the TMA
+loop, a second read of the A tile, a phase before the GEMM, split K with a second adding kernel) are
+defined here. Every candidate is checked against a float32 PyTorch reference on the same inputs, then
+timed with CUDA events, L2 flushed by reading 512 MB before each repetition, median. Prints one table
+per study; logs of the runs NOTES.md quotes: benchmarks/results/2026-11-30-h200-dev*.log.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# What shipped, launched by the studies below with their own configurations (jit kernels resolve these globals).
+from kernels.fused_rmsnorm_matmul import (  # noqa: E402
+    _decode_splitk_kernel,
+    _gemm_tile_ids,
+    _rms_gemm_tma_kernel,
+    _rstd_kernel,
+)
+from kernels.scaled_masked_softmax import _softmax_fwd_heads_kernel  # noqa: E402
 
 RESULTS: list[dict] = []
 FLUSH: torch.Tensor | None = None
@@ -91,38 +103,16 @@ def attempt(study: str, case: str, impl: str, fn, check, floor_ms: float | None 
 # =============================================================================================
 # Softmax: one program per (batch, query-row block) walks every head, the mask tile read once
 # =============================================================================================
-@triton.jit
-def _softmax_heads_kernel(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.constexpr,
-                          BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
-    pid = tl.program_id(0)
-    q_blocks = tl.cdiv(sq, ROWS)
-    b = pid // q_blocks
-    q = (pid % q_blocks) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    inb = (q < sq)[:, None] & (cols < sk)[None, :]
-    m_offs = b.to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * sk + cols[None, :]
-    keep = tl.load(m_ptr + m_offs, mask=inb, other=1) == 0
-    for h in tl.range(0, H, num_stages=STAGES):
-        row = (b * H + h).to(tl.int64) * sq + q
-        offs = row[:, None] * sk + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        z = tl.where(keep, x * scale2, float("-inf"))
-        mx = tl.max(z, axis=1)
-        mx = tl.where(mx == float("-inf"), 0.0, mx)
-        e = tl.exp2(z - mx[:, None])
-        s = tl.sum(e, axis=1)
-        inv = tl.where(s > 0, 1.0 / s, 0.0)
-        tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
-
-
 def softmax_heads(x, mask_u8, scale, rows, warps, stages):
+    """kernels' one-program-per-(batch, row block) forward, launched with the study's ROWS / warps; ``stages``
+    > 1 software-pipelines its loop over the heads (the rejected ``num_stages=2`` row of NOTES.md)."""
     b, h, sq, sk = x.shape
     y = torch.empty_like(x)
-    block_n = triton.next_power_of_2(sk)
     mask_sb = 0 if mask_u8.shape[0] == 1 else sq * sk
     grid = (b * triton.cdiv(sq, rows),)
-    _softmax_heads_kernel[grid](x, mask_u8, y, sq, sk, h, mask_sb, scale * 1.4426950408889634, ROWS=rows,
-                                BLOCK_N=block_n, STAGES=stages, num_warps=warps)
+    _softmax_fwd_heads_kernel[grid](x, mask_u8, y, b * h * sq, sk, sq, h, mask_sb, sk, scale * 1.4426950408889634,
+                                    ROWS=rows, BLOCK_N=triton.next_power_of_2(sk), ACC=tl.float32, num_warps=warps,
+                                    num_stages=stages)
     return y
 
 
@@ -166,90 +156,63 @@ def study_softmax(dtypes: tuple[str, ...]) -> None:
 # RMSNorm + MatMul: persistent TMA GEMM, sum of squares from the A tiles, 1/rms in the epilogue
 # =============================================================================================
 @triton.jit
-def _tile(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
-    group_id = tile_id // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
-
-
-@triton.jit
-def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, M, N, K, eps, NORM: tl.constexpr, RSTD_GIVEN: tl.constexpr,
-                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                         NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+def _rms_gemm_inloop_kernel(a_desc, b_desc, c_desc, M, N, K, eps, BM: tl.constexpr, BN: tl.constexpr,
+                            BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+    """Rejected: the persistent TMA GEMM summing x^2 from the shared-memory A tile inside its K loop."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
-    k_tiles = tl.cdiv(K, BK)
-    num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
-    tile_id_c = start - NUM_SMS
-    for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n = _tile(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
-        offs_am = pid_m * BM
-        offs_bn = pid_n * BN
+    tile_c = start - NUM_SMS
+    for tile in tl.range(start, num_pid_m * num_pid_n, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         ss = tl.zeros((BM, BK), dtype=tl.float32)
-        for ki in range(k_tiles):
-            offs_k = ki * BK
-            a = a_desc.load([offs_am, offs_k])
-            b = b_desc.load([offs_bn, offs_k])
-            if NORM and not RSTD_GIVEN:
-                af = a.to(tl.float32)
-                ss += af * af
+        for ki in range(tl.cdiv(K, BK)):
+            a = a_desc.load([pid_m * BM, ki * BK])
+            b = b_desc.load([pid_n * BN, ki * BK])
+            af = a.to(tl.float32)
+            ss += af * af
             acc = tl.dot(a, b.T, acc)
-        tile_id_c += NUM_SMS
-        pid_m, pid_n = _tile(tile_id_c, num_pid_in_group, num_pid_m, GROUP_M)
-        if NORM:
-            if RSTD_GIVEN:
-                rows = pid_m * BM + tl.arange(0, BM)
-                rstd = tl.load(r_ptr + rows, mask=rows < M, other=0.0)
-            else:
-                rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / K + eps)
-            acc = acc * rstd[:, None]
+        tile_c += NUM_SMS
+        pid_m, pid_n = _gemm_tile_ids(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        acc = acc * (1.0 / tl.sqrt(tl.sum(ss, axis=1) / K + eps))[:, None]
         c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
 
 
-@triton.jit
-def _rstd_kernel(x_ptr, r_ptr, M, K, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    acc = tl.zeros([ROWS, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        ok = (rows < M)[:, None] & (cols < K)[None, :]
-        xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        acc += xf * xf
-    tl.store(r_ptr + rows, 1.0 / tl.sqrt(tl.sum(acc, axis=1) / K + eps), mask=rows < M)
-
-
 def rstd_prepass(x, rows=4, block_k=1024, warps=4):
+    """kernels' 1/rms prepass (4 B a row) with the study's tile."""
     m, k = x.shape
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
-    _rstd_kernel[(triton.cdiv(m, rows),)](x, rstd, m, k, 1e-6, ROWS=rows, BLOCK_K=block_k, num_warps=warps)
+    _rstd_kernel[(triton.cdiv(m, rows),)](x, rstd, m, k, x.stride(0), x.stride(1), 1e-6, ROWS=rows, BLOCK_K=block_k,
+                                          num_warps=warps)
     return rstd
 
 
-def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), group_m=8):
+def _descriptors(x, w, y, bm, bn, bk):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    return (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+            TensorDescriptor.from_tensor(y, [bm, bn]))
+
+
+def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), group_m=8):
+    """The persistent TMA GEMM: kernels' (with 1/rms from the prepass, or all ones for the GEMM alone) unless
+    ``norm`` without ``prepass``, the rejected in-loop sum of squares. ``cfg`` = (BM, BN, BK, stages, warps,
+    flatten); kernels' GEMM always flattens its tile loop."""
     bm, bn, bk, stages, warps, flatten = cfg
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    a_desc = TensorDescriptor.from_tensor(x, [bm, bk])
-    b_desc = TensorDescriptor.from_tensor(w, [bn, bk])
-    c_desc = TensorDescriptor.from_tensor(y, [bm, bn])
+    a_desc, b_desc, c_desc = _descriptors(x, w, y, bm, bn, bk)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    rstd = y
-    if prepass:
-        rstd = rstd_prepass(x, *pre_cfg)
-    _rms_gemm_tma_kernel[(min(sms, tiles),)](a_desc, b_desc, c_desc, rstd, m, n, k, 1e-6, NORM=norm,
-                                            RSTD_GIVEN=prepass, BM=bm, BN=bn, BK=bk, GROUP_M=group_m,
-                                            NUM_SMS=min(sms, tiles),
-                                            FLATTEN=flatten, num_stages=stages, num_warps=warps)
+    grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
+    if norm and not prepass:
+        _rms_gemm_inloop_kernel[(grid,)](a_desc, b_desc, c_desc, m, n, k, 1e-6, BM=bm, BN=bn, BK=bk, GROUP_M=group_m,
+                                         NUM_SMS=grid, FLATTEN=flatten, num_stages=stages, num_warps=warps)
+        return y
+    rstd = rstd_prepass(x, *pre_cfg) if norm else torch.ones(m, device=x.device, dtype=torch.float32)
+    _rms_gemm_tma_kernel[(grid,)](a_desc, b_desc, c_desc, rstd, y, m, n, k, HAS_BIAS=False, BM=bm, BN=bn, BK=bk,
+                                  GROUP_M=group_m, NUM_SMS=grid, num_stages=stages, num_warps=warps)
     return y
 
 
@@ -257,17 +220,16 @@ def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), grou
 def _rms_gemm_twice_kernel(a_desc, b_desc, c_desc, x_ptr, M, N, K, stride_xm, eps, BM: tl.constexpr,
                            BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
                            SS_COLS: tl.constexpr):
-    """Sum of squares from a second, pointer-based read of the A tile (from L2), so the dot keeps its
-    operand in shared memory untouched."""
+    """Rejected: sum of squares from a second, pointer-based read of the A tile (from L2), so the dot keeps
+    its operand in shared memory untouched."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
     num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
     tile_id_c = start - NUM_SMS
     for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = _tile(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        pid_m, pid_n = _gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
         rows = pid_m * BM + tl.arange(0, BM)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         ss = tl.zeros((BM, SS_COLS), dtype=tl.float32)
@@ -282,7 +244,7 @@ def _rms_gemm_twice_kernel(a_desc, b_desc, c_desc, x_ptr, M, N, K, stride_xm, ep
                 ss += xs * xs
             acc = tl.dot(a, b.T, acc)
         tile_id_c += NUM_SMS
-        pid_m, pid_n = _tile(tile_id_c, num_pid_in_group, num_pid_m, GROUP_M)
+        pid_m, pid_n = _gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / K + eps)
         c_desc.store([pid_m * BM, pid_n * BN], (acc * rstd[:, None]).to(c_desc.dtype))
 
@@ -308,7 +270,7 @@ def rms_gemm_twice(x, w, cfg, ss_cols=64):
 def _rms_gemm_phase_kernel(a_desc, b_desc, c_desc, x_ptr, r_ptr, tag_ptr, state_ptr, M, N, K, stride_xm, eps,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                            NUM_SMS: tl.constexpr, R: tl.constexpr, RK: tl.constexpr, FALLBACKS: tl.constexpr):
-    """Phase 1: every program computes 1/rms of a few rows and tags them with this launch's number.
+    """Rejected. Phase 1: every program computes 1/rms of a few rows and tags them with this launch's number.
     Phase 2: persistent GEMM; an epilogue uses the tagged values, or computes its rows itself when a
     tag is not yet there (never waits: no program depends on another being resident)."""
     start = tl.program_id(0)
@@ -328,17 +290,16 @@ def _rms_gemm_phase_kernel(a_desc, b_desc, c_desc, x_ptr, r_ptr, tag_ptr, state_
     num_pid_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
     num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
     tile_id_c = start - NUM_SMS
     for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = _tile(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        pid_m, pid_n = _gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for ki in range(k_tiles):
             a = a_desc.load([pid_m * BM, ki * BK])
             b = b_desc.load([pid_n * BN, ki * BK])
             acc = tl.dot(a, b.T, acc)
         tile_id_c += NUM_SMS
-        pid_m, pid_n = _tile(tile_id_c, num_pid_in_group, num_pid_m, GROUP_M)
+        pid_m, pid_n = _gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         rows = pid_m * BM + tl.arange(0, BM)
         ok = rows < M
         tags = tl.atomic_add(tag_ptr + rows, 0, mask=ok, sem="acquire")
@@ -390,7 +351,7 @@ def rms_gemm_phase(x, w, cfg, r_rows=8, rk=1024):
     return y
 
 
-# Decode (few rows): split K over programs, partial sums in fp32, a second pass adds them and scales.
+# Decode (few rows), rejected: split K over programs, partial sums in fp32, a second kernel adds them and scales.
 @triton.jit
 def _splitk_kernel(x_ptr, w_ptr, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr, BM: tl.constexpr,
                    BN: tl.constexpr, BK: tl.constexpr):
@@ -466,59 +427,29 @@ def _splitk_tma_kernel(x_ptr, w_desc, part_ptr, ss_ptr, M, N, K, K_PER: tl.const
         tl.store(ss_ptr + s * BM + rows, tl.sum(ss, axis=1))
 
 
-@triton.jit
-def _splitk_fused_kernel(x_ptr, w_desc, part_ptr, ss_ptr, cnt_ptr, y_ptr, M, N, K, eps, K_PER: tl.constexpr,
-                         SPLITS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """Split K; the last program of each column block adds the partials, scales and writes (one launch),
-    then zeroes its counter for the next launch."""
-    pid_n = tl.program_id(0)
-    s = tl.program_id(1)
-    rows = tl.arange(0, BM)
-    cols = pid_n * BN + tl.arange(0, BN)
-    kk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    ss = tl.zeros((BM, BK), dtype=tl.float32)
-    for k0 in tl.range(s * K_PER, s * K_PER + K_PER, BK):
-        a = tl.load(x_ptr + rows[:, None] * K + (k0 + kk)[None, :], mask=(rows < M)[:, None], other=0.0)
-        b = w_desc.load([pid_n * BN, k0])
-        af = a.to(tl.float32)
-        ss += af * af
-        acc = tl.dot(a, b.T, acc)
-    tl.store(part_ptr + ((pid_n * SPLITS + s) * BM + rows[:, None]) * BN + tl.arange(0, BN)[None, :], acc)
-    tl.store(ss_ptr + (pid_n * SPLITS + s) * BM + rows, tl.sum(ss, axis=1))
-    done = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
-    if done == SPLITS - 1:
-        total = tl.zeros((BM, BN), dtype=tl.float32)
-        ssum = tl.zeros((BM,), dtype=tl.float32)
-        for t in tl.static_range(SPLITS):
-            total += tl.load(part_ptr + ((pid_n * SPLITS + t) * BM + rows[:, None]) * BN + tl.arange(0, BN)[None, :],
-                             cache_modifier=".cg")
-            ssum += tl.load(ss_ptr + (pid_n * SPLITS + t) * BM + rows, cache_modifier=".cg")
-        rstd = 1.0 / tl.sqrt(ssum / K + eps)
-        tl.store(y_ptr + rows[:, None] * N + cols[None, :], (total * rstd[:, None]).to(y_ptr.dtype.element_ty),
-                 mask=(rows < M)[:, None])
-        tl.atomic_xchg(cnt_ptr + pid_n, 0)
-
-
 _SPLITK_CNT: dict = {}
 
 
 def rms_splitk_fused(x, w, cfg):
+    """kernels' decode kernel (split K, the last program of a column block adds the partials) with the study's
+    (BN, BK, splits, stages, warps) and a TMA descriptor of the weight."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bn, bk, splits, stages, warps = cfg
     m, k = x.shape
     n = w.shape[0]
     bm = max(16, triton.next_power_of_2(m))
+    blocks = triton.cdiv(n, bn)
     cnt = _SPLITK_CNT.get(x.device)
-    if cnt is None or cnt.numel() < n // bn:
-        cnt = _SPLITK_CNT[x.device] = torch.zeros(max(n // bn, 1024), dtype=torch.int32, device=x.device)
-    part = torch.empty((n // bn, splits, bm, bn), device=x.device, dtype=torch.float32)
-    ss = torch.empty((n // bn, splits, bm), device=x.device, dtype=torch.float32)
+    if cnt is None or cnt.numel() < blocks:
+        cnt = _SPLITK_CNT[x.device] = torch.zeros(max(blocks, 1024), dtype=torch.int32, device=x.device)
+    part = torch.empty((blocks, splits, bm, bn), device=x.device, dtype=torch.float32)
+    ss = torch.empty((blocks, splits, bm), device=x.device, dtype=torch.float32)
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     w_desc = TensorDescriptor.from_tensor(w, [bn, bk])
-    _splitk_fused_kernel[(n // bn, splits)](x, w_desc, part, ss, cnt, y, m, n, k, 1e-6, K_PER=k // splits,
-                                            SPLITS=splits, BM=bm, BN=bn, BK=bk, num_stages=stages, num_warps=warps)
+    _decode_splitk_kernel[(blocks, splits)](x, w_desc, part, ss, cnt, y, y, m, n, k, x.stride(0), 1e-6,
+                                            HAS_BIAS=False, W_DESC=True, UPCAST=False, SPLITS=splits, BM=bm, BN=bn,
+                                            BK=bk, num_stages=stages, num_warps=warps)
     return y
 
 
@@ -786,6 +717,8 @@ def main() -> None:
     parser.add_argument("--dtypes", default="fp16")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_dev.py: no CUDA device visible; these studies time kernels on an NVIDIA GPU (Hopper for TMA)")
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}", flush=True)
     FLUSH = torch.ones(512 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
     measure_peaks()

@@ -2,7 +2,7 @@
 # The GPU runs behind ci/history/: what one call on a lent two-GPU machine runs, with a time limit per step.
 #
 #   benchmarks/gpu_history.sh full OUT          the whole suite on both GPUs (first, with cold compile caches),
-#                                               then on one GPU: the scaling comparison of issue 14
+#                                               then on one GPU: the scaling comparison (docs/design.md)
 #   benchmarks/gpu_history.sh repeats OUT SECS  perf-only MSELoss + softmax runs repeated on each GPU until SECS
 #                                               have passed (real run-to-run noise), and the 20-seed accuracy
 #                                               margin on the second GPU first
@@ -26,7 +26,7 @@ collect_logged() {  # NAME LIMIT_S ARGS...: one collect, its stderr (phase table
   local name=$1 limit=$2
   shift 2
   local start=$SECONDS
-  timeout -s TERM "$limit" python3 -m kernelwatch collect --no-progress --out "$out/$name.json" "$@" \
+  timeout -s TERM "$limit" python3 -m kernelwatch collect --no-progress --out "$out/$name.json.gz" "$@" \
     2> >(tee "$out/$name.log" >&2)
   echo "== $name: exit $?, $((SECONDS - start)) s"
 }
@@ -44,7 +44,7 @@ repeats)
     local gpu=$1 i=$2
     while [ $((SECONDS + 75)) -lt "$budget" ]; do
       CUDA_VISIBLE_DEVICES=$gpu timeout -s TERM $((budget - SECONDS)) python3 -m kernelwatch collect --no-progress \
-        --kernels mse_loss,scaled_masked_softmax --suite perf --out "$out/rep/repeat-$i.json" 2>"$out/rep/repeat-$i.log"
+        --kernels mse_loss,scaled_masked_softmax --suite perf --out "$out/rep/repeat-$i.json.gz" 2>"$out/rep/repeat-$i.log"
       echo "== repeat $i on GPU $gpu: exit $? at $SECONDS s"
       i=$((i + 2))
     done

@@ -1,4 +1,4 @@
-"""A planted host-side delay must not move the GPU time (issue 19.1): the proof of ``Backend.device_samples``.
+"""A planted host-side delay must not move the GPU time (docs/design.md): the proof of ``Backend.device_samples``.
 
     python benchmarks/host_delay.py                 # on the H200: under a minute; the table is printed last
     python benchmarks/host_delay.py --device cpu    # a dry run of the script (host clock; numbers mean nothing)
@@ -11,7 +11,7 @@ per call). It is timed three ways:
 * ``graph``: what the collector now does (``device_samples(method="graph")``: capture once, replay);
 * ``events``: the collector's fallback (``method="events"``: events around the direct call, behind a hold
   that is checked and retaken when it ran out);
-* ``old``: the method before issue 19 (events behind a spin hold sized from five bare calls, unchecked),
+* ``old``: the method before graph replay (events behind a spin hold sized from five bare calls, unchecked),
   reproduced below as it was, so its failure is shown beside the fix;
 
 each under five conditions: no sleep; sleep; sleep with the host busy (one CPU-burning process per core,

@@ -29,7 +29,7 @@ def spreads() -> dict[str, list[tuple[float, str, str, int]]]:
     """{class: [(sigma, case, commit, number of GPUs)]}, smallest first."""
     medians: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     classes: dict[str, str] = {}
-    for path in sorted(HISTORY.glob("*.json")):
+    for path in sorted(HISTORY.glob("*.json.gz")):
         doc = load_artifact(path)
         tag = path.name.split("-")[4]
         variants = {c.key: c.variant for c in doc.cases}

@@ -1,6 +1,6 @@
 """Print the perf suite of run artifacts as one table per kernel (what closing notes paste).
 
-    python benchmarks/perf_table.py ci/history/*.json [--match TEXT]
+    python benchmarks/perf_table.py ci/history/*.json.gz [--match TEXT]
 """
 
 from __future__ import annotations

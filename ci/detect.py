@@ -29,11 +29,11 @@ DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_FDR = 0.05
 
 # Between-run noise of a case's per-run median on one machine (each run a fresh process).
-# JITTER_MS: an absolute term. On the H200, 12 MSELoss cases x 4 repeated runs (ci/history/*repeat*.json,
+# JITTER_MS: an absolute term. On the H200, 12 MSELoss cases x 4 repeated runs (ci/history/*repeat*.json.gz,
 # 2026-11-30) gave per-case standard deviations of the per-run median of 0.07-0.45 us at every size from
 # 5 us to 470 us: launch and clock jitter, not a share of the time. 0.5 us covers the largest.
 JITTER_MS = 0.0005
-# REL_NOISE: a relative term, DESIGN.md's run-to-run study (30 processes): large memory-bound cases vary
+# REL_NOISE: a relative term, docs/design.md's run-to-run study (30 processes): large memory-bound cases vary
 # by 0.03-0.3% (coefficient of variation of the per-run median).
 REL_NOISE = 0.003
 # Without MIN_HISTORY runs of history the floor is all there is, so it is doubled: each of the 12
@@ -43,14 +43,14 @@ MIN_HISTORY = 5
 PRIOR_FACTOR = 2.0
 # Change points (``change_points``, ``kernelwatch bisect``, the dashboard's step markers) need this many runs.
 MIN_SERIES = 6
-# Launch-bound cases are heavy-tailed (DESIGN.md): most runs agree within +-5%, but 1-3 runs in 30 come
+# Launch-bound cases are heavy-tailed (docs/design.md): most runs agree within +-5%, but 1-3 runs in 30 come
 # out 2-6x slower. Below LAUNCH_BOUND_MS (4x the ~5 us a near-empty launch takes on the H200, where the
 # 0.5 us jitter alone is 2.5% or more) one run is treated as possibly such an outlier run.
 LAUNCH_BOUND_MS = 0.02
 OUTLIER_RATE = 3 / 30
 OUTLIER_FACTORS = (2.0, 6.0)
 
-# Between-machine noise (DESIGN.md "Machines of one model"): the standard deviation of log(per-run median)
+# Between-machine noise (docs/design.md "Machines of one model"): the standard deviation of log(per-run median)
 # between physical GPUs of one model, per case class, used when a case's history has fewer than
 # MIN_MACHINES GPUs (and as a floor under an estimate from fewer). Measured by benchmarks/machine_spread.py
 # on ci/history (2026-11-30, H200: 2-3 GPUs per commit, the GPU UUID or the machine and device label):
@@ -58,7 +58,7 @@ OUTLIER_FACTORS = (2.0, 6.0)
 #   gemm     18 estimates: median 0.0005, p90 0.0058, max 0.0087
 #   memory  140 estimates: median 0.0002, p90 0.0057, max 0.0271
 # Each class takes its largest estimate (an upper bound where each GPU measured a case once), except gemm:
-# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement of issue 19 / DESIGN.md is
+# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement in docs/design.md is
 # taken: one 4096^3 case over seven runs on four H200s spread 240.8-257.9 us, a standard deviation of 2.4%
 # of the median (range / 2.7 for seven values), rounded up. atomic: reductions that accumulate with atomics,
 # whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
@@ -113,7 +113,7 @@ def contamination(baseline: list[float], candidate: list[float], min_effect: flo
 
     (the median is slower past the minimum effect while the 20th percentile and the minimum moved by less
     than half of it). Both runs need at least 5 samples (a p20 of fewer is the minimum itself). Example
-    (issue 19, H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
+    (a fresh H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
     samples 49.7-167.7 us, p20 51.3, median 70.8: +35.6% at the median, +0.4% at p20 -> contaminated.
     """
     base = np.asarray([v for v in baseline if v > 0], dtype=float)

@@ -36,7 +36,7 @@ GRAPH_CHECK_REPS = 10  # event-timed samples that check a graph did the call's w
 GRAPH_MIN_FRACTION = 0.5
 MAX_HOLD_MS = 200.0  # a hold never keeps the device busy longer than this
 MAX_HOLD_FLUSHES = 64  # without a spin kernel, a hold is at most this many flushes
-CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (issue 14: 10-20 ms)
+CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (docs/metrics.md, cost per call: 10-20 ms)
 # Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
 # pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
 CALL_BATCHES = 10
@@ -186,7 +186,7 @@ class Backend:
         checks, descriptors, the launch) before the kernel is queued; a device with nothing left to do
         idles after the start event and the idle is charged to the kernel. The previous method put each
         chunk of samples behind a spin-kernel hold sized from the host time of five bare calls (twice it,
-        per sample); it failed on a fresh H200 (issue 19): a ``fused_rmsnorm_matmul`` decode case whose
+        per sample); it failed on a fresh H200: a ``fused_rmsnorm_matmul`` decode case whose
         host cost per call is 117-201 us had samples spread 49.7-167.7 us (median 70.8 against 51.9 minutes
         later), because the hold was sized from a host time that did not count the flush's own host cost
         and that a loaded host exceeds (a preempted enqueue outlasts any fixed multiple), and nothing

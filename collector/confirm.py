@@ -1,4 +1,4 @@
-"""Paired confirmation on one device (issue 19.5): is the candidate commit slower than the baseline commit?
+"""Paired confirmation on one device (docs/design.md): is the candidate commit slower than the baseline commit?
 
 A gate compares two runs that may come from two machines; this compares two commits on *one* device,
 interleaved, so the machine's own speed cannot decide the verdict (Chromium's Pinpoint does the same).

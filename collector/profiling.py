@@ -46,8 +46,8 @@ ASCEND_ALIASES = {"aic_mac_ratio": "aic_cube_ratio"}  # the cube ratio's name in
 ASCEND_RATIOS = (*ASCEND_VECTOR, *ASCEND_CUBE)
 
 # Ideals by what bounds a kernel (KernelSpec.bound); a spec's ``profiler_ideals`` overrides single metrics.
-# memory: the MSELoss design document's Ascend ideals (MTE2 > 80%, MTE3 < 1% for a reduction, vector < 30%,
-# vector wait < 40%) and DRAM busy on CUDA. compute: the matrix units busy, cube ratio on Ascend, SM
+# memory: the MSELoss design document's Ascend ideals (docs/metrics.md: MTE2 > 80%, MTE3 < 1% for a reduction,
+# vector < 30%, vector wait < 40%) and DRAM busy on CUDA. compute: the matrix units busy, cube ratio on Ascend, SM
 # throughput on CUDA; what the vector side or DRAM does then has no documented ideal.
 IDEALS: dict[str, dict[str, str | None]] = {
     "memory": {"dram_throughput_pct": ">80", "aiv_mte2_ratio": ">0.8", "aiv_mte3_ratio": "<0.01",

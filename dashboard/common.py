@@ -28,7 +28,7 @@ def pick_hardware(eng, params: Params, key: str = "hardware", label: str = "Hard
                   options: dict[str, str] | None = None, default: str | None = None) -> str | None:
     options = options if options is not None else data.hardware_options(eng)
     if not options:
-        st.info("No runs in this database yet: `kernelwatch collect` or `kernelwatch ingest ci/history/*.json`.")
+        st.info("No runs in this database yet: `kernelwatch collect` or `kernelwatch ingest ci/history/*.json.gz`.")
         st.stop()
     default = default if default in options else default_hardware(eng, options)
     chosen = params.choice(key, options, default)

@@ -3,12 +3,22 @@
 The artifact's shape and every rule it must follow live in ``db.schema``; this module only
 moves it between files and :class:`~db.schema.RunDocument` objects. Pure Python (no SQLAlchemy,
 no torch): the collector writes artifacts on hosts that have neither.
+
+An artifact may be gzip-compressed: a file whose first bytes are gzip's magic number is read
+through ``gzip`` whatever its name, and a path ending in ``.gz`` is written compressed (level 9,
+no name or time stamp in the header, so the same document gives the same bytes). The JSON inside
+is what an uncompressed artifact holds; the content hash (:func:`~db.schema.content_hash`) is over
+the parsed document, so a recompressed artifact is the same run. The size limit
+(:data:`~db.schema.MAX_ARTIFACT_BYTES`) holds for the file and for what it decompresses to: a
+small file that inflates past it (a gzip bomb) is refused after reading at most that much.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +65,41 @@ def load_artifact(path: str | Path) -> RunDocument:
         raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:
         raise ArtifactError(f"{name}: larger than {limit >> 20} MiB")
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, name, limit)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{name}: not UTF-8 text (byte {exc.start})") from None
     return parse_artifact(text, str(path))
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+GZIP_CHUNK = 1 << 20
+
+
+def _gunzip(data: bytes, name: str, limit: int) -> bytes:
+    """The decompressed bytes of a gzip file (every member). Their size is counted first, holding at
+    most :data:`GZIP_CHUNK` of them at a time, so a file that inflates past ``limit`` is refused
+    without ever holding more than that chunk."""
+    size = 0
+    rest = data
+    try:
+        while rest:
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            chunk = rest
+            while not inflater.eof:
+                piece = inflater.decompress(chunk, GZIP_CHUNK)
+                size += len(piece)
+                if size > limit:
+                    raise ArtifactError(f"{name}: decompresses to more than {limit >> 20} MiB")
+                chunk = inflater.unconsumed_tail
+                if not piece and not chunk:
+                    raise ArtifactError(f"{name}: a gzip file cut short (truncated)")
+            rest = inflater.unused_data.lstrip(b"\0")  # members follow one another; trailing zeros are padding
+        return gzip.decompress(data)
+    except (zlib.error, gzip.BadGzipFile, EOFError) as exc:
+        raise ArtifactError(f"{name}: not a valid gzip file ({exc})") from None
 
 
 def artifact_target(path: str | Path) -> Path:
@@ -83,13 +123,17 @@ def artifact_target(path: str | Path) -> Path:
 
 
 def write_artifact(doc: RunDocument | dict[str, Any], path: str | Path) -> Path:
-    """Validate and write atomically: a reader never sees half a file, a failed write leaves none."""
+    """Validate and write atomically: a reader never sees half a file, a failed write leaves none.
+    A path ending in ``.gz`` gets a gzip file (see the module docstring)."""
     normalised = doc if isinstance(doc, RunDocument) else validate(doc)
     path = Path(path)
     target = artifact_target(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    data = dumps(normalised).encode("utf-8")
+    if target.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
     try:
-        tmp.write_text(dumps(normalised), encoding="utf-8")
+        tmp.write_bytes(data)
         tmp.replace(target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

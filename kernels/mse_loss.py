@@ -10,9 +10,9 @@ Squares are accumulated in fp32 whatever the input dtype; the result is cast to 
 
 Two reduction variants, both kept so the dashboard shows what the optimisation bought:
 
-* ``atomic`` (design document "mse_loss_triton_ascend_design"): one program per BLOCK, each
+* ``atomic`` (design document "mse_loss_triton_ascend_design", docs/kernels.md): one program per BLOCK, each
   ``atomic_add``-ing its partial sum into a single fp32 cell.
-* ``persistent`` (design document "mse_loss_grid_stride_optimization"): a fixed grid of
+* ``persistent`` (design document "mse_loss_grid_stride_optimization", docs/kernels.md): a fixed grid of
   programs (one per vector core on Ascend, SMs x waves on CUDA) that stride over the tensor,
   accumulate in registers and write one partial each; a second one-program stage adds the
   partials in a fixed order, so the result has the same bits on every run.
@@ -54,9 +54,9 @@ VARIANTS = ("persistent", "atomic")
 # ---------------------------------------------------------------------------------------------
 # Tile configurations, per vendor. (upper bound on n, inclusive or None for "any") -> BLOCK.
 # ---------------------------------------------------------------------------------------------
-# atomic, from the design document: BLOCK 256 below 4096 elements, 512 below 1,048,576, else 1024.
+# atomic, from the design document (docs/kernels.md): BLOCK 256 below 4096 elements, 512 below 1,048,576, else 1024.
 ATOMIC_BLOCKS = ((4095, 256), (1_048_575, 512), (None, 1024))
-# persistent on Ascend, from the design document (UB is 192 KB).
+# persistent on Ascend, from the design document (docs/kernels.md; UB is 192 KB, docs/ascend.md).
 ASCEND_PERSISTENT_BLOCKS = ((16_384, 1024), (131_072, 2048), (4_194_304, 4096), (None, 8192))
 # persistent on NVIDIA: BLOCK, warps and programs per SM, from the H200 sweep in
 # benchmarks/mse_loss_tune.py (see kernels/NOTES.md).
@@ -119,7 +119,7 @@ def _mse_atomic_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _mse_atomic_persistent_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr):
-    """One atomic_add per BLOCK as in the design document, the blocks looped over the vector cores."""
+    """One atomic_add per BLOCK as in the design document (docs/kernels.md), the blocks looped over the vector cores."""
     for tile in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
         _mse_atomic_tile(x_ptr, y_ptr, acc_ptr, n, tile, BLOCK)
 
@@ -440,7 +440,7 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
 # ---------------------------------------------------------------------------------------------
 # Spec: cases, tolerances, targets, bytes
 # ---------------------------------------------------------------------------------------------
-TOLERANCES = {  # (dtype, reduction is sum) -> tolerance; the design document's table, bf16 added
+TOLERANCES = {  # (dtype, reduction is sum) -> tolerance; the design document's table (docs/kernels.md), bf16 added
     ("fp32", False): Tolerance(1e-5, 1e-5),
     ("fp32", True): Tolerance(1e-5, 1.0),
     ("fp16", False): Tolerance(1e-3, 1e-3),
@@ -451,11 +451,11 @@ TOLERANCES = {  # (dtype, reduction is sum) -> tolerance; the design document's 
 # Backward values are 2(x - y)g/n: the forward's rtol with an atol scaled to their size.
 GRAD_ATOL = {"fp32": 1e-6, "fp16": 1e-4, "bf16": 1e-3}
 
-BIG_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=1.8, source="issue 3 (H200)")
-HUGE_TARGET = Target(min_pct_peak=95, source="issue 3 (H200)")
-SMALL_TARGET = Target(min_speedup_vs_eager=1.0, source="issue 3 (H200): no slower than eager")
+BIG_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=1.8, source="docs/kernels.md, MSELoss targets (H200)")
+HUGE_TARGET = Target(min_pct_peak=95, source="docs/kernels.md, MSELoss targets (H200)")
+SMALL_TARGET = Target(min_speedup_vs_eager=1.0, source="docs/kernels.md, MSELoss targets (H200): no slower than eager")
 
-# (label, shape, extra) - the design document's sizes, and what breaks naive kernels
+# (label, shape, extra) - the design document's sizes (docs/kernels.md), and what breaks naive kernels
 ACCURACY_SHAPES: tuple[tuple[tuple[int, ...], dict], ...] = (
     ((128,), {}),
     ((1024,), {}),

@@ -79,7 +79,7 @@ class DeviceInfo:
 
 
 # Atlas 800I A2 / Ascend 910B: 24 AI cores, 48 vector cores (CANN data/platform_config/Ascend910B2.ini,
-# [SoCInfo] cube_core_cnt=24, vector_core_cnt=48; num_vectorcore = 2 x num_aicore per ascend_facts.md).
+# [SoCInfo] cube_core_cnt=24, vector_core_cnt=48; num_vectorcore = 2 x num_aicore per docs/ascend.md).
 ASCEND_910B = DeviceInfo("ascend", 48, name="Ascend910B (Atlas 800I A2)", cube_units=24)
 # NVIDIA datasheets: A100 108 SMs (sm_80), H100 SXM and H200 132 SMs (sm_90).
 NVIDIA_A100 = DeviceInfo("nvidia", 108, name="NVIDIA A100", capability=80)

@@ -3,6 +3,7 @@ through `--extra-kernels tests.planted_kernels`; never part of the real suite.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -48,6 +49,12 @@ def _run(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
             if os.path.isfile(leftover):
                 os.remove(leftover)
         os.makedirs(path, exist_ok=True)
+    if kind == "fills_disk":  # the file system under the working folder is full from this case on
+        path = os.environ["PLANTED_FILL_PATH"]
+        if not os.path.exists(path):
+            with open(path, "wb", buffering=0) as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(bytes(65536))
     if kind == "nan":
         return (torch.full_like(x, float("nan")),)
     if kind == "unwritten":

@@ -217,7 +217,7 @@ def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Reproducible verdicts (issue 11): the gating inputs are a function of the case alone
+# Reproducible verdicts (docs/design.md, Verdicts): the gating inputs are a function of the case alone
 # ---------------------------------------------------------------------------------------------
 AA_MATCH = "prologue_gamma/bf16"  # the cases that once failed one run of a commit and passed the next
 

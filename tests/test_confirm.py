@@ -1,4 +1,4 @@
-"""`kernelwatch confirm` (issue 19.5): the sequential rule's error rates, and the whole path on the CPU.
+"""`kernelwatch confirm` (docs/design.md): the sequential rule's error rates, and the whole path on the CPU.
 
 The CPU test builds a scratch git repository from this tree (its tracked files, without ci/history),
 plants a kernel module whose second commit does half as much work again, and confirms it between

@@ -28,8 +28,8 @@ PAGES = ROOT / "dashboard" / "views"
 VIEWS = ("triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
 # The H200 history these tests were written against. Later runs in ci/history would change which run is each
 # hardware's newest, and so what the pages show; they are covered by `make demo` and the benchmarks.
-HISTORY = sorted((ROOT / "ci" / "history").glob("2026-11-30T0*.json"))
-REPEAT = ROOT / "ci" / "history" / "2026-11-30T0447-653a5717-h200-mse_loss-repeat4.json"
+HISTORY = sorted((ROOT / "ci" / "history").glob("2026-11-30T0*.json.gz"))
+REPEAT = ROOT / "ci" / "history" / "2026-11-30T0447-653a5717-h200-mse_loss-repeat4.json.gz"
 STEP_CASE = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=33554432"
 STEP = 1.3
 EVIL_HW = "GPU [hw](https://example.com/hw) <img src=https://example.com/hw.png> (synthetic)"
@@ -510,8 +510,8 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
 # ---------------------------------------------------------------------------------------------
 # The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
 # ---------------------------------------------------------------------------------------------
-ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json"))
-DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json"
+ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json.gz"))
+DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"
 
 
 @pytest.fixture(scope="module")

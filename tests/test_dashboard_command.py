@@ -47,7 +47,7 @@ def _streamlit_processes(port: int) -> list[int]:
 
 def test_sigterm_to_the_command_stops_the_server(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'kw.db'}"
-    history = sorted((ROOT / "ci" / "history").glob("*.json"))[:2]
+    history = sorted((ROOT / "ci" / "history").glob("*.json.gz"))[:2]
     ingest_documents(open_database(url), [(str(p), load_artifact(p)) for p in history])
     port = _free_port()
     exe = str(Path(sys.executable).with_name("kernelwatch"))

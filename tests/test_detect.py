@@ -191,7 +191,7 @@ def test_outliers_next_to_a_step_do_not_hide_it() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Machines, contamination, run-wide shifts (issue 19)
+# Machines, contamination, run-wide shifts (docs/design.md)
 # ---------------------------------------------------------------------------------------------
 def test_between_machine_sigma_is_a_variance_component() -> None:
     rng = np.random.default_rng(4)

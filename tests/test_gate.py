@@ -175,7 +175,7 @@ def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# Options, incomplete candidates, baselines by name (issue 11)
+# Options, incomplete candidates, baselines by name
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("option", [
     ("--min-effect", "nan"), ("--min-effect", "inf"), ("--min-effect", "-1"), ("--min-effect", "0"),
@@ -326,7 +326,7 @@ def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:  # noqa: 
 # Between-run noise
 # ---------------------------------------------------------------------------------------------
 def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """DESIGN.md: 1-3 runs in 30 of a launch-bound case come out 2-6x slower. One such run passes (with a
+    """docs/design.md: 1-3 runs in 30 of a launch-bound case come out 2-6x slower. One such run passes (with a
     warning); a step beyond what outlier runs do still fails."""
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"  # 5 us
     candidate = _history(db_url, steps=[Step(RUNS, 2.5, case)], base_ms=0.005)
@@ -353,9 +353,9 @@ def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path
 
 
 def _repeats_by_commit() -> dict[str, list[Path]]:
-    """ci/history's repeated perf runs, by the commit in their names (DATE-COMMIT-...-repeatN.json)."""
+    """ci/history's repeated perf runs, by the commit in their names (DATE-COMMIT-...-repeatN.json.gz)."""
     groups: dict[str, list[Path]] = {}
-    for path in sorted((Path(__file__).resolve().parents[1] / "ci" / "history").glob("*repeat*.json")):
+    for path in sorted((Path(__file__).resolve().parents[1] / "ci" / "history").glob("*repeat*.json.gz")):
         groups.setdefault(path.name.split("-")[3], []).append(path)
     return groups
 

@@ -1,4 +1,4 @@
-"""The gate judges what it measures, against one baseline rule (issues 19 and 23): each test fails on the
+"""The gate judges what it measures, against one baseline rule (docs/design.md, Verdicts): each test fails on the
 gate before these rules (d78e329 / 2e925a4)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
-FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json"  # aad199d7: 62 perf + 358 accuracy cases
-ACCURACY_ONLY = HISTORY / "2026-11-30T2126-f7be52d5-h200x2-rmsnorm-accuracy.json"  # d4c33bb3: 0 perf
-REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json"))
+FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"  # aad199d7: 62 perf + 358 accuracy cases
+ACCURACY_ONLY = HISTORY / "2026-11-30T2126-f7be52d5-h200x2-rmsnorm-accuracy.json.gz"  # d4c33bb3: 0 perf
+REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json.gz"))
 BASE_MS = 0.1
 
 
@@ -69,7 +69,7 @@ def _later(doc: dict, minutes: int = 30) -> dict:
 # One baseline rule
 # ---------------------------------------------------------------------------------------------
 def test_a_newer_accuracy_only_run_never_hides_a_tenfold_slowdown(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """Issue 23.2: main's newest complete run was accuracy-only, so all 62 perf cases were "new" and a
+    """Hostile-input probe: main's newest complete run was accuracy-only, so all 62 perf cases were "new" and a
     candidate 10x slower passed. The rule takes the run sharing the kernel timings."""
     full = to_data(load_artifact(FULL))
     _ingest(db_url, full, load_artifact(ACCURACY_ONLY))
@@ -129,7 +129,7 @@ def test_accuracy_is_judged_from_the_measurement_not_the_flag(bad, db_url, tmp_p
 
 
 def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """Issue 23.2: --metric call with every case 3x slower was all "noisy: launch-bound"."""
+    """Found by the hostile-input probe: --metric call with every case 3x slower was all "noisy: launch-bound"."""
     _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
     candidate = _slower(to_data(load_artifact(REPEATS[-1])), 3.0)
     result = _gate(cli, db_url, candidate, tmp_path, "main", "--metric", "call")
@@ -152,7 +152,7 @@ def test_a_uniform_slowdown_shared_by_the_references_is_the_machine(db_url, tmp_
 
 
 # ---------------------------------------------------------------------------------------------
-# Contaminated samples (issue 19.2)
+# Contaminated samples (docs/design.md: host delay never enters a sample)
 # ---------------------------------------------------------------------------------------------
 DECODE = "fused_rmsnorm_matmul/rstd_prepass/bf16/bias=False,direction=fwd,layout=contiguous,n=8192,shape=16x8192"
 
@@ -164,9 +164,9 @@ def _real_samples(name: str) -> list[float]:
 
 def _issue19_samples() -> tuple[list[float], list[float]]:
     """RMSNorm+MatMul rstd_prepass bf16 16x8192 on the H200: the baseline is the real run aad199d7 in ci/history
-    (300 samples, p20 51.5 us, median 52.4); the candidate is the contaminated run issue 19 reports (not in
+    (300 samples, p20 51.5 us, median 52.4); the candidate is the contaminated run a fresh H200 gave (not in
     ci/history), rebuilt from its numbers: 49.7-167.7 us, p20 51.3, median 70.8, p80 93.0 (ms)."""
-    base = _real_samples("2026-11-30T2052-cd36845f-h200x2-full-2gpu.json")
+    base = _real_samples("2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz")
     clean = np.linspace(49.7, 52.6, 30)
     delayed = np.concatenate([np.linspace(55.0, 70.6, 20), np.linspace(71.0, 93.0, 30), np.linspace(94, 167.7, 20)])
     return base, list(np.concatenate([clean, delayed]) / 1e3)
@@ -182,7 +182,7 @@ def test_contamination_rule_on_the_issue_19_samples() -> None:
     assert contamination(base, base) is None
     # The real "cold" run of ci/history (11c43fe6): median +81%, but p20 and min moved too (64.5 vs 50.5 us):
     # not the signature of added host delay, so it is judged as a slowdown, never hidden as "unreliable".
-    cold = _real_samples("2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json")
+    cold = _real_samples("2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json.gz")
     assert float(np.median(cold)) / float(np.median(base)) > 1.5 and contamination(base, cold) is None
 
 
@@ -207,11 +207,11 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
-# Machine-aware noise (issue 19.4)
+# Machine-aware noise (docs/design.md, machines of one model)
 # ---------------------------------------------------------------------------------------------
 def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     """Two runs of one commit on the two GPUs of one host (744fa8bf, device labels swapped)."""
-    one, other = sorted(HISTORY.glob("*744fa8bf*.json"))
+    one, other = sorted(HISTORY.glob("*744fa8bf*.json.gz"))
     _ingest(db_url, load_artifact(one))
     candidate = to_data(load_artifact(other))
     result = _gate(cli, db_url, candidate, tmp_path)
@@ -220,7 +220,7 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
     assert "between-GPU noise 2.7%, default for memory-bound cases" in page
     assert re.search(r"Note: baseline from another GPU \(GPU-cadb0535, GPU-d83c984e\) for 38 of 38 compared cases",
                      result.output), result.output  # the two GPUs' labels are swapped between the runs
-    # the atomic MSELoss differs 7-11% between these two GPUs (DESIGN.md): within its class's between-GPU term
+    # the atomic MSELoss differs 7-11% between these two GPUs (docs/design.md): within its class's between-GPU term
     assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
     assert result.exit_code == 0, result.output
 
@@ -250,7 +250,7 @@ def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:  # noqa: ANN
 
 
 def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """RMSNorm+MatMul's same-run reference is cuBLAS alone: issue 19's failing machine had the fp16 cuBLAS of
+    """RMSNorm+MatMul's same-run reference is cuBLAS alone: the failing H200 had the fp16 cuBLAS of
     the same shape 4.3% slower too. Kernel and cuBLAS both +8% is the machine; the kernel alone +8% fails."""
     full = to_data(load_artifact(FULL))
     _ingest(db_url, full)

@@ -16,7 +16,7 @@ from db.schema import content_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "release-0.1.0.db.gz"
-ARTIFACTS = sorted((ROOT / "ci" / "history").glob("2026-11-30T0*.json")) + sorted(
+ARTIFACTS = sorted((ROOT / "ci" / "history").glob("2026-11-30T0*.json.gz")) + sorted(
     (ROOT / "tests" / "fixtures" / "release-0.1.0").glob("synth*.json"))
 
 

@@ -126,7 +126,7 @@ def test_samples_are_enqueued_in_held_chunks_and_none_is_lost() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# How GPU time is taken: graph replay, events as the fallback, the checked hold (issue 19.1).
+# How GPU time is taken: graph replay, events as the fallback, the checked hold (docs/design.md).
 # The CPU has neither graphs nor a device queue, so the orchestration is checked with host stand-ins:
 # a "graph" that captures a call by running it and replays what it recorded, and events whose query
 # says whether the hold had run out.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from db.schema import (
 
 ROOT = Path(__file__).resolve().parents[1]
 # A perf run on two GPUs whose notes name each GPU (collected before device_uuid was a field).
-SWAPPED = sorted((ROOT / "ci" / "history").glob("2026-11-30T2100-744fa8bf-*.json"))[0]
+SWAPPED = sorted((ROOT / "ci" / "history").glob("2026-11-30T2100-744fa8bf-*.json.gz"))[0]
 
 
 def test_notes_of_an_older_run_give_each_result_its_gpu() -> None:
@@ -40,7 +41,7 @@ def test_notes_of_an_older_run_give_each_result_its_gpu() -> None:
 
 def test_an_older_artifact_keeps_its_content_hash() -> None:
     """The UUIDs filled in from the notes are not new content: the hash is the one of the file as it was."""
-    raw = json.loads(SWAPPED.read_text())
+    raw = json.loads(gzip.decompress(SWAPPED.read_bytes()))
     assert all("device_uuid" not in p for p in raw["perf"])
     doc = load_run(SWAPPED)
     assert all("device_uuid" not in p for p in canonical(doc)["perf"])

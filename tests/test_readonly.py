@@ -117,7 +117,7 @@ def test_a_foreign_sqlite_file_is_refused_untouched(command: str, foreign: Path,
 
 
 WRITERS = {  # a writing command -> its arguments (before --db)
-    "ingest": lambda: ["ingest", str(sorted((ROOT / "ci" / "history").glob("*.json"))[-1])],
+    "ingest": lambda: ["ingest", str(sorted((ROOT / "ci" / "history").glob("*.json.gz"))[-1])],
     "db upgrade": lambda: ["db", "upgrade"],
     "synth": lambda: ["synth", "--runs", "2"],
     "collect": lambda: ["collect", "--kernels", "mse_loss", "--device", "cpu", "--no-progress"],

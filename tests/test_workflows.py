@@ -119,7 +119,7 @@ def test_wrapper_fails_without_set_env_or_without_ascend_home_path(tmp_path: Pat
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 11: actionlint, and no step that can hide the gate's verdict
+# The workflows: actionlint, and no step that can hide the gate's verdict
 # ---------------------------------------------------------------------------------------------
 def _actionlint() -> str:
     import shutil
@@ -150,7 +150,7 @@ def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_the_gate_runs_whenever_there_is_an_artifact_and_decides_the_job(path: Path) -> None:
     """The gate decides the job, except that its exit 1 hands the decision to `kernelwatch confirm` where the
-    workflow has a confirm step (issue 19.5): then the gate step passes on 0 and 1, fails on 2, and the
+    workflow has a confirm step (docs/design.md): then the gate step passes on 0 and 1, fails on 2, and the
     confirm step runs on exactly the gate's exit 1."""
     steps = _steps(path)
     collect = next(s for s in steps if "kernelwatch collect" in s.get("run", ""))

@@ -39,7 +39,8 @@ def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
 eng, params = common.start("KernelWatch — overview")
 latest = queries.latest_runs(eng)
 if not latest:
-    st.info("No complete runs yet: run `make demo`, `kernelwatch collect`, or `kernelwatch ingest ci/history/*.json`.")
+    st.info("No complete runs yet: run `make demo`, `kernelwatch collect`, or "
+            "`kernelwatch ingest ci/history/*.json.gz`.")
     st.stop()
 latest.sort(key=data.hardware_rank)
 acc_sources = queries.latest_accuracy_runs(eng)

@@ -1,4 +1,4 @@
-"""Profiler: counters per case across commits, against the design documents' ideal bands.
+"""Profiler: counters per case across commits, against the ideal bands of docs/metrics.md.
 
 Opens on hardware and a kernel that have counters, and on a ratio metric (a percentage, ideally one
 with a documented ideal), not on a raw byte count.
@@ -20,7 +20,8 @@ def metric_rank(name: str, unit: str | None, has_ideal: bool) -> tuple:
 
 eng, params = common.start("Profiler counters across commits")
 st.caption("Ideals follow what bounds the kernel. Memory-bound (vector) kernels: Ascend mte2 > 80%, mte3 < 1% "
-           "(reductions), vec < 30%, vec_wait < 40% (MSELoss design document); CUDA DRAM throughput > 80%. "
+           "(reductions), vec < 30%, vec_wait < 40% (MSELoss design document, docs/metrics.md); "
+           "CUDA DRAM throughput > 80%. "
            "Compute-bound (cube) kernels: Ascend aic_cube_ratio > 80%, CUDA SM throughput > 80%. "
            "Each stored counter carries the ideal it was judged by.")
 options = data.hardware_options(eng)

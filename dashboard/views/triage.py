@@ -53,7 +53,7 @@ st.caption("Per hardware, the newest run with perf results and the newest with a
            "Most severe first. Click a row to open the case; click a command to copy it.")
 latest = sorted(queries.latest_runs(eng), key=data.hardware_rank)
 if not latest:
-    st.info("No runs yet: run `make demo`, `kernelwatch collect`, or `kernelwatch ingest ci/history/*.json`.")
+    st.info("No runs yet: run `make demo`, `kernelwatch collect`, or `kernelwatch ingest ci/history/*.json.gz`.")
     st.stop()
 options = data.hardware_options(eng)
 c1, c2, c3 = st.columns([2, 2, 1])

@@ -25,18 +25,31 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for value in values for v in value.split(",") if v)
 
 
-def _store(doc, out: Path | None, db_url: str | None) -> None:  # noqa: ANN001
+def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> None:  # noqa: ANN001
+    """Write the run to every destination asked for (an artifact, the database), each tried even when
+    another fails; ``written`` gets those that took it. Raises the first failure."""
     from db.artifact import write_artifact
 
+    failures: list[Exception] = []
     if out is not None:
-        write_artifact(doc, out)
-        click.echo(f"wrote {out}")
+        try:
+            write_artifact(doc, out)
+            click.echo(f"wrote {out}")
+            written.append(str(out))
+        except Exception as exc:  # the database may still take it; the first failure is raised
+            failures.append(exc)
     if out is None or db_url:
         from db.engine import open_database
         from db.ingest import ingest_documents
 
-        (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
-        click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
+        try:
+            (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
+            click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
+            written.append("the database")
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _check_destination(out: Path | None, db_url: str | None) -> None:
@@ -57,22 +70,97 @@ def _check_destination(out: Path | None, db_url: str | None) -> None:
 
 
 def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: Path) -> float:  # noqa: ANN001
-    """Store the run; remove its journal only once it is stored. Returns the seconds the writing took."""
+    """Store the run; remove its journal only once it is stored. Returns the seconds the writing took.
+
+    When the run cannot be stored (a full disk, a database gone) every finished result is kept where
+    something can take it, and stderr says exactly what is where (:func:`_keep`)."""
     from db.journal import remove_journal
 
     start = time.monotonic()
+    written: list[str] = []
     try:
-        _store(doc, out, db_url)
+        _store(doc, out, db_url, written)
     except BaseException as exc:
-        if journal.exists():
-            click.echo(f"kernelwatch: the run is kept in {journal}: store it with "
-                       f"`kernelwatch collect --resume {journal}` (with --out or --db)", err=True)
+        _keep(doc, journal, written)
         if isinstance(exc, OSError):  # e.g. a database path that cannot be made
             raise click.ClickException(f"cannot store the run: {exc.strerror or exc}"
                                        f"{f' ({exc.filename})' if exc.filename else ''}") from None
         raise
     remove_journal(journal)
     return time.monotonic() - start
+
+
+def _results(doc) -> int:  # noqa: ANN001
+    return len(doc.accuracy) + len(doc.perf)
+
+
+def _journal_results(journal: Path) -> tuple[int, bool] | None:
+    """How many results the journal on disk holds and whether its end line is there (None: no readable
+    journal). A full disk stops the writes, so it may hold fewer than the run."""
+    from db.artifact import ArtifactError
+    from db.journal import Journal
+
+    if not journal.is_file():
+        return None
+    try:
+        kept = Journal(journal)
+    except ArtifactError:
+        return None
+    return sum(len(r["accuracy"]) + len(r["perf"]) for r in kept.results), kept.end is not None
+
+
+def _fallback_folders() -> list[Path]:
+    """Where a run that could not be stored goes: $TMPDIR (or the system's temporary folder), then
+    ~/.cache/kernelwatch: often another file system than a full working folder."""
+    import os
+    import tempfile
+
+    folders = [Path(os.environ["TMPDIR"])] if os.environ.get("TMPDIR") else []
+    folders += [Path(tempfile.gettempdir()), Path.home() / ".cache" / "kernelwatch"]
+    return list(dict.fromkeys(f.absolute() for f in folders))
+
+
+def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
+    """After a failed store: say where every finished result is, writing the run to a fallback folder
+    (gzip, :func:`_fallback_folders`) when neither a destination nor the journal holds all of it. Never
+    says the journal holds the run when it does not."""
+    from db.artifact import ArtifactError, write_artifact
+    from db.journal import remove_journal
+
+    total = _results(doc)
+    read_back = _journal_results(journal)
+    in_journal = read_back[0] if read_back is not None else None
+    whole = read_back == (total, True)
+    resume = f"`kernelwatch collect --resume {journal}` (with --out or --db)"
+    if written:
+        where = " and ".join(written)
+        click.echo(f"kernelwatch: all {total} finished results are in {where}"
+                   + (f"; the run is also kept in {journal}: store it with {resume}" if whole else ""),
+                   err=True)
+        return
+    if whole:
+        click.echo(f"kernelwatch: the run is kept in {journal}: store it with {resume}", err=True)
+        return
+    tried: list[str] = []
+    for folder in _fallback_folders():
+        target = folder / f"kernelwatch-{doc.run.id}.json.gz"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_artifact(doc, target)
+        except (ArtifactError, OSError) as exc:
+            tried.append(f"{folder}: {exc.strerror if isinstance(exc, OSError) else exc}")
+            continue
+        partial = (f"; its unfinished journal {journal} ({in_journal} of them) was removed"
+                   if in_journal is not None else "")
+        if in_journal is not None:
+            remove_journal(journal)  # a partial copy of the same run id would be refused beside the whole run
+        click.echo(f"kernelwatch: all {total} finished results are kept in {target}: store them with "
+                   f"`kernelwatch ingest {target}`{partial}", err=True)
+        return
+    held = (f"its journal {journal} holds {in_journal} of the {total} finished results: store them with {resume}; "
+            f"the rest ({total - in_journal}) are lost" if in_journal else
+            f"all {total} finished results are lost")
+    click.echo(f"kernelwatch: the run could not be written anywhere ({'; '.join(tried)}): {held}", err=True)
 
 
 def _summary(doc) -> None:  # noqa: ANN001

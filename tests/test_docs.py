@@ -1,0 +1,89 @@
+"""The tree explains itself: the README's layout lists every module, and every pointer to a document
+points at a file in this repository (docs/...), never at one outside it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("kernels", "collector", "db", "dashboard", "ci", "kernelwatch")
+# Pointers at documents that live outside this repository (the sessions' shared folder, the issue tracker).
+OUTSIDE = re.compile(r"DESIGN\.md|KERNELS\.md|STYLE\.md|ascend_facts\.md|\.\./shared|\b[Ii]ssues? \d+\b|"
+                     r"^(?!.*docs/).*design doc")  # "the design document" only beside the docs/ file that holds it
+
+
+def _layout() -> dict[str, str]:
+    """The README's Layout block: folder -> the text listing its contents (continuation lines joined)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    sections: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        head = re.match(r"^([\w.-]+)/\s+(.*)$", line)
+        if head:
+            current = head.group(1)
+            sections[current] = head.group(2)
+        elif current and line.strip():
+            sections[current] += " " + line.strip()
+    return sections
+
+
+def _tracked(*patterns: str) -> list[Path]:
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", *patterns], capture_output=True, text=True).stdout
+    return [ROOT / p for p in out.split()] if out else [p for pat in patterns for p in ROOT.glob(f"**/{pat}")]
+
+
+def test_the_readme_layout_names_every_module_and_folder_of_every_package() -> None:
+    layout = _layout()
+    assert set(PACKAGES) <= set(layout), f"packages missing from the layout: {set(PACKAGES) - set(layout)}"
+    for package in PACKAGES:
+        listed = set(re.findall(r"[\w.-]+\.(?:py|sh|md)|[\w-]+/", layout[package]))
+        folder = ROOT / package
+        present = {p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".py", ".sh", ".md")
+                   and p.name not in ("__init__.py", "__main__.py")}
+        present |= {f"{p.name}/" for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+        missing = present - listed
+        assert not missing, f"README layout of {package}/ lacks {sorted(missing)}"
+        gone = {n for n in listed if n.endswith(".py") and not (folder / n).exists()}
+        assert not gone, f"README layout of {package}/ lists {sorted(gone)}, which {package}/ does not have"
+
+
+def test_the_layout_check_catches_a_module_left_out(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    """Break the README on purpose: a layout without ``plan.py`` must fail the check above."""
+    import pytest
+
+    readme = (ROOT / "README.md").read_text()
+    broken = tmp_path / "repo"
+    broken.mkdir()
+    (broken / "README.md").write_text(readme.replace("plan.py (launch plans per device), ", ""))
+    for package in PACKAGES:
+        (broken / package).symlink_to(ROOT / package)
+    monkeypatch.setattr(__import__(__name__), "ROOT", broken)
+    with pytest.raises(AssertionError, match="plan.py"):
+        test_the_readme_layout_names_every_module_and_folder_of_every_package()
+
+
+def test_no_pointer_at_a_document_outside_the_repository() -> None:
+    hits = []
+    for path in _tracked("*.py", "*.md", "*.sh", "*.yml", "Makefile", "*.toml"):
+        if path == Path(__file__) or "fixtures" in path.parts or "results" in path.parts or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+            match = OUTSIDE.search(line)
+            if match and not (path.parts[-2] == "docs" and "design doc" in match.group(0)):  # docs/ is where they live
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not hits, "point these at docs/... instead:\n" + "\n".join(hits)
+
+
+def test_every_docs_pointer_names_a_file_that_exists() -> None:
+    named = set()
+    for path in _tracked("*.py", "*.md", "*.sh"):
+        if path.is_file():
+            named |= set(re.findall(r"docs/[\w.-]+\.md", path.read_text(errors="replace")))
+    assert named, "nothing points at docs/"
+    assert {n for n in named if not (ROOT / n).is_file()} == set()
+    for doc in (ROOT / "docs").glob("*.md"):  # links between the documents
+        for target in re.findall(r"\]\(([\w.-]+\.md)", doc.read_text()):
+            assert (ROOT / "docs" / target).is_file(), f"{doc.name} links to {target}"
