@@ -159,7 +159,7 @@ def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
         ("_softmax_fwd_kernel", (8 * 16 * 4096,), {"ROWS": 1, "BLOCK_N": 4096, "HAS_MASK": True, "CAUSAL": False},
          4, None)]
     assert [_config(s) for s in SMX.plan_backward(2, 33000, "fp32", h200)] == [
-        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096}, 4, None)]
+        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096, "CAUSAL": False}, 4, None)]
     # fold_gamma on Hopper: the 1/rms prepass, one row per program, then the persistent TMA GEMM
     prepass, gemm = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
     assert _config(prepass) == ("_rstd_kernel", (1024,), {"ROWS": 1, "BLOCK_K": 8192}, 8, None)
