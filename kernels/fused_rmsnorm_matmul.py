@@ -419,6 +419,24 @@ def _decode_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: Dev
     return (Launch(_decode_splitk_kernel, (triton.cdiv(n, bn), splits), constexprs, sig, warps, stages),)
 
 
+PATHS = ("decode", "hopper", "gemm")  # what plan_path returns; the launcher starts each its own way
+
+
+def plan_path(m: int, n: int, k: int, dtype: str, variant: str, device: DeviceInfo, dense: bool = True) -> str:
+    """Which launches serve the problem (the one place that decides; :func:`plan_forward` builds them):
+    ``decode`` (split-K, at most DECODE_MAX_M rows of a large weight), ``hopper`` (1/rms prepass + TMA GEMM)
+    or ``gemm`` (the pointer GEMM, after the prepass for rstd_prepass)."""
+    kind = device.vendor
+    decode_size = (kind == "nvidia" and n * k >= DECODE_MIN_WEIGHTS) or (kind == "cpu" and n >= 32)
+    if variant == "fold_gamma" and dtype in ("fp16", "bf16") and m <= DECODE_MAX_M and decode_size:
+        return "decode"
+    if (variant == "fold_gamma" and dtype in ("fp16", "bf16") and kind == "nvidia" and dense
+            and (device.capability or 0) >= 90 and m > DECODE_MAX_M and m * n * k >= HOPPER_MIN_WORK
+            and not (device.interpreter and dtype == "bf16")):  # the interpreter's bf16 dots are wrong
+        return "hopper"
+    return "gemm"
+
+
 def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
                  device: DeviceInfo, dense: bool = True) -> tuple[Step, ...]:
     """The launches of ``fused_rmsnorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when
@@ -434,12 +452,10 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: boo
     if m == 0 or n == 0:
         return ()
     kind = device.vendor
-    decode_size = (kind == "nvidia" and n * k >= DECODE_MIN_WEIGHTS) or (kind == "cpu" and n >= 32)
-    if variant == "fold_gamma" and dtype in ("fp16", "bf16") and m <= DECODE_MAX_M and decode_size:
+    path = plan_path(m, n, k, dtype, variant, device, dense)
+    if path == "decode":
         return _decode_plan(m, n, k, dtype, has_bias, device, dense and (device.capability or 0) >= 90)
-    if (variant == "fold_gamma" and dtype in ("fp16", "bf16") and kind == "nvidia" and dense
-            and (device.capability or 0) >= 90 and m > DECODE_MAX_M and m * n * k >= HOPPER_MIN_WORK
-            and not (device.interpreter and dtype == "bf16")):  # the interpreter's bf16 dots are wrong
+    if path == "hopper":
         return _hopper_plan(m, n, k, dtype, has_bias, device)
     prologue, rstd_given = variant == "prologue_gamma", variant == "rstd_prepass"
     ints = int_type(max(m * k, n * k, m * n))
@@ -489,19 +505,31 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: boo
 
 @functools.lru_cache(maxsize=512)
 def _forward_plan(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
-                  device: DeviceInfo, dense: bool) -> tuple[Step, ...]:
-    return plan_forward(m, n, k, dtype, variant, has_bias, device, dense)
+                  device: DeviceInfo, dense: bool) -> tuple[str, tuple[Step, ...]]:
+    """(path, launches), cached per problem."""
+    return (plan_path(m, n, k, dtype, variant, device, dense),
+            plan_forward(m, n, k, dtype, variant, has_bias, device, dense))
 
 
 # ---------------------------------------------------------------------------------------------
 # gamma folded into the weight, cached per weight version
 # ---------------------------------------------------------------------------------------------
 class FoldedWeightCache:
-    """W diag(gamma) per (weight, gamma) object and version; in-place updates bump the version."""
+    """W diag(gamma) per (weight, gamma) object and version; in-place updates bump the version.
+
+    Beside each folded weight: its TMA descriptors by block shape (:meth:`descriptors`), built on first
+    use and dropped with the entry, so a decode loop builds none per call."""
 
     def __init__(self, capacity: int = 16) -> None:
         self.capacity = capacity
         self._entries: dict[tuple[int, int], tuple] = {}
+        self._descriptors: dict[int, tuple[torch.Tensor, dict]] = {}  # id(folded) -> (folded, {block: desc})
+
+    def descriptors(self, folded: torch.Tensor) -> dict:
+        """The block-shape -> descriptor dict of a weight this cache returned (a fresh, uncached dict for any
+        other tensor: the prologue variant's raw weight)."""
+        held = self._descriptors.get(id(folded))
+        return held[1] if held is not None and held[0] is folded else {}
 
     def get(self, weight: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
         key = (id(weight), id(gamma))
@@ -512,13 +540,18 @@ class FoldedWeightCache:
                 return folded
         with torch.no_grad():
             folded = (weight.float() * gamma.float()[None, :]).to(weight.dtype).contiguous()
+        if hit is not None:
+            self._descriptors.pop(id(hit[4]), None)
         if len(self._entries) >= self.capacity:
-            self._entries.pop(next(iter(self._entries)))
+            old = self._entries.pop(next(iter(self._entries)))
+            self._descriptors.pop(id(old[4]), None)
         self._entries[key] = (weakref.ref(weight), weakref.ref(gamma), weight._version, gamma._version, folded)
+        self._descriptors[id(folded)] = (folded, {})
         return folded
 
     def clear(self) -> None:
         self._entries.clear()
+        self._descriptors.clear()
 
 
 FOLDED = FoldedWeightCache()
@@ -562,18 +595,27 @@ def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> Any:
     return TensorDescriptor.from_tensor(t, list(block))
 
 
-def _launch_hopper(steps: tuple[Step, ...], x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                   y: torch.Tensor, eps: float) -> None:
+def _weight_descriptor(w: torch.Tensor, descs: dict, block: tuple[int, int]) -> Any:
+    """W's descriptor from the folded weight's cache (built once per weight version and block shape)."""
+    desc = descs.get(block)
+    if desc is None:
+        desc = descs[block] = _descriptor(w, block)
+    return desc
+
+
+def _launch_hopper(steps: tuple[Step, ...], x2: torch.Tensor, w: torch.Tensor, descs: dict,
+                   bias: torch.Tensor | None, y: torch.Tensor, eps: float) -> None:
     prepass, gemm = steps
     m, k = x2.shape
     rstd = new_output((m,), torch.float32, x2.device)
     launch(prepass, x2, rstd, m, k, x2.stride(0), x2.stride(1), eps)
     c = gemm.constexprs
-    launch(gemm, _descriptor(x2, (c["BM"], c["BK"])), _descriptor(w, (c["BN"], c["BK"])),
+    launch(gemm, _descriptor(x2, (c["BM"], c["BK"])), _weight_descriptor(w, descs, (c["BN"], c["BK"])),
            _descriptor(y, (c["BM"], c["BN"])), rstd, bias if bias is not None else y, m, w.shape[0], k)
 
 
 _DECODE_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_DECODE_VIEWS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
 def _decode_scratch(device: torch.device, floats: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -583,19 +625,29 @@ def _decode_scratch(device: torch.device, floats: int, blocks: int) -> tuple[tor
     if held is None or held[0].numel() < floats or held[1].numel() < blocks:
         held = _DECODE_SCRATCH[device] = (torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
                                           torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device))
+        _DECODE_VIEWS.clear()  # views of the old buffers must not outlive them
     return held
 
 
-def _launch_decode(step: Launch, x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
-                   eps: float) -> None:
+def _decode_views(device: torch.device, part_floats: int, sum_floats: int,
+                  blocks: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(partials, row sums, counters): views of the device's scratch, cut once per launch shape."""
+    key = (device, part_floats, sum_floats, blocks)
+    views = _DECODE_VIEWS.get(key)
+    if views is None:
+        scratch, counts = _decode_scratch(device, part_floats + sum_floats, blocks)
+        views = _DECODE_VIEWS[key] = (scratch[:part_floats], scratch[part_floats:part_floats + sum_floats], counts)
+    return views
+
+
+def _launch_decode(step: Launch, x2: torch.Tensor, w: torch.Tensor, descs: dict, bias: torch.Tensor | None,
+                   y: torch.Tensor, eps: float) -> None:
     m, k = x2.shape
     n = w.shape[0]
     c = step.constexprs
     blocks, splits, bm = step.grid[0], c["SPLITS"], c["BM"]
-    part_floats = blocks * splits * bm * c["BN"]
-    scratch, counts = _decode_scratch(x2.device, part_floats + blocks * splits * bm, blocks)
-    parts, sums = scratch[:part_floats], scratch[part_floats:part_floats + blocks * splits * bm]
-    w_arg = _descriptor(w, (c["BN"], c["BK"])) if c["W_DESC"] else w
+    parts, sums, counts = _decode_views(x2.device, blocks * splits * bm * c["BN"], blocks * splits * bm, blocks)
+    w_arg = _weight_descriptor(w, descs, (c["BN"], c["BK"])) if c["W_DESC"] else w
     launch(step, x2, w_arg, parts, sums, counts, bias if bias is not None else y, y, m, n, k, x2.stride(0), eps)
 
 
@@ -615,14 +667,13 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
         return y.reshape(*x.shape[:-1], n)
     prologue = variant == "prologue_gamma"
     w = weight if prologue else FOLDED.get(weight, gamma)
-    steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device),
-                          _dense(x2, w, y))
-    last = steps[-1]
-    if isinstance(last, Launch) and last.fn is _rms_gemm_tma_kernel:
-        _launch_hopper(steps, x2, w, bias, y, float(eps))
+    path, steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device),
+                                _dense(x2, w, y))
+    if path == "hopper":
+        _launch_hopper(steps, x2, w, FOLDED.descriptors(w), bias, y, float(eps))
         return y.reshape(*x.shape[:-1], n)
-    if isinstance(last, Launch) and last.fn is _decode_splitk_kernel:
-        _launch_decode(last, x2, w, bias, y, float(eps))
+    if path == "decode":
+        _launch_decode(steps[0], x2, w, FOLDED.descriptors(w), bias, y, float(eps))
         return y.reshape(*x.shape[:-1], n)
     rstd = y
     if variant == "rstd_prepass":
@@ -750,7 +801,8 @@ ACCURACY_POINTS = (  # (x shape, N, bias, layout)
     ((130, 256), 264, True, "contiguous"),  # the Hopper path (TMA): M and N not multiples of its tiles
 )
 PERF_POINTS = (((1024, 8192), 4096, 1.05), ((4096, 4096), 4096, 1.10), ((16, 8192), 8192, 1.10),
-               ((4, 512, 4096), 4096, None))
+               ((4, 512, 4096), 4096, None),
+               ((8192, 4096), 14336, None))  # a Llama-class MLP up-projection (issue 20: recorded, no target yet)
 
 
 def _accuracy_cases() -> list[Case]:
