@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import peers
 from kernels.device import describe
 from kernels.plan import (
     Autotuned,
@@ -51,7 +52,9 @@ from kernels.spec import (
     COMPILE_IMPL,
     DTYPE_NAMES,
     EAGER_IMPL,
+    FLAGGEMS_IMPL,
     KERNEL_IMPL,
+    LIGER_IMPL,
     Case,
     KernelSpec,
     Target,
@@ -890,7 +893,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
     x, w, g, b, eps = inputs["x"], inputs["weight"], inputs["gamma"], inputs["bias"], inputs["eps"]
     compiled = torch.compile(eager_rmsnorm_linear, dynamic=False)
     k = x.shape[-1]
-    return {
+    impls = {
         KERNEL_IMPL: lambda: fused_rmsnorm_matmul_forward(x, w, g, b, eps, case.variant),
         EAGER_IMPL: lambda: eager_rmsnorm_linear(x, w, g, b, eps),
         "torch_rms_norm": lambda: torch.nn.functional.linear(
@@ -898,6 +901,13 @@ def _implementations(case: Case, inputs: dict) -> dict:
         COMPILE_IMPL: lambda: compiled(x, w, g, b, eps),
         "cublas_linear": lambda: torch.nn.functional.linear(x, w, b),
     }
+    liger = peers.liger_rms_norm(x.device)
+    if liger is not None:  # Liger-Kernel's RMSNorm (its default Llama casting), then cuBLAS
+        impls[LIGER_IMPL] = lambda: torch.nn.functional.linear(liger(x, g, eps, in_place=False), w, b)
+    gems = peers.flaggems(x.device)
+    if gems is not None:
+        impls[FLAGGEMS_IMPL] = lambda: torch.nn.functional.linear(gems.rms_norm(x, [k], g, eps), w, b)
+    return impls
 
 
 def _mnk(case: Case) -> tuple[int, int, int]:

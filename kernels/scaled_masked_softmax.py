@@ -29,10 +29,12 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import peers
 from kernels.device import describe
 from kernels.plan import ITEMSIZE, DeviceInfo, Footprint, Launch, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
+    APEX_IMPL,
     COMPILE_IMPL,
     DTYPE_NAMES,
     EAGER_IMPL,
@@ -620,6 +622,7 @@ def eager_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Ten
 # ---------------------------------------------------------------------------------------------
 # Spec
 # ---------------------------------------------------------------------------------------------
+APEX_MAX_SK = 16384  # apex csrc/megatron: TORCH_INTERNAL_ASSERT(key_seq_len <= 16384)
 TOLERANCES = {"fp32": Tolerance(1.3e-6, 1e-5), "fp16": Tolerance(1e-3, 1e-3), "bf16": Tolerance(1.6e-2, 8e-3)}
 TARGETS_DOC = "docs/kernels.md, softmax targets (H200)"
 FWD_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=5, min_speedup_vs_compile=2, source=TARGETS_DOC)
@@ -735,22 +738,33 @@ def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
 
 
 def _implementations(case: Case, inputs: dict) -> dict:
-    x, mask, scale = inputs["x"], inputs["mask"], inputs["scale"]
-    if inputs["causal"]:
+    x, mask, scale, causal = inputs["x"], inputs["mask"], inputs["scale"], inputs["causal"]
+    user_mask = mask
+    if causal:
         sq = x.shape[-1]
         mask = torch.ones(sq, sq, dtype=torch.bool, device=x.device).triu(1)
+    # apex's Megatron extensions: fp16/bf16, a mask tensor for the masked variant, rows up to 16,384
+    apex = peers.apex_softmax(x.device, causal) if x.dtype in (torch.float16, torch.bfloat16) and \
+        x.shape[-1] <= APEX_MAX_SK and x.shape[-2] > 1 and (causal or user_mask is not None) else None
     if case.p["direction"] == "fwd":
-        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if inputs["causal"]
+        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if causal
                   else (lambda: scaled_masked_softmax_forward(x, mask, scale)))
         compiled = torch.compile(eager_forward, dynamic=False)
-        return {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
-                COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+        impls = {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
+                 COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+        if apex is not None:
+            impls[APEX_IMPL] = ((lambda: apex.forward(x, scale)) if causal
+                                else (lambda: apex.forward(x, user_mask, scale)))
+        return impls
     y = eager_forward(x, mask, scale)
     dy = inputs["dy"]
     compiled = torch.compile(eager_backward, dynamic=False)
-    causal = inputs["causal"]
-    return {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
-            EAGER_IMPL: lambda: eager_backward(y, dy, scale), COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+    impls = {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
+             EAGER_IMPL: lambda: eager_backward(y, dy, scale), COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+    if apex is not None:  # apex's backward writes dx over its dy argument (as Megatron calls it): a copy of its own
+        dy_apex = dy.clone()
+        impls[APEX_IMPL] = lambda: apex.backward(dy_apex, y, scale)
+    return impls
 
 
 def causal_kept(shape: tuple[int, ...]) -> int:
