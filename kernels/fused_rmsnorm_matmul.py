@@ -804,8 +804,8 @@ ACCURACY_POINTS = (  # (x shape, N, bias, layout)
     ((130, 256), 264, True, "contiguous"),  # the Hopper path (TMA): M and N not multiples of its tiles
 )
 PERF_POINTS = (((1024, 8192), 4096, 1.05), ((4096, 4096), 4096, 1.10), ((16, 8192), 8192, 1.10),
-               ((4, 512, 4096), 4096, None),
-               ((8192, 4096), 14336, None))  # a Llama-class MLP up-projection (issue 20: recorded, no target yet)
+               ((4, 512, 4096), 4096, None), ((8192, 4096), 14336, None))
+LLAMA_MLP = (8192, 4096)  # a Llama-class MLP up-projection (issue 20): recorded for the shipped variant only
 
 
 def _accuracy_cases() -> list[Case]:
@@ -829,6 +829,8 @@ def _perf_cases() -> list[Case]:
     for variant in VARIANTS:
         for dtype in ("fp16", "bf16"):
             for shape, n, ratio in PERF_POINTS:
+                if shape == LLAMA_MLP and variant != "fold_gamma":
+                    continue  # 1.4 ms GEMMs autotuned per variant would cost the run minutes for no decision
                 target = None
                 if variant == "fold_gamma" and ratio is not None:
                     big = shape == (1024, 8192)
