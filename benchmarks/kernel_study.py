@@ -427,6 +427,14 @@ def study_gemm() -> None:
                 return c
             shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)  # noqa: E731
             record("gemm", name, "shipped", shipped, check_fn(poisoned(shipped)), ratio)
+            if not SMOKE and not frm.HOPPER_PDL:  # the launcher's own PDL path (plan flag flipped for this row)
+                frm.HOPPER_PDL = True
+                frm._forward_plan.cache_clear()
+                try:
+                    record("gemm", name, "shipped with HOPPER_PDL", shipped, check_fn(poisoned(shipped)), ratio)
+                finally:
+                    frm.HOPPER_PDL = False
+                    frm._forward_plan.cache_clear()
             if dname == "bf16" and (m, k) == (4096, 4096):
                 continue
             wf = frm.FOLDED.get(w, g)

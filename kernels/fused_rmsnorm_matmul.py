@@ -31,6 +31,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # programmatic dependent launch on Hopper (Triton >= 3.3); absent elsewhere (triton-ascend)
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - only an old or non-CUDA Triton
+    gdc_launch_dependents = gdc_wait = None
+
 from kernels import peers
 from kernels.device import describe
 from kernels.plan import (
@@ -99,6 +104,9 @@ RSTD_TILE = {"nvidia": (4, 1024), "ascend": (4, 1024), "cpu": (4, 128)}  # (rows
 # (BM, BN, BK, num_stages, num_warps, GROUP_M); 4 stages of 128x256x64 do not fit in shared memory.
 HOPPER_GEMM = (128, 256, 64, 3, 8, 8)
 HOPPER_RSTD_MAX_BLOCK = 8192
+# The prepass triggers its dependents at once and the GEMM (launched with PDL) waits for it only before its first
+# epilogue, so the GEMM's main loop starts while the prepass drains (kernels/NOTES.md, issue 20).
+HOPPER_PDL = False
 HOPPER_MIN_WORK = 1 << 23
 # Decode (at most DECODE_MAX_M rows), NVIDIA, fold_gamma: the weight read is the whole cost, so K is split
 # over SPLITS programs per BN columns to put a program on every SM; the last program of a column block adds
@@ -252,6 +260,13 @@ def _rstd_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constex
 
 
 @triton.jit
+def _rstd_pdl_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """:func:`_rstd_kernel` that lets its dependent launch (the TMA GEMM, launched with PDL) start at once."""
+    gdc_launch_dependents()
+    _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tl.program_id(0), ROWS, BLOCK_K)
+
+
+@triton.jit
 def _rstd_persistent_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr,
                             BLOCK_K: tl.constexpr):
     for tile in range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0)):
@@ -269,7 +284,7 @@ def _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, bias_ptr, M, N, K, HAS_BIAS: tl.constexpr,
                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                         NUM_SMS: tl.constexpr):
+                         NUM_SMS: tl.constexpr, PDL: tl.constexpr):
     """Persistent GEMM y = diag(r) x W'^T (+ b) on Hopper: TMA descriptors move the A, B and C tiles, tiles are
     walked GROUP_M row blocks at a time; r (1/rms per row) comes from the prepass. The tile loop is
     flattened into the K loop so the next tile's loads overlap this tile's epilogue."""
@@ -288,6 +303,8 @@ def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, bias_ptr, M, N, K, HAS_B
         tile_c += NUM_SMS
         pid_m, pid_n = _gemm_tile_ids(tile_c, num_pid_m, num_pid_n, GROUP_M)
         rows = pid_m * BM + tl.arange(0, BM)
+        if PDL:  # launched while the prepass may still run: wait for its 1/rms (immediate after the first time)
+            gdc_wait()
         acc = acc * tl.load(r_ptr + rows, mask=rows < M, other=0.0)[:, None]
         if HAS_BIAS:
             cols = pid_n * BN + tl.arange(0, BN)
@@ -397,7 +414,8 @@ def _hopper_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: Dev
     """The 1/rms prepass (one row per program) and the persistent TMA GEMM that scales by it."""
     ints = int_type(max(m * k, n * k, m * n))
     block_k = min(triton.next_power_of_2(k), HOPPER_RSTD_MAX_BLOCK)
-    rstd = Launch(_rstd_kernel, (m,), {"ROWS": 1, "BLOCK_K": block_k},
+    pdl = HOPPER_PDL and gdc_wait is not None
+    rstd = Launch(_rstd_pdl_kernel if pdl else _rstd_kernel, (m,), {"ROWS": 1, "BLOCK_K": block_k},
                   {"x_ptr": pointer(dtype), "r_ptr": "*fp32", "M": ints, "K": ints, "stride_xm": ints,
                    "stride_xk": ints, "eps": "fp32"}, 8 if block_k >= 8192 else 4)
     bm, bn, bk, stages, warps, group_m = HOPPER_GEMM
@@ -406,7 +424,8 @@ def _hopper_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: Dev
            "c_desc": descriptor(dtype, (bm, bn)), "r_ptr": "*fp32", "bias_ptr": pointer(dtype), "M": ints, "N": ints,
            "K": ints}
     gemm = Launch(_rms_gemm_tma_kernel, (programs,), {"HAS_BIAS": has_bias, "BM": bm, "BN": bn, "BK": bk,
-                                                      "GROUP_M": group_m, "NUM_SMS": programs}, sig, warps, stages)
+                                                      "GROUP_M": group_m, "NUM_SMS": programs, "PDL": pdl},
+                  sig, warps, stages, launch_pdl=pdl)
     return rstd, gemm
 
 

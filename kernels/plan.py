@@ -187,6 +187,7 @@ class Launch:
     num_warps: int | None = None
     num_stages: int | None = None
     footprint: Footprint | None = None
+    launch_pdl: bool = False  # programmatic dependent launch (Hopper): may start before the previous launch ends
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constexprs", _frozen(self.constexprs))
@@ -204,12 +205,14 @@ class Launch:
         return math.prod(self.grid)
 
     @property
-    def options(self) -> dict[str, int]:
-        opts = {}
+    def options(self) -> dict[str, int | bool]:
+        opts: dict[str, int | bool] = {}
         if self.num_warps is not None:
             opts["num_warps"] = self.num_warps
         if self.num_stages is not None:
             opts["num_stages"] = self.num_stages
+        if self.launch_pdl:
+            opts["launch_pdl"] = True
         return opts
 
     def config(self) -> str:

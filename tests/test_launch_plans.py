@@ -164,7 +164,7 @@ def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
     prepass, gemm = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
     assert _config(prepass) == ("_rstd_kernel", (1024,), {"ROWS": 1, "BLOCK_K": 8192}, 8, None)
     assert _config(gemm) == ("_rms_gemm_tma_kernel", (128,), {"HAS_BIAS": False, "BM": 128, "BN": 256, "BK": 64,
-                                                               "GROUP_M": 8, "NUM_SMS": 128}, 8, 3)
+                                                               "GROUP_M": 8, "NUM_SMS": 128, "PDL": False}, 8, 3)
     assert gemm.signature["a_desc"] == "tensordesc<fp16[128, 64]>"
     assert FRM.plan_forward(4096, 4096, 4096, "bf16", "fold_gamma", False, h200)[1].grid == (132,)
     # ... not on an A100, nor for rows TMA cannot describe, nor for the other variants: the autotuned GEMM
