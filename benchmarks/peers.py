@@ -55,14 +55,15 @@ def build_apex(src: Path) -> tuple[list[str], str]:
         out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         try:
-            load(name=name, sources=[str(megatron / f"{stem}.cpp"), str(megatron / f"{stem}_cuda.cu")],
-                 extra_include_paths=[str(src / "csrc")], extra_cflags=["-O3"], extra_cuda_cflags=APEX_FLAGS,
-                 build_directory=str(out), verbose=False)
+            module = load(name=name, sources=[str(megatron / f"{stem}.cpp"), str(megatron / f"{stem}_cuda.cu")],
+                          extra_include_paths=[str(src / "csrc")], extra_cflags=["-O3"],
+                          extra_cuda_cflags=APEX_FLAGS, build_directory=str(out), verbose=False)
         except Exception as exc:  # noqa: BLE001 - a peer that does not build is reported, not fatal
             notes.append(f"{name}: build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
             continue
         (out / APEX_COMMIT_FILE).write_text(commit + "\n")
-        sys.path.insert(0, str(out))
+        sys.path.insert(0, str(out))  # where a later `import scaled_masked_softmax_cuda` (kernels/peers.py) looks
+        sys.modules[name] = module
         built.append(name)
         notes.append(f"{name}: {time.perf_counter() - t0:.0f} s")
     return built, f"apex {commit[:12]}: " + "; ".join(notes)
