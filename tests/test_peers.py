@@ -55,3 +55,60 @@ def test_case_page_draws_a_peer_as_a_dashed_named_line() -> None:
     fig = charts.case_times(frame, "t")
     lines = {tr.name: tr.line.dash for tr in fig.data if tr.mode == "lines+markers"}
     assert lines == {"kernel (Triton)": "solid", "peer: apex (Megatron)": "dash"}
+
+
+def _peer_db(tmp_path) -> str:  # noqa: ANN001
+    """The stepped MSELoss copies of test_dashboard, each run with an ``apex`` row 1.25x the kernel's time."""
+    from db.artifact import dumps, load_artifact, parse_artifact, to_data
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.synthetic import stepped_copies
+    from tests.test_dashboard import REPEAT, STEP, STEP_CASE
+
+    docs = []
+    for doc in (to_data(d) for d in stepped_copies(load_artifact(REPEAT), 3, STEP, STEP_CASE)):
+        peers_rows = []
+        for p in doc["perf"]:
+            if p["implementation"] == "triton":
+                row = {**p, "implementation": "apex", "target": None, "target_met": None}
+                for k in ("median_ms", "p20_ms", "p80_ms", "min_ms"):
+                    row[k] = p[k] * 1.25
+                row["samples_ms"] = [s * 1.25 for s in p["samples_ms"]]
+                peers_rows.append(row)
+        doc["perf"] += peers_rows
+        docs.append(parse_artifact(dumps(doc)))
+    url = f"sqlite:///{tmp_path / 'peers.db'}"
+    engine = open_database(url)
+    ingest_documents(engine, [(f"peer {i}", d) for i, d in enumerate(docs)])
+    engine.dispose()
+    return url
+
+
+def test_case_page_and_overview_show_the_peer(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import sys
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_dashboard import PAGES, STEP_CASE, fingerprint, specs
+
+    url = _peer_db(tmp_path)
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(PAGES / "case.py"), default_timeout=120)
+    at.query_params["case"] = STEP_CASE
+    at.query_params["hardware"] = fingerprint(url, "NVIDIA H200")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    times = specs(at)[0]
+    peer = [t for t in times["data"] if t.get("name") == "peer: apex (Megatron)"]
+    assert len(peer) == 1 and peer[0]["line"]["dash"] == "dash"
+    assert at.dataframe[0].value["apex µs (peer)"].notna().all()
+    at = AppTest.from_file(str(PAGES / "overview.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[0].value
+    row = table[table["kernel"] == "mse_loss"].iloc[0]
+    assert abs(row["vs best peer"] - 1.25) < 1e-6
