@@ -258,8 +258,10 @@ def study_causal() -> None:
 # Masked softmax forward
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Candidate: the heads kernel with the next head's x loaded before this head's reductions."""
+def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                    STORE_CS: tl.constexpr):
+    """Candidate: the heads kernel with the next head's x loaded before this head's reductions (STORE_CS: y
+    stored with the streaming cache hint)."""
     pid = tl.program_id(0)
     q_blocks = tl.cdiv(sq, ROWS)
     b = pid // q_blocks
@@ -280,7 +282,10 @@ def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.co
         e = tl.exp2(z - m[:, None])
         s = tl.sum(e, axis=1)
         inv = tl.where(s > 0, 1.0 / s, 0.0)
-        tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
+        if STORE_CS:
+            tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb, cache_modifier=".cs")
+        else:
+            tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
         offs += step
         x = nxt
 
@@ -330,11 +335,13 @@ def study_masked() -> None:
                     x, m8, y, n_rows, sk, sq, h, sq * sk, sk, s2, ROWS=rows, BLOCK_N=block, ACC=tl.float32,
                     num_warps=warps)
             record("masked", name, f"heads R{rows} W{warps}", hk, check_with(hk), floor)
-        for rows, warps in ((max(1, 2048 // block), 4), (max(1, 4096 // block), 8)):
-            def pf(rows=rows, warps=warps):  # noqa: ANN001, ANN202
+        for rows, warps, cs in ((max(1, 2048 // block), 4, False), (max(1, 4096 // block), 8, False),
+                                (max(1, 2048 // block), 4, True)):
+            def pf(rows=rows, warps=warps, cs=cs):  # noqa: ANN001, ANN202
                 _heads_prefetch[(b * triton.cdiv(sq, rows),)](x, m8, y, sq, sk, h, sq * sk, s2, ROWS=rows,
-                                                              BLOCK_N=block, num_warps=warps)
-            record("masked", name, f"heads+prefetch R{rows} W{warps}", pf, check_with(pf), floor)
+                                                              BLOCK_N=block, STORE_CS=cs, num_warps=warps)
+            record("masked", name, f"heads+prefetch R{rows} W{warps}{' st.cs' if cs else ''}", pf, check_with(pf),
+                   floor)
         for rows, warps in ((1, 8), (1, 16), (2, 8)):
             if sk < 4096:
                 continue
