@@ -164,6 +164,23 @@ def _causal_fwd_blocks(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLO
         tl.store(y_ptr + base + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=st)
 
 
+@triton.jit
+def _causal_persistent(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Candidate: the shipped grouped-mask causal tile, looped over row tiles by a fixed grid."""
+    cols = tl.arange(0, BLOCK_N)
+    for tile in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
+        row = tile * ROWS + tl.arange(0, ROWS)
+        q = row % sk
+        inb = (row < n_rows)[:, None] & (cols[None, :] < sk)
+        ok = inb & (((cols // 16) * 16)[None, :] <= q[:, None])
+        offs = row[:, None].to(tl.int64) * sk + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        z = tl.where(cols[None, :] <= q[:, None], x * scale2, float("-inf"))
+        m = tl.max(z, axis=1)
+        e = tl.exp2(z - m[:, None])
+        tl.store(y_ptr + offs, (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
+
+
 def study_causal() -> None:
     smx = importlib.import_module("kernels.scaled_masked_softmax")
 
@@ -209,23 +226,34 @@ def study_causal() -> None:
                                                               BLOCK_N=block, num_warps=warps)
                 return y
             record("causal", name, f"old exact-mask R{old_rows} W{old_warps}", old,
-                   check_with(lambda yy: yy.copy_(old())), lambda t: full(t) + " | " + causal_floor(t))
+                   check_with(lambda yy: old(y=yy)), lambda t: full(t) + " | " + causal_floor(t))
             block = triton.next_power_of_2(sq)
             tried = {(old_rows, old_warps)}
-            for tile, warps in ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)):
+            for tile, warps in ((1024, 4), (1024, 2), (2048, 2), (2048, 4), (4096, 2), (4096, 4), (4096, 8),
+                                (8192, 4), (8192, 8)):
                 rows = max(1, tile // block)
                 if (rows, warps) in tried:
                     continue
                 tried.add((rows, warps))
 
                 def cand(y=y, rows=rows, warps=warps):  # noqa: ANN001, ANN202
-                    smx._softmax_fwd_kernel[(triton.cdiv(n_rows, rows),)](
+                    smx._softmax_fwd_kernel[(b * triton.cdiv(sq, rows),)](
                         x, x, y, n_rows, sq, sq, 1, 0, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block,
                         HAS_MASK=False, CAUSAL=True, ACC=tl.float32, num_warps=warps)
                     return y
-                record("causal", name, f"grouped R{rows} W{warps}", cand, check_with(lambda yy, c=cand: yy.copy_(c())),
+                record("causal", name, f"grouped R{rows} W{warps}", cand, check_with(lambda yy, c=cand: c(y=yy)),
                        causal_floor)
-            for rows, chunk, warps in ((1, 512, 4), (2, 512, 4), (4, 256, 4), (1, 1024, 4), (2, 1024, 8)):
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
+            for tile, warps, waves in ((2048, 4, 8), (2048, 4, 16), (4096, 4, 8), (2048, 2, 16)):
+                rows = max(1, tile // block)
+
+                def per(y=y, rows=rows, warps=warps, waves=waves):  # noqa: ANN001, ANN202
+                    _causal_persistent[(sms * waves,)](x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block,
+                                                       num_warps=warps)
+                    return y
+                record("causal", name, f"persistent R{rows} W{warps} x{waves}/SM", per,
+                       check_with(lambda yy, c=per: c(y=yy)), causal_floor)
+            for rows, chunk, warps in ((4, 256, 4), (4, 256, 2), (8, 128, 4), (8, 256, 4), (2, 512, 4), (4, 512, 4)):
                 if chunk > block:
                     continue
 
@@ -234,7 +262,7 @@ def study_causal() -> None:
                                                                      BLOCK_N=block, CHUNK=chunk, num_warps=warps)
                     return y
                 record("causal", name, f"blocks R{rows} C{chunk} W{warps}", blk,
-                       check_with(lambda yy, c=blk: yy.copy_(c())), causal_floor)
+                       check_with(lambda yy, c=blk: c(y=yy)), causal_floor)
             # backward: the shipped causal path (lower triangles only) against the full-row one
             yv = smx.scaled_upper_triang_masked_softmax_forward(x, 0.125)
             dy = torch.randn(shape, device=dev, dtype=torch.float32).to(dtype)
@@ -272,7 +300,7 @@ def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.co
                    other=1) == 0
     offs = ((b * H).to(tl.int64) * sq + q)[:, None] * sk + cols[None, :]
     x = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first")
-    step = sq.to(tl.int64) * sk
+    step = tl.cast(sq, tl.int64) * sk
     for h in range(H):
         ahead = step * (1 - (h + 1) // H)  # the last head reloads itself (from L2) instead of a guarded load
         nxt = tl.load(x_ptr + offs + ahead, mask=inb, other=0.0, eviction_policy="evict_first")
@@ -327,7 +355,7 @@ def study_masked() -> None:
         record("masked", name, "shipped", lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125), check_shipped,
                floor)
         block = triton.next_power_of_2(sk)
-        heads = [(max(1, tile // block), w) for tile, w in ((1024, 4), (2048, 8), (4096, 4), (4096, 8), (2048, 2))
+        heads = [(max(1, tile // block), w) for tile, w in ((1024, 4), (2048, 2))
                  if tile >= block and (max(1, tile // block), w) != (max(1, 2048 // block), 4)]
         for rows, warps in heads:
             def hk(rows=rows, warps=warps):  # noqa: ANN001, ANN202
@@ -335,14 +363,18 @@ def study_masked() -> None:
                     x, m8, y, n_rows, sk, sq, h, sq * sk, sk, s2, ROWS=rows, BLOCK_N=block, ACC=tl.float32,
                     num_warps=warps)
             record("masked", name, f"heads R{rows} W{warps}", hk, check_with(hk), floor)
-        for rows, warps, cs in ((max(1, 2048 // block), 4, False), (max(1, 4096 // block), 8, False),
+        for rows, warps, cs in ((max(1, 2048 // block), 4, False), (max(1, 1024 // block), 4, False),
+                                (max(1, 1024 // block), 2, False), (max(1, 2048 // block), 2, False),
+                                (max(1, 4096 // block), 4, False), (max(1, 4096 // block), 2, False),
                                 (max(1, 2048 // block), 4, True)):
+            if rows * block > 8192:
+                continue
             def pf(rows=rows, warps=warps, cs=cs):  # noqa: ANN001, ANN202
                 _heads_prefetch[(b * triton.cdiv(sq, rows),)](x, m8, y, sq, sk, h, sq * sk, s2, ROWS=rows,
                                                               BLOCK_N=block, STORE_CS=cs, num_warps=warps)
             record("masked", name, f"heads+prefetch R{rows} W{warps}{' st.cs' if cs else ''}", pf, check_with(pf),
                    floor)
-        for rows, warps in ((1, 8), (1, 16), (2, 8)):
+        for rows, warps in ((1, 8), (1, 4)):
             if sk < 4096:
                 continue
 
@@ -448,8 +480,8 @@ def study_gemm() -> None:
             rstd = torch.empty(m, device=dev, dtype=torch.float32)
             block_k = min(triton.next_power_of_2(k), 8192)
             for bm, bn, bk, stages, warps, group, pdl in (
-                    (128, 256, 64, 3, 8, 8, False), (128, 256, 64, 3, 8, 8, True), (128, 256, 64, 3, 8, 16, True),
-                    (128, 128, 64, 4, 8, 8, True), (256, 128, 64, 3, 8, 8, True)):
+                    (128, 256, 64, 3, 8, 8, False), (128, 256, 64, 3, 8, 8, True), (128, 256, 64, 3, 8, 16, False),
+                    (128, 256, 64, 3, 8, 4, False)):
                 if (pdl and not HAVE_PDL) or SMOKE:  # TMA and PDL need the GPU
                     continue
                 y = torch.empty((m, n), device=dev, dtype=dtype)
@@ -485,6 +517,43 @@ def study_gemm() -> None:
 # ---------------------------------------------------------------------------------------------
 # Decode [16, 8192] -> 8192
 # ---------------------------------------------------------------------------------------------
+@triton.jit
+def _decode_swap_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, y_ptr, M, N, K, stride_xm, eps,
+                        SPLITS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Candidate: the shipped split-K decode kernel with the product swapped, acc^T = W' x^T: the weight tile
+    (TMA, shared memory) is the wide left operand (BN rows), x^T the narrow right one (BM = 16 columns), the
+    shape Hopper's asynchronous MMA takes (cuBLAS's small-M trick)."""
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    rows = tl.arange(0, BM)
+    cols = pid_n * BN + tl.arange(0, BN)
+    kk = tl.arange(0, BK)
+    k_per = tl.cdiv(tl.cdiv(K, BK), SPLITS) * BK
+    acc = tl.zeros((BN, BM), dtype=tl.float32)
+    ss = tl.zeros((BM, BK), dtype=tl.float32)
+    for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
+        a = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
+                    mask=(rows < M)[:, None] & ((k0 + kk) < K)[None, :], other=0.0)
+        b = w.load([pid_n * BN, k0])
+        af = a.to(tl.float32)
+        ss += af * af
+        acc = tl.dot(b, tl.trans(a), acc)
+    slot = (pid_n * SPLITS + s) * BM
+    tl.store(part_ptr + (slot + rows[None, :]) * BN + tl.arange(0, BN)[:, None], acc)
+    tl.store(ss_ptr + slot + rows, tl.sum(ss, axis=1))
+    if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLITS - 1:
+        total = tl.zeros((BM, BN), dtype=tl.float32)
+        sumsq = tl.zeros((BM,), dtype=tl.float32)
+        for t in tl.static_range(SPLITS):
+            first = (pid_n * SPLITS + t) * BM
+            total += tl.load(part_ptr + (first + rows[:, None]) * BN + tl.arange(0, BN)[None, :], cache_modifier=".cg")
+            sumsq += tl.load(ss_ptr + first + rows, cache_modifier=".cg")
+        total = total * (1.0 / tl.sqrt(sumsq / K + eps))[:, None]
+        tl.store(y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(y_ptr.dtype.element_ty),
+                 mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.atomic_xchg(count_ptr + pid_n, 0)
+
+
 def study_decode() -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -526,10 +595,8 @@ def study_decode() -> None:
             continue
         wf = frm.FOLDED.get(w, g)
         for bn, bk, splits, stages, warps in (
-                (128, 128, 2, 4, 4), (128, 128, 2, 6, 4), (128, 256, 2, 3, 4), (128, 256, 2, 4, 8),
-                (64, 128, 2, 4, 4), (64, 256, 2, 4, 4), (64, 128, 1, 6, 4), (64, 256, 1, 4, 4),
-                (128, 128, 4, 4, 4), (256, 128, 4, 3, 8), (256, 64, 4, 4, 8), (64, 512, 2, 3, 4),
-                (32, 256, 4, 4, 4), (128, 64, 2, 8, 4)):
+                (128, 128, 2, 4, 4), (128, 128, 2, 3, 4), (128, 128, 2, 5, 4), (128, 256, 2, 3, 4),
+                (256, 128, 4, 3, 8), (256, 128, 4, 4, 4), (128, 128, 2, 4, 8)):
             blocks = triton.cdiv(n, bn)
             part_floats = blocks * splits * 16 * bn
             scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
@@ -545,6 +612,25 @@ def study_decode() -> None:
                 return y
             record("decode", name, f"BN{bn} BK{bk} S{splits} s{stages} w{warps}", run,
                    check_fn(lambda y=y, run=run: (y.fill_(float("nan")), run())[-1]), derive)
+        for bn, bk, splits, stages, warps in (
+                (128, 128, 2, 4, 4), (128, 128, 2, 3, 4), (128, 256, 2, 3, 4), (64, 128, 2, 4, 4),
+                (64, 256, 2, 3, 4), (128, 128, 4, 4, 4), (256, 128, 4, 3, 8), (64, 128, 1, 6, 4),
+                (128, 64, 2, 6, 4), (256, 64, 2, 4, 8)):
+            blocks = triton.cdiv(n, bn)
+            part_floats = blocks * splits * 16 * bn
+            scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
+            parts, sums = scratch[:part_floats], scratch[part_floats:part_floats + blocks * splits * 16]
+            desc = TensorDescriptor.from_tensor(wf, [bn, bk])
+            y = torch.empty((m, n), device=dev, dtype=dtype)
+
+            def swap(bn=bn, bk=bk, splits=splits, stages=stages, warps=warps, desc=desc, y=y, parts=parts,  # noqa: ANN001, ANN202
+                     sums=sums, counts=counts, blocks=blocks):
+                _decode_swap_kernel[(blocks, splits)](x, desc, parts, sums, counts, y, m, n, k, x.stride(0), 1e-6,
+                                                      SPLITS=splits, BM=16, BN=bn, BK=bk, num_warps=warps,
+                                                      num_stages=stages)
+                return y
+            record("decode", name, f"swapAB BN{bn} BK{bk} S{splits} s{stages} w{warps}", swap,
+                   check_fn(lambda y=y, run=swap: (y.fill_(float("nan")), run())[-1]), derive)
         frm.FOLDED.clear()
 
 
