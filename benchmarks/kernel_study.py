@@ -165,8 +165,10 @@ def _causal_fwd_blocks(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLO
 
 
 @triton.jit
-def _causal_persistent(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Candidate: the shipped grouped-mask causal tile, looped over row tiles by a fixed grid."""
+def _causal_persistent(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                       STORE_CS: tl.constexpr):
+    """Candidate: the shipped grouped-mask causal tile, looped over row tiles by a fixed grid (STORE_CS: y
+    stored with the streaming cache hint)."""
     cols = tl.arange(0, BLOCK_N)
     for tile in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
         row = tile * ROWS + tl.arange(0, ROWS)
@@ -178,7 +180,11 @@ def _causal_persistent(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLO
         z = tl.where(cols[None, :] <= q[:, None], x * scale2, float("-inf"))
         m = tl.max(z, axis=1)
         e = tl.exp2(z - m[:, None])
-        tl.store(y_ptr + offs, (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
+        y = (e * (1.0 / tl.sum(e, axis=1))[:, None]).to(y_ptr.dtype.element_ty)
+        if STORE_CS:
+            tl.store(y_ptr + offs, y, mask=inb, cache_modifier=".cs")
+        else:
+            tl.store(y_ptr + offs, y, mask=inb)
 
 
 def study_causal() -> None:
@@ -244,14 +250,15 @@ def study_causal() -> None:
                 record("causal", name, f"grouped R{rows} W{warps}", cand, check_with(lambda yy, c=cand: c(y=yy)),
                        causal_floor)
             sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
-            for tile, warps, waves in ((2048, 4, 8), (2048, 4, 16), (4096, 4, 8), (2048, 2, 16)):
+            for tile, warps, waves, cs in ((2048, 4, 8, False), (2048, 4, 16, False), (4096, 4, 8, False),
+                                           (2048, 2, 16, False), (2048, 4, 16, True)):
                 rows = max(1, tile // block)
 
-                def per(y=y, rows=rows, warps=warps, waves=waves):  # noqa: ANN001, ANN202
+                def per(y=y, rows=rows, warps=warps, waves=waves, cs=cs):  # noqa: ANN001, ANN202
                     _causal_persistent[(sms * waves,)](x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block,
-                                                       num_warps=warps)
+                                                       STORE_CS=cs, num_warps=warps)
                     return y
-                record("causal", name, f"persistent R{rows} W{warps} x{waves}/SM", per,
+                record("causal", name, f"persistent R{rows} W{warps} x{waves}/SM{' st.cs' if cs else ''}", per,
                        check_with(lambda yy, c=per: c(y=yy)), causal_floor)
             for rows, chunk, warps in ((4, 256, 4), (4, 256, 2), (8, 128, 4), (8, 256, 4), (2, 512, 4), (4, 512, 4)):
                 if chunk > block:
