@@ -69,11 +69,11 @@ HEADS_LOOP_WARPS = 4
 UB_ROW_BYTES = 32
 
 
-# NVIDIA, causal rows in one pass: 2048 elements a program with 4 warps (H200, kernels/NOTES.md: at sq 512 4 rows
-# of 512 took 128 us against 149 us for the masked rule's 2 rows, at sq 2048 one row 1633 us against 2189 us
-# with 8 warps). Half of a causal tile on average is above the diagonal and not loaded.
+# NVIDIA, causal rows in one pass: 2048 elements a program with 2 warps (H200, kernels/NOTES.md: the masked rule's
+# tiles took 149 us at [512,512,512] and 2189 us at [512,2048,2048]; 2048 elements with 4 warps 128 / 1633 us, with
+# 2 warps 113.5 / 1565 us). Half of a causal tile on average is above the diagonal and not loaded.
 CAUSAL_TILE = 2048
-CAUSAL_WARPS = 4
+CAUSAL_WARPS = 2
 
 
 def _warps(tile: int) -> int:
