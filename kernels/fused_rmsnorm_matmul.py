@@ -36,8 +36,8 @@ try:  # programmatic dependent launch on Hopper (Triton >= 3.3); absent elsewher
 except ImportError:  # pragma: no cover - only an old or non-CUDA Triton
     gdc_launch_dependents = gdc_wait = None
 
-from kernels import peers
 from kernels.device import describe
+from kernels.peers import flaggems, liger_rms_norm
 from kernels.plan import (
     Autotuned,
     DeviceInfo,
@@ -922,10 +922,10 @@ def _implementations(case: Case, inputs: dict) -> dict:
         COMPILE_IMPL: lambda: compiled(x, w, g, b, eps),
         "cublas_linear": lambda: torch.nn.functional.linear(x, w, b),
     }
-    liger = peers.liger_rms_norm(x.device)
+    liger = liger_rms_norm(x.device)
     if liger is not None:  # Liger-Kernel's RMSNorm (its default Llama casting), then cuBLAS
         impls[LIGER_IMPL] = lambda: torch.nn.functional.linear(liger(x, g, eps, in_place=False), w, b)
-    gems = peers.flaggems(x.device)
+    gems = flaggems(x.device)
     if gems is not None:
         impls[FLAGGEMS_IMPL] = lambda: torch.nn.functional.linear(gems.rms_norm(x, [k], g, eps), w, b)
     return impls

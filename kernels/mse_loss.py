@@ -31,9 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import peers
 from kernels.device import INTERPRETER_PROGRAMS, describe
 from kernels.names import COPY_CEILING, READ_CEILING
+from kernels.peers import flaggems
 from kernels.plan import DeviceInfo, Footprint, Launch, Tile, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
@@ -569,7 +569,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
     }
     compiled = torch.compile(eager, dynamic=False)
     impls[COMPILE_IMPL] = lambda: compiled(x, y, reduction=reduction)
-    gems = peers.flaggems(x.device)
+    gems = flaggems(x.device)
     if gems is not None and case.p.get("direction", "fwd") == "fwd":
         code = FLAGGEMS_REDUCTIONS[reduction]
         impls[FLAGGEMS_IMPL] = lambda: gems.mse_loss(x, y, code)

@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import peers
 from kernels.device import describe
+from kernels.peers import apex_softmax
 from kernels.plan import ITEMSIZE, DeviceInfo, Footprint, Launch, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
@@ -761,7 +761,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         sq = x.shape[-1]
         mask = torch.ones(sq, sq, dtype=torch.bool, device=x.device).triu(1)
     # apex's Megatron extensions: fp16/bf16, a mask tensor for the masked variant, rows up to 16,384
-    apex = peers.apex_softmax(x.device, causal) if x.dtype in (torch.float16, torch.bfloat16) and \
+    apex = apex_softmax(x.device, causal) if x.dtype in (torch.float16, torch.bfloat16) and \
         x.shape[-1] <= APEX_MAX_SK and x.shape[-2] > 1 and (causal or user_mask is not None) else None
     if case.p["direction"] == "fwd":
         kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if causal
