@@ -76,6 +76,9 @@ def software_versions() -> dict[str, str | None]:
         from kernels.fastlaunch import path
 
         versions["launch"] = path()  # short or triton: it decides a small kernel's cost per call
+        from kernels.peers import versions as peer_versions
+
+        versions.update(peer_versions())  # the peers this run timed (liger, flaggems, apex), where importable
     return versions
 
 

@@ -18,7 +18,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.safe import plot as esc
-from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, LABELS
+from kernels.names import (
+    APEX_IMPL,
+    COMPILE_IMPL,
+    EAGER_IMPL,
+    FLAGGEMS_IMPL,
+    KERNEL_IMPL,
+    LABELS,
+    LIGER_IMPL,
+    PEER_LABELS,
+)
 
 MAX_SERIES = 8
 SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
@@ -26,13 +35,16 @@ SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
 # the labels a parameter can take (not among those shown), so filtering never recolours a line.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
            "#7F3C8D", "#11A579", "#3969AC", "#E73F74")
-IMPL_COLOURS = {KERNEL_IMPL: "#0072B2", EAGER_IMPL: "#7F7F7F", COMPILE_IMPL: "#D55E00"}
+IMPL_COLOURS = {KERNEL_IMPL: "#0072B2", EAGER_IMPL: "#7F7F7F", COMPILE_IMPL: "#D55E00",
+                LIGER_IMPL: "#E69F00", FLAGGEMS_IMPL: "#56B4E9", APEX_IMPL: "#000000"}
 IMPL_NAMES = LABELS
+PEER_NAMES = PEER_LABELS  # peers (kernels/names.py): drawn dashed; never gating
 
 
 def impl_colour(impl: str) -> str:
-    """The fixed colour of the three implementations every kernel has; a kernel's own baselines (cuBLAS
-    alone, ...) take one of the others, fixed by the name (crc32), so no kernel's names live here."""
+    """The fixed colour of the three implementations every kernel has (and of the peers); a kernel's own
+    baselines (cuBLAS alone, ...) take one of the others, fixed by the name (crc32), so no kernel's names live
+    here."""
     return IMPL_COLOURS.get(impl) or PALETTE[2 + zlib.crc32(impl.encode()) % (len(PALETTE) - 2)]
 
 
@@ -182,7 +194,7 @@ def case_times(frame: pd.DataFrame, title: str, marks: pd.DataFrame | None = Non
     for impl, rows in frame.groupby("implementation", sort=False):
         rows = rows.sort_values("order")
         colour = impl_colour(impl)
-        name = esc(IMPL_NAMES.get(impl, impl))
+        name = esc(IMPL_NAMES.get(impl) or PEER_NAMES.get(impl, impl))
         band = rows[rows["p20_us"].notna() & rows["p80_us"].notna()]
         if not band.empty:
             fig.add_trace(go.Scatter(x=band["x"], y=band["p80_us"], mode="lines", line={"width": 0},
@@ -191,7 +203,8 @@ def case_times(frame: pd.DataFrame, title: str, marks: pd.DataFrame | None = Non
                                      fill="tonexty", fillcolor=_alpha(colour, 0.18), legendgroup=name,
                                      showlegend=False, hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=rows["x"], y=rows["median_us"], mode="lines+markers", name=name, legendgroup=name,
-                                 line={"color": colour}, hovertext=rows["hover"], hoverinfo="text",
+                                 line={"color": colour, "dash": "dash" if impl in PEER_NAMES else "solid"},
+                                 hovertext=rows["hover"], hoverinfo="text",
                                  marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
                                          "size": 8}))
         calls = rows[rows["call_us"].notna()]

@@ -17,7 +17,13 @@ from sqlalchemy import Engine
 from dashboard.charts import IMPL_NAMES
 from db import queries
 from db.engine import open_database
-from kernels.names import COMPILE_IMPL, EAGER_IMPL, KERNEL_IMPL, READ_CEILING  # noqa: F401 - the views read data.KERNEL_IMPL
+from kernels.names import (  # noqa: F401 - the views read data.KERNEL_IMPL, data.PEER_IMPLS
+    COMPILE_IMPL,
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    PEER_IMPLS,
+    READ_CEILING,
+)
 
 NAMES = IMPL_NAMES  # implementation -> what a page calls it (one table, in dashboard/charts.py)
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
@@ -271,6 +277,17 @@ def fmt(value: Any, spec: str = ".3g") -> str:
 # ---------------------------------------------------------------------------------------------
 # Frames
 # ---------------------------------------------------------------------------------------------
+def vs_best_peer(rows: pd.DataFrame) -> float | None:
+    """Geometric mean over the cases that have a peer of t(fastest peer) / t(kernel), from perf rows of one
+    run (columns case, implementation, median_ms); > 1: the kernel is faster. None without peers."""
+    if rows.empty:
+        return None
+    kern = rows[rows["implementation"] == KERNEL_IMPL].set_index("case")["median_ms"]
+    peers = rows[rows["implementation"].isin(PEER_IMPLS) & (rows["median_ms"] > 0)]
+    best = peers.groupby("case")["median_ms"].min()
+    return geomean([b / kern[c] for c, b in best.items() if c in kern.index and kern[c] and kern[c] > 0])
+
+
 def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: bool = False,
                implementations: tuple[str, ...] = (), with_params: bool = True) -> pd.DataFrame:
     """Perf rows of some runs with each run's commit, labels and order (oldest first)."""

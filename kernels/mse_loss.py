@@ -33,12 +33,14 @@ import triton.language as tl
 
 from kernels.device import INTERPRETER_PROGRAMS, describe
 from kernels.names import COPY_CEILING, READ_CEILING
+from kernels.peers import flaggems
 from kernels.plan import DeviceInfo, Footprint, Launch, Tile, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
     COMPILE_IMPL,
     DTYPE_NAMES,
     EAGER_IMPL,
+    FLAGGEMS_IMPL,
     KERNEL_IMPL,
     Case,
     KernelSpec,
@@ -555,6 +557,9 @@ def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
     return gx, -gx
 
 
+FLAGGEMS_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # flag_gems.ops.mse_loss.Reduction
+
+
 def _implementations(case: Case, inputs: dict) -> dict:
     x, y, reduction = inputs["input"], inputs["target"], inputs["reduction"]
     eager = torch.nn.functional.mse_loss
@@ -564,6 +569,10 @@ def _implementations(case: Case, inputs: dict) -> dict:
     }
     compiled = torch.compile(eager, dynamic=False)
     impls[COMPILE_IMPL] = lambda: compiled(x, y, reduction=reduction)
+    gems = flaggems(x.device)
+    if gems is not None and case.p.get("direction", "fwd") == "fwd":
+        code = FLAGGEMS_REDUCTIONS[reduction]
+        impls[FLAGGEMS_IMPL] = lambda: gems.mse_loss(x, y, code)
     return impls
 
 

@@ -11,6 +11,14 @@ EAGER_IMPL = "torch_eager"  # eager PyTorch: the speedup baseline (speedup = t(e
 COMPILE_IMPL = "torch_compile"
 IMPLEMENTATIONS = (KERNEL_IMPL, EAGER_IMPL, COMPILE_IMPL)  # the ones every kernel is timed with
 LABELS = {KERNEL_IMPL: "kernel (Triton)", EAGER_IMPL: "eager PyTorch", COMPILE_IMPL: "torch.compile"}
+# Peers: what a user would pick instead of this project's kernels, timed when their package imports on a CUDA
+# device (kernels/peers.py) and recorded beside the kernel; never gating (no target names them, the gate reads
+# the kernel's rows only); the case page draws them dashed, Overview shows the kernel against the fastest.
+LIGER_IMPL = "liger"  # Liger-Kernel's RMSNorm, then F.linear
+FLAGGEMS_IMPL = "flaggems"  # FlagGems: its mse_loss; its RMSNorm, then F.linear
+APEX_IMPL = "apex"  # NVIDIA apex's Megatron fused softmax CUDA extensions
+PEER_IMPLS = (LIGER_IMPL, FLAGGEMS_IMPL, APEX_IMPL)
+PEER_LABELS = {LIGER_IMPL: "peer: Liger-Kernel", FLAGGEMS_IMPL: "peer: FlagGems", APEX_IMPL: "peer: apex (Megatron)"}
 
 VENDORS = {"cuda": "nvidia", "npu": "ascend"}  # torch device type -> hardware vendor; anything else is "cpu"
 

@@ -187,6 +187,7 @@ class Launch:
     num_warps: int | None = None
     num_stages: int | None = None
     footprint: Footprint | None = None
+    launch_pdl: bool = False  # programmatic dependent launch (Hopper): may start before the previous launch ends
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constexprs", _frozen(self.constexprs))
@@ -204,12 +205,14 @@ class Launch:
         return math.prod(self.grid)
 
     @property
-    def options(self) -> dict[str, int]:
-        opts = {}
+    def options(self) -> dict[str, int | bool]:
+        opts: dict[str, int | bool] = {}
         if self.num_warps is not None:
             opts["num_warps"] = self.num_warps
         if self.num_stages is not None:
             opts["num_stages"] = self.num_stages
+        if self.launch_pdl:
+            opts["launch_pdl"] = True
         return opts
 
     def config(self) -> str:
@@ -333,9 +336,37 @@ def launch(step: Launch, *args: Any) -> None:
     fast_launcher(step.fn)(step.grid, args, step._kwargs, step._static)
 
 
+_CHOSEN: dict[int, tuple[Autotuned, Launch]] = {}  # id(step) -> (step, the candidate its autotuner chose)
+
+
+def chosen_candidate(step: Autotuned, config: Any) -> Launch | None:
+    """The candidate of ``step`` that a ``triton.Config`` describes (its kwargs, warps and stages), if any."""
+    if config is None:
+        return None
+    for cand in step.candidates:
+        if (all(cand.constexprs.get(k) == v for k, v in config.kwargs.items())
+                and cand.num_warps in (None, config.num_warps) and cand.num_stages in (None, config.num_stages)):
+            return cand
+    return None
+
+
 def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **constexprs: Any) -> None:
-    """Start the autotuner (which picks among ``step.candidates``) with the constexprs it does not tune."""
+    """Start the autotuner (which picks among ``step.candidates``) with the constexprs it does not tune.
+
+    A plan's step stands for one problem (its sizes and dtypes), so once the autotuner has chosen, later
+    calls launch the chosen candidate through :func:`launch` (the short path) instead of the autotuner's
+    own, whose host side cost 117-201 us per decode-sized call on an H200 (issue 20)."""
     if _recorder is not None:
         check_args(step.candidates[0], args)
         _recorder.steps.append(step)
+    held = _CHOSEN.get(id(step))
+    if held is not None and held[0] is step:
+        chosen = held[1]
+        fast_launcher(chosen.fn)(chosen.grid, args, chosen._kwargs, chosen._static)
+        return
     tuner[grid](*args, **constexprs)
+    chosen = chosen_candidate(step, getattr(tuner, "best_config", None))
+    if chosen is not None:
+        if len(_CHOSEN) >= 1024:
+            _CHOSEN.clear()
+        _CHOSEN[id(step)] = (step, chosen)

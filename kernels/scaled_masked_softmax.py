@@ -30,9 +30,11 @@ import triton
 import triton.language as tl
 
 from kernels.device import describe
+from kernels.peers import apex_softmax
 from kernels.plan import ITEMSIZE, DeviceInfo, Footprint, Launch, int_type, launch, load, pointer, work
 from kernels.poison import new_output
 from kernels.spec import (
+    APEX_IMPL,
     COMPILE_IMPL,
     DTYPE_NAMES,
     EAGER_IMPL,
@@ -67,6 +69,13 @@ HEADS_LOOP_WARPS = 4
 UB_ROW_BYTES = 32
 
 
+# NVIDIA, causal rows in one pass: 2048 elements a program with 2 warps (H200, kernels/NOTES.md: the masked rule's
+# tiles took 149 us at [512,512,512] and 2189 us at [512,2048,2048]; 2048 elements with 4 warps 128 / 1633 us, with
+# 2 warps 113.5 / 1565 us). Half of a causal tile on average is above the diagonal and not loaded.
+CAUSAL_TILE = 2048
+CAUSAL_WARPS = 2
+
+
 def _warps(tile: int) -> int:
     return 4 if tile <= 1024 or tile == 4096 else 8 if tile <= 8192 else 16
 
@@ -88,6 +97,15 @@ def _plan(kind: str, sk: int) -> tuple[int, int, int, bool]:
 # launch has at most 65,535 programs, see kernels/plan.py).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _causal_groups(cols, q):
+    """Load mask of the causal rows ``q`` (a column tensor): columns up to the diagonal, widened to whole
+    groups of 16 columns. One mask value per group keeps the load vectorised (the element-exact mask
+    ``cols <= q`` made it one 2-byte load per element: kernels/NOTES.md); the few columns past the
+    diagonal it reads lie in the diagonal's own 32-byte sector (fp16) and are masked after the load."""
+    return ((cols // 16) * 16)[None, :] <= q[:, None]
+
+
+@triton.jit
 def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
     """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds.
@@ -97,10 +115,12 @@ def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, sc
     """
     inb = row_mask[:, None] & (cols[None, :] < sk)
     valid = inb
-    if CAUSAL:
+    load_ok = inb
+    if CAUSAL:  # arithmetic only: the masked upper triangle is never read
         q = row % sq
-        valid = valid & (cols[None, :] <= q[:, None])  # arithmetic only: the masked half is never read
-    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=valid, other=0.0,
+        valid = inb & (cols[None, :] <= q[:, None])
+        load_ok = inb & _causal_groups(cols, q)
+    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=load_ok, other=0.0,
                 eviction_policy="evict_first").to(ACC)
     if HAS_MASK:
         b = row // (H * sq)
@@ -173,9 +193,16 @@ def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, m
     inb = (q < sq)[:, None] & (cols < sk)[None, :]
     m_offs = b.to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * mask_sq + cols[None, :]
     keep = tl.load(m_ptr + m_offs, mask=inb, other=1) == 0
+    offs = ((b * H).to(tl.int64) * sq + q)[:, None] * sk + cols[None, :]
+    step = tl.cast(sq, tl.int64) * sk  # one head further (sq may be specialised to a constant)
+    x_next = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first")
     for h in range(H):
-        offs = ((b * H + h).to(tl.int64) * sq + q)[:, None] * sk + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first").to(ACC)
+        # the next head's x is loaded before this head's reductions, so a load is always in flight
+        # (H200: 90.7 -> 94.0% of the floor at sq 1024, 91.3 -> 93.7% at 2048; kernels/NOTES.md). The last
+        # head reloads its own tile (an L2 hit) rather than guard the load.
+        x = x_next.to(ACC)
+        x_next = tl.load(x_ptr + offs + step * (1 - (h + 1) // H), mask=inb, other=0.0,
+                         eviction_policy="evict_first")
         z = tl.where(keep, x * scale2, float("-inf"))
         m = tl.max(z, axis=1)
         m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
@@ -183,6 +210,7 @@ def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, m
         s = tl.sum(e, axis=1)
         inv = tl.where(s > 0, 1.0 / s, 0.0)
         tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
+        offs += step
 
 
 @triton.jit
@@ -191,7 +219,11 @@ def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mas
     row, row_mask = _program_rows(unit, sq, H, 1)
     m_run = tl.full([1], float("-inf"), ACC)
     s_run = tl.zeros([1], ACC)
-    for start in range(0, sk, BLOCK_N):
+    if CAUSAL:
+        kept = unit % sq + 1  # causal has one head: row = unit; the statistics need only the kept columns
+    else:
+        kept = sk
+    for start in range(0, kept, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                         HAS_MASK, CAUSAL, ACC)
@@ -229,13 +261,18 @@ def _softmax_fwd_looped_persistent_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H
 
 @triton.jit
 def _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                      ACC: tl.constexpr):
+                      CAUSAL: tl.constexpr, ACC: tl.constexpr):
     row = tile * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     ok = (row < n_rows)[:, None] & (cols[None, :] < sk)
+    load_ok = ok
+    if CAUSAL:  # y is 0 above the diagonal, so dx is too: only the lower triangles of y and dy are read
+        load_ok = ok & _causal_groups(cols, row % sk)
     offs = row[:, None].to(tl.int64) * sk + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=ok, other=0.0).to(ACC)
-    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(ACC)
+    y = tl.load(y_ptr + offs, mask=load_ok, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + offs, mask=load_ok, other=0.0).to(ACC)
+    if CAUSAL:  # the group's columns past the diagonal: whatever dy holds there is not used
+        dy = tl.where(cols[None, :] <= (row % sk)[:, None], dy, 0.0)
     dot = tl.sum(y * dy, axis=1)
     dx = scale * y * (dy - dot[:, None])
     tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=ok)
@@ -243,47 +280,61 @@ def _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS: tl.c
 
 @triton.jit
 def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        ACC: tl.constexpr):
-    _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), ROWS, BLOCK_N, ACC)
+                        CAUSAL: tl.constexpr, ACC: tl.constexpr):
+    _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), ROWS, BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
 def _softmax_bwd_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr,
-                                   BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
     for tile in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
-        _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS, BLOCK_N, ACC)
+        _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS, BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
 def _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N: tl.constexpr,
-                            ACC: tl.constexpr):
+                            CAUSAL: tl.constexpr, ACC: tl.constexpr):
     row = tl.cast(unit, tl.int64)
+    if CAUSAL:
+        kept = unit % sk + 1  # columns past the diagonal: y = 0 there, so dx = 0
+    else:
+        kept = sk
     dot = tl.zeros([BLOCK_N], ACC)
-    for start in range(0, sk, BLOCK_N):
+    for start in range(0, kept, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < sk
+        if CAUSAL:
+            ok = ok & (((cols // 16) * 16) < kept)  # whole groups: vectorised (see _causal_groups); y = 0 past kept
         y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
         dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
+        if CAUSAL:
+            dy = tl.where(cols < kept, dy, 0.0)
         dot += y * dy
     total = tl.sum(dot, axis=0)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         ok = cols < sk
-        y = tl.load(y_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
-        dy = tl.load(dy_ptr + row * sk + cols, mask=ok, other=0.0).to(ACC)
+        load_ok = ok
+        if CAUSAL:
+            load_ok = ok & (((cols // 16) * 16) < kept)
+        y = tl.load(y_ptr + row * sk + cols, mask=load_ok, other=0.0).to(ACC)
+        dy = tl.load(dy_ptr + row * sk + cols, mask=load_ok, other=0.0).to(ACC)
+        if CAUSAL:
+            dy = tl.where(cols < kept, dy, 0.0)
         tl.store(dx_ptr + row * sk + cols, (scale * y * (dy - total)).to(dx_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
-    _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), BLOCK_N, ACC)
+def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr,
+                               CAUSAL: tl.constexpr, ACC: tl.constexpr):
+    _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
 def _softmax_bwd_looped_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr,
-                                          ACC: tl.constexpr):
+                                          CAUSAL: tl.constexpr, ACC: tl.constexpr):
     for unit in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N, ACC)
+        _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N, CAUSAL, ACC)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,6 +422,8 @@ def plan_forward(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dty
         warps = None
     else:
         rows, block_n, warps, single = _plan(kind, sk)
+        if causal and single and kind == "nvidia":
+            rows, warps = max(1, CAUSAL_TILE // block_n), CAUSAL_WARPS
     footprint = _fwd_footprint(rows, block_n, dtype, has_mask, not single)
     if single:
         units = n_rows // (sq * heads) * heads * triton.cdiv(sq, rows)
@@ -386,8 +439,9 @@ def plan_forward(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dty
     return (Launch(fn, grid, constexprs, sig, warps, footprint=footprint),)
 
 
-def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
-    """The launch of :func:`softmax_backward` over ``n_rows`` rows of ``sk`` (none when there are no rows)."""
+def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo, causal: bool = False) -> tuple[Launch, ...]:
+    """The launch of :func:`softmax_backward` over ``n_rows`` rows of ``sk`` (none when there are no rows);
+    ``causal``: rows of square causal matrices, whose upper triangles (y = 0, so dx = 0) are not read."""
     if n_rows == 0:
         return ()
     ints = int_type(max(n_rows, sk, n_rows * sk))
@@ -403,11 +457,11 @@ def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo) -> tuple
     if single:
         units = triton.cdiv(n_rows, rows)
         fn = _softmax_bwd_persistent_kernel if kind == "ascend" else _softmax_bwd_kernel
-        constexprs = {"ROWS": rows, "BLOCK_N": block_n, "ACC": _acc(dtype)}
+        constexprs = {"ROWS": rows, "BLOCK_N": block_n, "CAUSAL": causal, "ACC": _acc(dtype)}
     else:
         units = n_rows
         fn = _softmax_bwd_looped_persistent_kernel if kind == "ascend" else _softmax_bwd_looped_kernel
-        constexprs = {"BLOCK_N": block_n, "ACC": _acc(dtype)}
+        constexprs = {"BLOCK_N": block_n, "CAUSAL": causal, "ACC": _acc(dtype)}
     grid = (min(units, device.compute_units),) if kind == "ascend" else (units,)
     return (Launch(fn, grid, constexprs, sig, warps, footprint=footprint),)
 
@@ -419,8 +473,8 @@ def _forward_plan(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dt
 
 
 @functools.lru_cache(maxsize=512)
-def _backward_plan(n_rows: int, sk: int, dtype: str, device: DeviceInfo) -> tuple[Launch, ...]:
-    return plan_backward(n_rows, sk, dtype, device)
+def _backward_plan(n_rows: int, sk: int, dtype: str, device: DeviceInfo, causal: bool) -> tuple[Launch, ...]:
+    return plan_backward(n_rows, sk, dtype, device, causal)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,15 +523,16 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: b
     return y
 
 
-def softmax_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
-    """dx = scale * y * (dy - sum(dy * y)) along the last dimension."""
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, scale: float, causal: bool = False) -> torch.Tensor:
+    """dx = scale * y * (dy - sum(dy * y)) along the last dimension; ``causal``: y of
+    :func:`scaled_upper_triang_masked_softmax` (zero above the diagonal), whose upper triangles are not read."""
     y, dy = y.contiguous(), dy.contiguous()
     sk = y.shape[-1]
     n_rows = y.numel() // sk if sk else 0
     dx = new_output(y.shape, y.dtype, y.device)
     if n_rows == 0:
         return dx
-    (step,) = _backward_plan(n_rows, sk, DTYPE_NAMES[y.dtype], describe(y.device))
+    (step,) = _backward_plan(n_rows, sk, DTYPE_NAMES[y.dtype], describe(y.device), causal)
     launch(step, y, dy, dx, n_rows, sk, float(scale))
     return dx
 
@@ -522,7 +577,7 @@ class ScaledUpperTriangMaskedSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001
         (y,) = ctx.saved_tensors
-        return softmax_backward(y, dy, ctx.scale), None
+        return softmax_backward(y, dy, ctx.scale, causal=True), None
 
 
 def _check_scale(scale: float) -> float:
@@ -584,6 +639,7 @@ def eager_backward(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Ten
 # ---------------------------------------------------------------------------------------------
 # Spec
 # ---------------------------------------------------------------------------------------------
+APEX_MAX_SK = 16384  # apex csrc/megatron: TORCH_INTERNAL_ASSERT(key_seq_len <= 16384)
 TOLERANCES = {"fp32": Tolerance(1.3e-6, 1e-5), "fp16": Tolerance(1e-3, 1e-3), "bf16": Tolerance(1.6e-2, 8e-3)}
 TARGETS_DOC = "docs/kernels.md, softmax targets (H200)"
 FWD_TARGET = Target(min_pct_peak=85, min_speedup_vs_eager=5, min_speedup_vs_compile=2, source=TARGETS_DOC)
@@ -623,6 +679,7 @@ def _accuracy_cases() -> list[Case]:
 
 
 PERF_SHAPES = ((32, 16, 512, 512), (32, 16, 1024, 1024), (32, 16, 2048, 2048), (8, 16, 4096, 4096))
+CAUSAL_PERF_SHAPES = ((512, 512, 512), (512, 2048, 2048))  # [attn_batches, sq, sq]: apex's two causal cases
 
 
 def _perf_cases() -> list[Case]:
@@ -633,9 +690,10 @@ def _perf_cases() -> list[Case]:
                                    direction="fwd", mask="batch", density=0.1, scale=0.125))
             cases.append(Case.make(NAME, "masked", dtype, TOLERANCES[dtype], BWD_TARGET, trials=1, shape=shape,
                                    direction="bwd", mask="batch", density=0.1, scale=0.125))
-        b, h, s, _ = PERF_SHAPES[2]
-        cases.append(Case.make(NAME, "causal", dtype, TOLERANCES[dtype], None, trials=1, shape=(b * h, s, s),
-                               direction="fwd", scale=0.125))
+        for shape in CAUSAL_PERF_SHAPES:
+            for direction in ("fwd", "bwd"):
+                cases.append(Case.make(NAME, "causal", dtype, TOLERANCES[dtype], None, trials=1, shape=shape,
+                                       direction=direction, scale=0.125))
     return cases
 
 
@@ -697,32 +755,55 @@ def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
 
 
 def _implementations(case: Case, inputs: dict) -> dict:
-    x, mask, scale = inputs["x"], inputs["mask"], inputs["scale"]
-    if inputs["causal"]:
+    x, mask, scale, causal = inputs["x"], inputs["mask"], inputs["scale"], inputs["causal"]
+    user_mask = mask
+    if causal:
         sq = x.shape[-1]
         mask = torch.ones(sq, sq, dtype=torch.bool, device=x.device).triu(1)
+    # apex's Megatron extensions: fp16/bf16, a mask tensor for the masked variant, rows up to 16,384
+    apex = apex_softmax(x.device, causal) if x.dtype in (torch.float16, torch.bfloat16) and \
+        x.shape[-1] <= APEX_MAX_SK and x.shape[-2] > 1 and (causal or user_mask is not None) else None
     if case.p["direction"] == "fwd":
-        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if inputs["causal"]
+        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if causal
                   else (lambda: scaled_masked_softmax_forward(x, mask, scale)))
         compiled = torch.compile(eager_forward, dynamic=False)
-        return {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
-                COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+        impls = {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
+                 COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+        if apex is not None:
+            impls[APEX_IMPL] = ((lambda: apex.forward(x, scale)) if causal
+                                else (lambda: apex.forward(x, user_mask, scale)))
+        return impls
     y = eager_forward(x, mask, scale)
     dy = inputs["dy"]
     compiled = torch.compile(eager_backward, dynamic=False)
-    return {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale), EAGER_IMPL: lambda: eager_backward(y, dy, scale),
-            COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+    impls = {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
+             EAGER_IMPL: lambda: eager_backward(y, dy, scale), COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+    if apex is not None:  # apex's backward writes dx over its dy argument (as Megatron calls it): a copy of its own
+        dy_apex = dy.clone()
+        impls[APEX_IMPL] = lambda: apex.backward(dy_apex, y, scale)
+    return impls
+
+
+def causal_kept(shape: tuple[int, ...]) -> int:
+    """Elements a causal softmax must read: the lower triangle of every ``[sq, sq]`` matrix, diagonal
+    included (row i keeps columns 0..i: sq (sq + 1) / 2 per matrix)."""
+    *batch, sq, _ = shape
+    return math.prod(batch) * sq * (sq + 1) // 2
 
 
 def _bytes(case: Case) -> int:
+    """The floor's bytes: what must be read and written. Masked: x read, y written, the mask read once
+    (it is shared by every head). Causal: only the lower triangle (diagonal included) is read, the whole
+    output written (zeros above the diagonal); its backward reads the lower triangles of y and dy."""
     p = case.p
     shape = p["shape"]
     n = numel(shape)
     size = element_size(case.dtype)
+    read = causal_kept(shape) if case.variant == "causal" else n
     if p["direction"] == "bwd":
-        return 3 * n * size  # read y and dy, write dx
+        return (2 * read + n) * size  # read y and dy, write dx
     if case.variant == "causal":
-        return 2 * n * size  # read input, write output (the masked half need not be read: this is an upper bound)
+        return (read + n) * size
     mask_bytes = 0
     if p.get("mask", "none") != "none":
         mb = shape[0] if p["mask"] == "batch" else 1
@@ -744,7 +825,7 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Launch, ...]:
     mask_dtype = "u8" if case.variant == "masked" and p.get("mask", "none") != "none" else None
     steps = plan_forward(n_rows, sq, heads, sk, case.dtype, mask_dtype, case.variant == "causal", device)
     if p["direction"] == "bwd":
-        steps += plan_backward(n_rows, sk, case.dtype, device)
+        steps += plan_backward(n_rows, sk, case.dtype, device, case.variant == "causal")
     return steps
 
 

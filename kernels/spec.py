@@ -13,7 +13,17 @@ from typing import Any
 
 import torch
 
-from kernels.names import CEILINGS, COMPILE_IMPL, COPY_CEILING, EAGER_IMPL, KERNEL_IMPL
+from kernels.names import (  # noqa: F401 - the specs' peers
+    APEX_IMPL,
+    CEILINGS,
+    COMPILE_IMPL,
+    COPY_CEILING,
+    EAGER_IMPL,
+    FLAGGEMS_IMPL,
+    KERNEL_IMPL,
+    LIGER_IMPL,
+    PEER_IMPLS,
+)
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                                   "fp64": torch.float64}

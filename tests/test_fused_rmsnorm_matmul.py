@@ -135,6 +135,49 @@ def test_folded_weight_cache_is_invalidated_by_in_place_updates() -> None:
     torch.testing.assert_close(fused_rmsnorm_matmul(x, w, g).double(), _ref(x, w, g, None), rtol=1e-4, atol=1e-5)
 
 
+def test_folded_weight_keeps_its_descriptors_until_it_changes() -> None:
+    """The decode and Hopper launchers take W's TMA descriptor from the folded weight's entry: the same dict
+    while the weight is unchanged, a fresh one once an in-place update refolds it, none for other tensors."""
+    _, w, g, _ = _inputs((5, 32), 8, torch.float32)
+    FOLDED.clear()
+    folded = FOLDED.get(w, g)
+    descs = FOLDED.descriptors(folded)
+    descs[(8, 32)] = "built once"
+    assert FOLDED.get(w, g) is folded and FOLDED.descriptors(folded) is descs
+    assert FOLDED.descriptors(w) == {} and FOLDED.descriptors(w) is not FOLDED.descriptors(w)
+    with torch.no_grad():
+        w.add_(1.0)
+    refolded = FOLDED.get(w, g)
+    assert refolded is not folded and FOLDED.descriptors(refolded) == {} and FOLDED.descriptors(folded) == {}
+
+
+def test_plan_paths_are_tagged_not_guessed_from_the_kernel() -> None:
+    from kernels.fused_rmsnorm_matmul import plan_path
+    from kernels.plan import NVIDIA_A100, NVIDIA_H200, DeviceInfo
+
+    cpu = DeviceInfo("cpu", 2, interpreter=True)
+    assert plan_path(16, 8192, 8192, "bf16", "fold_gamma", NVIDIA_H200) == "decode"
+    assert plan_path(16, 8192, 8192, "bf16", "rstd_prepass", NVIDIA_H200) == "gemm"
+    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_H200) == "hopper"
+    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_H200, dense=False) == "gemm"
+    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_A100) == "gemm"
+    assert plan_path(5, 1040, 1024, "fp16", "fold_gamma", cpu) == "decode"
+
+
+def test_an_autotuned_step_remembers_the_candidate_its_tuner_chose() -> None:
+    from kernels.fused_rmsnorm_matmul import plan_forward
+    from kernels.plan import NVIDIA_H200, chosen_candidate
+
+    (_, tuned) = plan_forward(16, 8192, 8192, "fp16", "rstd_prepass", False, NVIDIA_H200)
+    want = tuned.candidates[1]
+    c = want.constexprs
+    config = triton.Config({k: c[k] for k in ("BM", "BN", "BK", "GROUP_M")}, num_warps=want.num_warps,
+                           num_stages=want.num_stages)
+    assert chosen_candidate(tuned, config) is want
+    other = triton.Config(config.kwargs, num_warps=want.num_warps, num_stages=(want.num_stages or 0) + 9)
+    assert chosen_candidate(tuned, other) is None and chosen_candidate(tuned, None) is None
+
+
 @pytest.mark.parametrize(
     "args,exc,message",
     [
@@ -155,6 +198,7 @@ def test_spec_perf_cases_and_flops() -> None:
     perf = SPEC.perf_cases()
     shapes = {(c.p["shape"], c.p["n"]) for c in perf}
     assert ((1024, 8192), 4096) in shapes and ((16, 8192), 8192) in shapes and ((4, 512, 4096), 4096) in shapes
+    assert ((8192, 4096), 14336) in shapes  # the Llama-class MLP
     big = next(c for c in perf if c.p["shape"] == (1024, 8192) and c.variant == "fold_gamma")
     assert SPEC.flops(big) >= 2 * 1024 * 8192 * 4096
     assert big.target.max_ratio_to == ("cublas_linear", 1.05)

@@ -158,13 +158,19 @@ def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
     assert [_config(s) for s in SMX.plan_forward(8 * 16 * 4096, 4096, 16, 4096, "fp16", "u8", False, h200)] == [
         ("_softmax_fwd_kernel", (8 * 16 * 4096,), {"ROWS": 1, "BLOCK_N": 4096, "HAS_MASK": True, "CAUSAL": False},
          4, None)]
+    # causal: 2048 elements a program, 2 warps (the masked rule's tiles, 4 or 8 warps were slower on the H200)
+    assert [_config(s) for s in SMX.plan_forward(512 * 512, 512, 1, 512, "fp16", None, True, h200)] == [
+        ("_softmax_fwd_kernel", (512 * 128,), {"ROWS": 4, "BLOCK_N": 512, "HAS_MASK": False, "CAUSAL": True}, 2, None)]
+    assert [_config(s) for s in SMX.plan_forward(512 * 2048, 2048, 1, 2048, "fp16", None, True, h200)] == [
+        ("_softmax_fwd_kernel", (512 * 2048,), {"ROWS": 1, "BLOCK_N": 2048, "HAS_MASK": False, "CAUSAL": True}, 2,
+         None)]
     assert [_config(s) for s in SMX.plan_backward(2, 33000, "fp32", h200)] == [
-        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096}, 4, None)]
+        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096, "CAUSAL": False}, 4, None)]
     # fold_gamma on Hopper: the 1/rms prepass, one row per program, then the persistent TMA GEMM
     prepass, gemm = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
     assert _config(prepass) == ("_rstd_kernel", (1024,), {"ROWS": 1, "BLOCK_K": 8192}, 8, None)
     assert _config(gemm) == ("_rms_gemm_tma_kernel", (128,), {"HAS_BIAS": False, "BM": 128, "BN": 256, "BK": 64,
-                                                               "GROUP_M": 8, "NUM_SMS": 128}, 8, 3)
+                                                               "GROUP_M": 8, "NUM_SMS": 128, "PDL": False}, 8, 3)
     assert gemm.signature["a_desc"] == "tensordesc<fp16[128, 64]>"
     assert FRM.plan_forward(4096, 4096, 4096, "bf16", "fold_gamma", False, h200)[1].grid == (132,)
     # ... not on an A100, nor for rows TMA cannot describe, nor for the other variants: the autotuned GEMM

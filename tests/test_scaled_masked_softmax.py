@@ -18,6 +18,7 @@ from kernels.scaled_masked_softmax import (  # noqa: E402
     reference_forward,
     scaled_masked_softmax,
     scaled_upper_triang_masked_softmax,
+    softmax_backward,
 )
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
@@ -90,6 +91,22 @@ def test_causal_forward_and_backward(sq: int) -> None:
     torch.testing.assert_close(dx.double(), reference_backward(ref, dy, 0.5), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("sq", [37, 100])  # 100: the two-pass path on the interpreter
+def test_causal_never_uses_the_upper_triangle(sq: int) -> None:
+    """NaN above the diagonal of x (forward) and of dy (backward) changes nothing: the kernels read only
+    the lower triangles (and whatever of a 16-column group past the diagonal they load is masked)."""
+    x = torch.randn(2, sq, sq)
+    upper = torch.ones(sq, sq, dtype=torch.bool).triu(1).expand(2, sq, sq)
+    y = scaled_upper_triang_masked_softmax(x, 0.5)
+    assert torch.equal(scaled_upper_triang_masked_softmax(x.masked_fill(upper, float("nan")), 0.5), y)
+    dy = torch.randn_like(x)
+    dx = softmax_backward(y, dy, 0.5, causal=True)
+    torch.testing.assert_close(dx.double(), reference_backward(reference_forward(x, None, 0.5, True), dy, 0.5),
+                               rtol=1e-4, atol=1e-6)
+    assert torch.equal(softmax_backward(y, dy.masked_fill(upper, float("nan")), 0.5, causal=True), dx)
+    assert (dx[upper] == 0).all()
+
+
 @pytest.mark.parametrize("name,dtype", DTYPES)
 def test_backward_matches_float64(name, dtype) -> None:  # noqa: ANN001
     x = torch.randn(2, 2, 5, 33).to(dtype).requires_grad_()
@@ -145,6 +162,11 @@ def test_spec_cases_and_bytes() -> None:
     fwd = next(c for c in perf if c.p["shape"] == (32, 16, 512, 512) and c.p["direction"] == "fwd")
     n = 32 * 16 * 512 * 512
     assert SPEC.bytes_moved(fwd) == 4 * n + 32 * 512 * 512
+    causal = {(c.p["shape"], c.p["direction"]): c for c in perf if c.variant == "causal" and c.dtype == "fp16"}
+    assert set(causal) == {(s, d) for s in ((512, 512, 512), (512, 2048, 2048)) for d in ("fwd", "bwd")}
+    kept = 512 * (512 * 513 // 2)  # the lower triangles, diagonal included
+    assert SPEC.bytes_moved(causal[(512, 512, 512), "fwd"]) == 2 * (kept + 512**3)
+    assert SPEC.bytes_moved(causal[(512, 512, 512), "bwd"]) == 2 * (2 * kept + 512**3)
 
 
 def test_a_spec_case_passes_through_the_collector_check() -> None:

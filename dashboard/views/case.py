@@ -128,11 +128,13 @@ if not perf.empty:
                                             "synthetic": r["synthetic"]}),
                      "kernel µs": us(data.KERNEL_IMPL), "eager µs": us(data.EAGER_IMPL),
                      "torch.compile µs": us(data.COMPILE_IMPL),
+                     **{f"{peer} µs (peer)": us(peer) for peer in data.PEER_IMPLS if peer in table},
                      "kernel wall µs/call": None if call is None or call != call else call * 1e3})
+    peer_cols = [f"{peer} µs (peer)" for peer in data.PEER_IMPLS if peer in table]
     common.table(pd.DataFrame(rows[::-1]), column_config={
         "run": st.column_config.TextColumn(width=360),
         **{c: st.column_config.NumberColumn(format="%.4g") for c in
-           ("kernel µs", "eager µs", "torch.compile µs", "kernel wall µs/call")}})
+           ("kernel µs", "eager µs", "torch.compile µs", *peer_cols, "kernel wall µs/call")}})
     if perf["call_ms"].isna().all():
         st.caption("Wall time per call (calls back to back, host + device) is not recorded in these runs yet.")
 else:

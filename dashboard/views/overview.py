@@ -50,7 +50,8 @@ def summary(url: str | None, fingerprint: str, newest_run: str, acc_runs: tuple[
     """One row per kernel of one hardware; cached per (database, hardware, newest run, accuracy runs)."""
     eng = data.engine()
     history = queries.recent_runs(eng, fingerprint, HISTORY)
-    perf = data.perf_frame(eng, history, None, implementations=("triton", "torch_compile"), with_params=False)
+    perf = data.perf_frame(eng, history, None, implementations=("triton", "torch_compile", *data.PEER_IMPLS),
+                           with_params=False)
     sources = {s["kernel"]: s for s in queries.latest_accuracy_runs(eng) if s["fingerprint"] == fingerprint}
     order = {r["id"]: i for i, r in enumerate(history)}
     commit = {r["id"]: r["commit"] for r in history} | {s["id"]: s["commit"] for s in sources.values()}
@@ -61,8 +62,9 @@ def summary(url: str | None, fingerprint: str, newest_run: str, acc_runs: tuple[
         acc_run = sources[kernel]["id"] if kernel in sources else None
         newest = max(kp["run_id"], key=order.get) if not kp.empty else acc_run
         ka = [a for a in queries.accuracy_rows(eng, [acc_run], kernel) if a["kind"] == "gate"] if acc_run else []
-        trend, regressions, vs_eager, vs_compile, met = [], 0, None, [], []
+        trend, regressions, vs_eager, vs_compile, met, vs_peer = [], 0, None, [], [], None
         if not kp.empty:
+            vs_peer = data.vs_best_peer(kp[kp["run_id"] == newest])
             trit = kp[kp["implementation"] == "triton"]
             now = trit[trit["run_id"] == newest]
             comp = kp[(kp["implementation"] == "torch_compile") & (kp["run_id"] == newest)].set_index("case")
@@ -88,6 +90,7 @@ def summary(url: str | None, fingerprint: str, newest_run: str, acc_runs: tuple[
             "accuracy failed": sum(not a["passed"] for a in ka) if ka else None,
             "x eager": vs_eager,
             "x torch.compile": data.geomean(vs_compile),
+            "vs best peer": vs_peer,
             "targets met": f"{int(sum(met))}/{len(met)}" if met else None,
             "regressions": regressions if not kp.empty else None,
             "trend (x eager)": [t for t in trend if t is not None] or None,
@@ -109,6 +112,9 @@ for run in latest:
         "accuracy failed": st.column_config.NumberColumn("acc. failed", width=72),
         "x eager": st.column_config.NumberColumn("geomean x eager", format="%.2f", width=100),
         "x torch.compile": st.column_config.NumberColumn("geomean x torch.compile", format="%.2f", width=140),
+        "vs best peer": st.column_config.NumberColumn("geomean vs best peer", format="%.2f", width=120,
+                                                      help="t(fastest peer: Liger-Kernel, FlagGems, apex) / "
+                                                           "t(kernel), over the cases a peer was timed in"),
         "targets met": st.column_config.TextColumn(width=80),
         "regressions": st.column_config.NumberColumn(width=80),
         "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=120),
