@@ -1,4 +1,4 @@
-"""KernelWatch against the implementations a user would pick instead (issue 20), on one CUDA GPU.
+"""KernelWatch against the implementations a user would pick instead, on one CUDA GPU.
 
     python benchmarks/peers.py [--apex-src .kw-local/apex] [--no-apex] [--dtypes fp16,bf16] [--out FILE]
 
@@ -16,7 +16,7 @@ The implementations are the collector's own (each kernel spec's ``implementation
 that load, kernels/peers.py), on the spec's perf inputs; timing is the collector's (``Backend.time_samples``:
 L2 flushed by a read before each sample, samples behind a spin kernel, CUDA events, median) and for decode
 also the cost per call (``Backend.call_samples``, calls back to back). Each peer's output is compared with
-the kernel's on the same inputs first (max |difference|, printed). Prints the table of issue 20: per case
+the kernel's on the same inputs first (max |difference|, printed). Prints the peers table: per case
 KernelWatch, cuBLAS alone where it applies, every peer, the best peer and KernelWatch's speedup over it.
 """
 

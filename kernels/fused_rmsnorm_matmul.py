@@ -105,7 +105,7 @@ RSTD_TILE = {"nvidia": (4, 1024), "ascend": (4, 1024), "cpu": (4, 128)}  # (rows
 HOPPER_GEMM = (128, 256, 64, 3, 8, 8)
 HOPPER_RSTD_MAX_BLOCK = 8192
 # The prepass triggers its dependents at once and the GEMM (launched with PDL) waits for it only before its first
-# epilogue, so the GEMM's main loop starts while the prepass drains (kernels/NOTES.md, issue 20).
+# epilogue, so the GEMM's main loop starts while the prepass drains (kernels/NOTES.md, "Ahead of the peers").
 HOPPER_PDL = False
 HOPPER_MIN_WORK = 1 << 23
 # Decode (at most DECODE_MAX_M rows), NVIDIA, fold_gamma: the weight read is the whole cost, so K is split
@@ -824,7 +824,7 @@ ACCURACY_POINTS = (  # (x shape, N, bias, layout)
 )
 PERF_POINTS = (((1024, 8192), 4096, 1.05), ((4096, 4096), 4096, 1.10), ((16, 8192), 8192, 1.10),
                ((4, 512, 4096), 4096, None), ((8192, 4096), 14336, None))
-LLAMA_MLP = (8192, 4096)  # a Llama-class MLP up-projection (issue 20): recorded for the shipped variant only
+LLAMA_MLP = (8192, 4096)  # a Llama-class MLP up-projection (docs/kernels.md): recorded for the shipped variant only
 
 
 def _accuracy_cases() -> list[Case]:

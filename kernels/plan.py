@@ -355,7 +355,7 @@ def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **const
 
     A plan's step stands for one problem (its sizes and dtypes), so once the autotuner has chosen, later
     calls launch the chosen candidate through :func:`launch` (the short path) instead of the autotuner's
-    own, whose host side cost 117-201 us per decode-sized call on an H200 (issue 20)."""
+    own, whose host side cost 117-201 us per decode-sized call on an H200 (kernels/NOTES.md)."""
     if _recorder is not None:
         check_args(step.candidates[0], args)
         _recorder.steps.append(step)
