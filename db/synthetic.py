@@ -137,15 +137,18 @@ class SyntheticHistory:
 
 
 def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: int | None = None,
-                   noise: float = 0.003, seed: int = 0) -> list[RunDocument]:
+                   noise: float = 0.003, seed: int = 0, after: dt.datetime | None = None) -> list[RunDocument]:
     """SYNTHETIC runs derived from a real one, on its hardware: ``runs`` copies, one commit each, an hour
     apart after it, whose kernel timings of cases containing ``match`` take ``factor`` times as long from
     copy ``at`` on (default: the last copy only). Every timing also gets a per-run jitter of relative
     size ``noise``. Labelled as every synthetic run is (flag, branch, subject, notes); the hardware name is
-    the real one so that the copies extend the real history (a demo of a step, never a measurement)."""
+    the real one so that the copies extend the real history (a demo of a step, never a measurement). With
+    ``after``, the copies start an hour after it instead (after the newest real run, so they are the newest)."""
     at = runs - 1 if at is None else at
     data = to_data(doc)
     start = parse_time(data["run"]["commit"]["time"] or data["run"]["started_at"])
+    if after is not None:
+        start = max(start, after)
     out = []
     for index in range(runs):
         rng = random.Random(f"stepped-{seed}-{index}")
@@ -202,12 +205,14 @@ DEMO_CHANGES = (
 DEMO_BRANCH = "synthetic/demo"
 
 
-def demo_branch(doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES) -> list[RunDocument]:
+def demo_branch(doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES,
+                after: dt.datetime | None = None) -> list[RunDocument]:
     """Two SYNTHETIC runs derived from a real one on its hardware, branch ``synthetic/demo``: a copy with
-    only the per-run jitter of :func:`stepped_copies`, then a copy with ``changes`` applied. Labelled as
+    only the per-run jitter of :func:`stepped_copies`, then a copy with ``changes`` applied, both after
+    ``after`` when given (the newest real run: the demo is what the landing page opens on). Labelled as
     every synthetic run is; the subject of the second names each change."""
     out = []
-    for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2)):
+    for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2, after=after)):
         data = to_data(copy)
         data["run"]["commit"]["branch"] = DEMO_BRANCH
         if index == 1:

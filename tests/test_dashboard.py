@@ -522,16 +522,18 @@ def history_dbs(tmp_path_factory) -> tuple[str, str]:  # noqa: ANN001
     """(every real run of ci/history, the same plus the demo branch) as two SQLite files."""
     import shutil
 
-    from db.synthetic import demo_branch
-
     folder = tmp_path_factory.mktemp("demo")
     engine = open_database(f"sqlite:///{folder / 'real.db'}")
     ingest_documents(engine, [(str(p), load_artifact(p)) for p in ALL_HISTORY])
     engine.dispose()
     shutil.copy(folder / "real.db", folder / "demo.db")
-    engine = open_database(f"sqlite:///{folder / 'demo.db'}")
-    ingest_documents(engine, [(f"demo {i}", d) for i, d in enumerate(demo_branch(load_artifact(DEMO_SOURCE)))])
-    engine.dispose()
+    from click.testing import CliRunner  # as `make demo` plants it: after the newest real run
+
+    from kernelwatch.cli import main
+
+    planted = CliRunner().invoke(main, ["synth", "--db", f"sqlite:///{folder / 'demo.db'}", "--demo-from",
+                                        str(DEMO_SOURCE)])
+    assert planted.exit_code == 0, planted.output
     return f"sqlite:///{folder / 'real.db'}", f"sqlite:///{folder / 'demo.db'}"
 
 
@@ -557,7 +559,7 @@ def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_d
     heads = [s.value for s in at.subheader]
     assert [h.split(" — ")[1] for h in heads] == ["newest run with perf", "newest run with accuracy"]
     captions = " ".join(c.value for c in at.caption)
-    assert "744fa8bf" in captions and "f7be52d5" in captions
+    assert "run cd20ae24" in captions and "run 50431359" in captions  # 9b9d362d's perf and accuracy runs
 
 
 def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001

@@ -34,9 +34,13 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
 
     if demo_from is not None:
         from db.artifact import load_artifact
+        from db.queries import list_runs
+        from db.schema import parse_time
 
-        docs = demo_branch(load_artifact(demo_from))
-        out = ingest_documents(open_database(db_url), [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
+        engine = open_database(db_url)
+        real = [r["started"] for r in list_runs(engine) if not r["synthetic"] and r["started"]]
+        docs = demo_branch(load_artifact(demo_from), after=parse_time(max(real)) if real else None)
+        out = ingest_documents(engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
         click.echo(f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
                    f"derived from {demo_from}):")
         for change in DEMO_CHANGES:
