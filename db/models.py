@@ -44,7 +44,7 @@ class Hardware(Base):
     """What decides performance (``db.schema.IDENTITY``), fingerprinted. Driver, toolkit, device count
     and the ceilings, measured and datasheet, are context of each run (columns of ``run``): they never
     split a history. The datasheet columns here are those of the fingerprint's first run (kept for
-    databases written before migration 0004; nothing reads them)."""
+    databases written before migration 0005; nothing reads them)."""
 
     __tablename__ = "hardware"
 

@@ -8,16 +8,16 @@ ones, so ``export`` returned values that run never recorded and re-ingesting the
 every export of them returned until now (their content hashes were taken from the artifacts; a run whose
 artifact differed was already exported with the hardware's values).
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
