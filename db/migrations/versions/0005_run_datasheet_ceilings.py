@@ -1,6 +1,6 @@
 """datasheet ceilings are run context: ``run`` gains ``peak_gbps_datasheet`` and ``peak_tflops_datasheet``
 
-DESIGN.md's data model: the measured peaks and the datasheet beside them belong to each run; the
+docs/design.md's data model: the measured peaks and the datasheet beside them belong to each run; the
 hardware row is the identity (vendor, name, compute units, memory). The datasheet values lived on the
 hardware row, written by the first run of a fingerprint and kept silently when a later run gave other
 ones, so ``export`` returned values that run never recorded and re-ingesting the export was refused as
