@@ -232,8 +232,9 @@ def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str,
     device_name = candidate.hardware.device_name or "this hardware"
     if not spec:
         raise GateUndecided("--baseline is empty: give a branch, a run id or a unique run-id prefix")
-    by_id = runs_by_id_prefix(engine, spec)
-    exact = [r for r in by_id if r["id"] == spec]
+    # Run ids are stored in lower case; LIKE ignores case on SQLite, not on PostgreSQL: match the lowered spec.
+    by_id = runs_by_id_prefix(engine, spec.lower())
+    exact = [r for r in by_id if r["id"] == spec.lower()]
     by_id = exact or by_id
     branch = branch_runs(engine, spec)
     if by_id and branch and not exact:

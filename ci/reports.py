@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import math
 import os
 import re
+import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -242,9 +244,36 @@ def publish(result: GateResult, folder: Path, summary: str | None = None) -> lis
 
 
 def write_reports(result: GateResult, folder: Path) -> dict[str, Path]:
+    """gate.md, gate-junit.xml and gate.html in ``folder``, each written by :func:`replace_file`."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": folder / "gate.md", "junit": folder / "gate-junit.xml", "html": folder / "gate.html"}
-    paths["markdown"].write_text(markdown(result), encoding="utf-8")
-    paths["junit"].write_text(junit(result), encoding="utf-8")
-    paths["html"].write_text(html_report(result), encoding="utf-8")
+    replace_file(paths["markdown"], markdown(result))
+    replace_file(paths["junit"], junit(result))
+    replace_file(paths["html"], html_report(result))
     return paths
+
+
+def replace_file(path: Path, content: str) -> None:
+    """Write ``content`` to a new file beside ``path``, then rename it over ``path``.
+
+    A reader (or a full disk) never sees half a report: the old file stays until the new one is whole.
+    The rename replaces whatever is at ``path`` itself, so a symlink planted there (``gate.md`` -> someone's
+    file) is replaced by the report and its target is never written; the temporary file is created new
+    (``O_EXCL``, no symlink followed). Anything there but a file or a symlink (a folder, a FIFO) is refused.
+    """
+    if path.exists() and not path.is_symlink() and not path.is_file():
+        raise OSError(f"{path} is not a regular file; it is never replaced")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have made
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -131,7 +131,7 @@ def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list
             "effect %": None if effect is None else 100 * effect, "p": p_value,
             "now us": None if now is None else now * 1e3, "before us": None if before is None else before * 1e3,
             "budget": budget, "trend us": spark.get(case, []),
-            "reproduce": rerun_command(cand["commit"], case, suite),
+            "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
             "bisect": bisect_command(case, cand["fingerprint"][:12]),
             "details": message,
         })

@@ -33,6 +33,15 @@ class DatabaseError(RuntimeError):
     """The database cannot be opened or used; the message says which and why."""
 
 
+def unreadable(exc: BaseException, url: str | URL | None = None) -> str:
+    """One line for a database that failed under a query (a dropped table, corrupted pages, a lost server):
+    the driver's first line, never the statement or its parameters."""
+    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    where = f" {redact(url)}" if url is not None else ""
+    return (f"the database{where} cannot be read ({cause[0] if cause else type(exc).__name__}): it is damaged or "
+            f"not what this KernelWatch wrote; nothing was changed")
+
+
 def resolve_url(url: str | None = None) -> str:
     """``--db`` beats ``KERNELWATCH_DB`` beats ``sqlite:///kernelwatch.db``; a bare path means SQLite."""
     url = url or os.environ.get(ENV_VAR) or DEFAULT_DB
@@ -75,10 +84,19 @@ def _readonly_uri(path: Path, shown: str) -> str:
     ``-shm``), which is safe because nobody can write to that folder either, unless an unfinished
     ``-wal`` log (or a rollback ``-journal``) holds data the immutable reader would not see: refused.
     """
-    uri = f"file:{quote(str(path))}?mode=ro"
+    logs = [path.with_name(path.name + suffix) for suffix in ("-wal", "-journal")]
+    clean = os.access(path.parent, os.W_OK) and os.access(path, os.W_OK) and not any(
+        log.exists() and log.stat().st_size > 0 for log in logs)
+    # A WAL database opened mode=ro creates -wal and -shm beside it and, unable to checkpoint, leaves them
+    # there when it closes. A clean database (no unfinished log) in a folder we may write is opened
+    # read-write with PRAGMA query_only instead (every write statement fails): the last connection to close
+    # removes both files, as SQLite's own readers do. Anything else stays mode=ro (a hot log is never
+    # replayed by a reader).
+    uri = f"file:{quote(str(path))}?mode={'rw' if clean else 'ro'}"
     try:
         probe = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
         try:
+            probe.execute("PRAGMA query_only = ON")
             probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return uri
         finally:
@@ -146,7 +164,11 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         engine = create_engine(url, creator=lambda: sqlite3.connect(
             uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
     else:
-        _refuse_foreign_sqlite(Path(path), redact(url), _FOREIGN_HINT)
+        target = Path(path)
+        if target.exists() and not target.is_file():  # SQLite would create FILE-journal beside a device
+            raise DatabaseError(f"{redact(url)}: not a regular file (a device, FIFO or folder is never a "
+                                "database); nothing was written")
+        _refuse_foreign_sqlite(target, redact(url), _FOREIGN_HINT)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where a folder must be, a read-only or missing mount...
@@ -160,7 +182,9 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cur.execute("PRAGMA foreign_keys = ON")
-        if not readonly:
+        if readonly:
+            cur.execute("PRAGMA query_only = ON")
+        else:
             _set_wal(cur)
             cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()

@@ -24,30 +24,38 @@ ignored; a bad line anywhere else is an error naming its line number.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import stat
 import time
 from collections import Counter
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from db.artifact import load_artifact
+from db.artifact import load_artifact, parse_artifact
 from db.schema import (
+    MAX_ARTIFACT_BYTES,
     SCHEMA,
     AccuracyResult,
     ArtifactError,
     CaseInfo,
     Hardware,
+    NonNegative,
     PerfResult,
     ProfilerMetric,
     RunDocument,
     RunInfo,
+    Short,
+    Text,
+    Timestamp,
     describe,
     format_time,
     parse_time,
+    printable,
     validate,
 )
 
@@ -55,6 +63,28 @@ JOURNAL_SCHEMA = "kernelwatch.journal/1"
 JOURNAL_DIR = ".kw-journal"
 FSYNC_EVERY_S = 2.0
 SECTIONS: dict[str, type] = {"accuracy": AccuracyResult, "perf": PerfResult, "profiler": ProfilerMetric}
+MAX_JOURNAL_BYTES = MAX_ARTIFACT_BYTES  # a journal holds one run, as an artifact does
+Phases = dict[Short, NonNegative]
+
+
+class _RecordPhases(BaseModel):
+    """A result record's ``phases`` (seconds per phase of the worker), validated alone."""
+
+    model_config = ConfigDict(strict=True)
+
+    phases: Phases | None = None
+
+
+class JournalEnd(BaseModel):
+    """The end line, as :meth:`JournalWriter.end` writes it."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    kind: str
+    status: Literal["running", "complete", "failed", "partial"]
+    finished_at: Timestamp | None
+    notes: Text | None
+    phases_s: Phases | None
 
 
 def journal_path(out: Path | None, run_id: str) -> Path:
@@ -178,13 +208,17 @@ def check_record(record: dict[str, Any], where: str) -> dict[str, Any]:
         raise ArtifactError(f"{where}: {describe(exc)}") from None
     except (KeyError, TypeError, AttributeError):
         raise ArtifactError(f"{where}: not a result record (needs case, accuracy, perf, profiler)") from None
+    try:
+        phases = _RecordPhases.model_validate({"phases": record.get("phases")}).phases
+    except ValidationError as exc:
+        raise ArtifactError(f"{where}: {describe(exc)}") from None
     finished = record.get("finished_at")
     if finished is not None:
         try:
             parse_time(finished)
         except (TypeError, AttributeError, ValueError):
             raise ArtifactError(f"{where}: finished_at: expected an ISO 8601 timestamp") from None
-    return {**record, "case": case, **rows}
+    return {**record, "case": case, **rows, **({"phases": phases} if "phases" in record else {})}
 
 
 def build_document(run: dict[str, Any], hardware: dict[str, Any], records: list[dict[str, Any]]) -> RunDocument:
@@ -200,32 +234,55 @@ def build_document(run: dict[str, Any], hardware: dict[str, Any], records: list[
 
 
 class Journal:
-    """A journal read back: its header, result records (first of each item), end line, and what was odd."""
+    """A journal read back: its header, result records (first of each item), end line, and what was odd.
 
-    def __init__(self, path: Path) -> None:
+    Read line by line (never the whole file at once), and at most :data:`MAX_JOURNAL_BYTES`: a regular
+    file larger than that is refused before it is read. ``data``: the journal's bytes when they were
+    already read (from a pipe, which can be read only once)."""
+
+    def __init__(self, path: Path, data: bytes | None = None) -> None:
         self.path = path
+        name = printable(str(path))
+        if data is not None:
+            self._parse(io.BytesIO(data), name)
+            return
         try:
             with open(path, "rb") as f:
                 if not _lock(f.fileno(), exclusive=False):
-                    raise ArtifactError(f"{path}: a running collector is still writing this journal")
-                raw = f.read()
+                    raise ArtifactError(f"{name}: a running collector is still writing this journal")
+                info = os.fstat(f.fileno())
+                if stat.S_ISREG(info.st_mode) and info.st_size > MAX_JOURNAL_BYTES:
+                    raise ArtifactError(f"{name}: larger than {MAX_JOURNAL_BYTES >> 20} MiB ({info.st_size} bytes)")
+                self._parse(f, name)
         except FileNotFoundError:
-            raise ArtifactError(f"{path}: no such file") from None
+            raise ArtifactError(f"{name}: no such file") from None
         except IsADirectoryError:
-            raise ArtifactError(f"{path}: is a folder, not a journal") from None
+            raise ArtifactError(f"{name}: is a folder, not a journal") from None
         except OSError as exc:
-            raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        lines = raw.split(b"\n")
-        self.torn = bool(lines[-1].strip())  # bytes after the last newline: a line cut off mid-write
-        complete = lines[:-1]
+            raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+
+    def _parse(self, f: io.BufferedIOBase, name: str) -> None:
+        self.torn = False  # bytes after the last newline: a line cut off mid-write
         self.header: dict[str, Any] | None = None
         self.results: list[dict[str, Any]] = []
         self.end: dict[str, Any] | None = None
         seen: set[tuple[str, str]] = set()
-        for number, line in enumerate(complete, start=1):
+        left = MAX_JOURNAL_BYTES
+        number = 0
+        while True:
+            line = f.readline(left + 1)
+            if not line:
+                break
+            left -= len(line)
+            if left < 0:
+                raise ArtifactError(f"{name}: larger than {MAX_JOURNAL_BYTES >> 20} MiB")
+            number += 1
+            if not line.endswith(b"\n"):
+                self.torn = bool(line.strip())
+                break
             if not line.strip():
                 continue
-            where = f"{path}: line {number}"
+            where = f"{name}: line {number}"
             try:
                 data = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
             except (UnicodeDecodeError, ValueError, RecursionError):
@@ -243,11 +300,14 @@ class Journal:
                     seen.add(item)
                     self.results.append(check_record(data, where))
             elif kind == "end":
-                self.end = data
+                try:
+                    self.end = JournalEnd.model_validate(data).model_dump()
+                except ValidationError as exc:
+                    raise ArtifactError(f"{where}: {describe(exc)}") from None
             else:
-                raise ArtifactError(f"{where}: unknown line kind {str(kind)[:40]!r}")
+                raise ArtifactError(f"{where}: unknown line kind {printable(str(kind)[:40])!r}")
         if self.header is None:
-            raise ArtifactError(f"{path}: no journal header (the collector stopped before its first line)")
+            raise ArtifactError(f"{name}: no journal header (the collector stopped before its first line)")
 
     def document(self) -> RunDocument:
         """The run as far as it got: :func:`recover`'s document."""
@@ -258,13 +318,14 @@ class Journal:
             run.update(status=self.end.get("status"), finished_at=self.end.get("finished_at"),
                        phases_s=self.end.get("phases_s"))
             notes = [self.end["notes"]] if self.end.get("notes") else []
-            notes.append(f"recovered from journal {self.path.name}: the run had ended but was not stored")
+            # No file name in the notes: a renamed or copied journal is the same run with the same content.
+            notes.append("recovered from its journal: the run had ended but was not stored")
         else:
             times = [parse_time(r["finished_at"]) for r in self.results if r.get("finished_at")]
             started = parse_time(run["started_at"])
             run.update(status="partial" if self.results else "failed",
                        finished_at=format_time(max([started, *times])), phases_s=_phases(self.results))
-            notes.append(f"recovered from journal {self.path.name} after the collector stopped: "
+            notes.append(f"recovered from its journal after the collector stopped: "
                          f"{len(self.results)} of {expected} work items had finished; the others were not run")
         if self.torn:
             notes.append("the journal's last line was cut off mid-write and was ignored")
@@ -272,7 +333,7 @@ class Journal:
         try:
             return build_document(run, self.header["hardware"], self.results)
         except ArtifactError as exc:
-            raise ArtifactError(f"{self.path}: {exc}") from None
+            raise ArtifactError(f"{printable(str(self.path))}: {exc}") from None
 
 
 def _no_constants(name: str) -> float:
@@ -312,14 +373,60 @@ def is_journal(path: str | Path) -> bool:
             first = f.readline(1 << 20)
     except OSError:
         return False
-    return first.lstrip().startswith(b'{"journal":')
+    return _journal_start(first)
+
+
+def _journal_start(data: bytes) -> bool:
+    return data.lstrip().startswith(b'{"journal":')
+
+
+def _open_descriptor(path: Path) -> bool:
+    """Whether ``path`` names a descriptor this process holds open (``/dev/stdin``, ``/dev/fd/N``): a pipe
+    given so is read; any other pipe, device or socket is refused (opening a FIFO nobody writes to blocks)."""
+    text = str(path)
+    if text in ("/dev/stdin", "-") or text.startswith(("/dev/fd/", "/proc/self/fd/")):
+        return True
+    try:
+        info, own = os.stat(path), os.fstat(0)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (own.st_dev, own.st_ino)
 
 
 def load_run(path: str | Path) -> RunDocument:
-    """An artifact, or the run recovered from a journal: what ``kernelwatch ingest`` reads."""
-    if is_journal(path):
-        return recover(path)
-    return load_artifact(path)
+    """An artifact, or the run recovered from a journal: what ``kernelwatch ingest`` reads.
+
+    A regular file is sniffed (its first line) and then read by the right reader. A pipe this process
+    was given (``cat run.json | kernelwatch ingest /dev/stdin``) can be read only once: it is read
+    whole, up to :data:`MAX_ARTIFACT_BYTES`, then sniffed. A FIFO, device or socket named by path is
+    refused without opening it."""
+    path = Path(path)
+    name = printable(str(path))
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ArtifactError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+        return recover(path) if is_journal(path) else load_artifact(path)
+    if not _open_descriptor(path):
+        raise ArtifactError(f"{name}: not a regular file (a FIFO, device or socket is not read: it could "
+                            f"block forever); give a file, or a pipe as /dev/stdin")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_ARTIFACT_BYTES + 1)
+    except OSError as exc:
+        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > MAX_ARTIFACT_BYTES:
+        raise ArtifactError(f"{name}: larger than {MAX_ARTIFACT_BYTES >> 20} MiB")
+    if _journal_start(data[: 1 << 20].split(b"\n", 1)[0]):
+        return Journal(path, data).document()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    return parse_artifact(text, str(path))
 
 
 __all__ = ["JOURNAL_DIR", "JOURNAL_SCHEMA", "Journal", "JournalWriter", "build_document", "check_record",

@@ -42,7 +42,9 @@ class Base(DeclarativeBase):
 
 class Hardware(Base):
     """What decides performance (``db.schema.IDENTITY``), fingerprinted. Driver, toolkit, device count
-    and measured ceilings are context of each run (columns of ``run``): they never split a history."""
+    and the ceilings, measured and datasheet, are context of each run (columns of ``run``): they never
+    split a history. The datasheet columns here are those of the fingerprint's first run (kept for
+    databases written before migration 0005; nothing reads them)."""
 
     __tablename__ = "hardware"
 
@@ -88,6 +90,8 @@ class Run(Base):
     peak_gbps: Mapped[float | None] = mapped_column(Float)
     peak_tflops: Mapped[float | None] = mapped_column(Float)
     peak_read_gbps: Mapped[float | None] = mapped_column(Float)
+    peak_gbps_datasheet: Mapped[float | None] = mapped_column(Float)
+    peak_tflops_datasheet: Mapped[float | None] = mapped_column(Float)
     driver: Mapped[str | None] = mapped_column(String(SHORT_LEN))
     toolkit: Mapped[str | None] = mapped_column(String(SHORT_LEN))
     device_count: Mapped[int] = mapped_column(Integer)

@@ -52,6 +52,10 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_PARAM_DEPTH = 4
 MAX_SAMPLES = 100_000
+# A commit id as git prints it: 7-40 hex digits (a SHA-1 or a prefix), or 64 (a SHA-256 repository). Outside a
+# checkout the collector records ``unknown`` (UNKNOWN_SHA): stored, shown, never handed to git.
+COMMIT_SHA = re.compile(r"[0-9a-fA-F]{7,40}|[0-9a-fA-F]{64}")
+UNKNOWN_SHA = "unknown"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -149,6 +153,17 @@ def _timestamp(value: str) -> str:
     return format_time(parse_time(value))
 
 
+def _commit_sha(value: str) -> str:
+    if value != UNKNOWN_SHA and not COMMIT_SHA.fullmatch(value):
+        raise ValueError(f"expected a commit sha (7-40 hex digits) or {UNKNOWN_SHA!r}, got {_shown(value)}")
+    return value
+
+
+def is_commit_sha(value: object) -> bool:
+    """Whether ``value`` is a commit id git can be given (hex digits only: never an option, a path or a range)."""
+    return isinstance(value, str) and COMMIT_SHA.fullmatch(value) is not None
+
+
 def _uuid(value: str) -> str:
     if not _UUID.fullmatch(value):
         raise ValueError("expected a lower-case UUID")
@@ -171,6 +186,9 @@ Tag = _name(TAG_LEN)
 Text = _text(TEXT_LEN)
 ShortText = _text(SHORT_LEN)
 Timestamp = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_timestamp)]
+CommitSha = Annotated[str, Field(min_length=1, max_length=SHORT_LEN,
+                                 json_schema_extra={"pattern": f"^({COMMIT_SHA.pattern}|{UNKNOWN_SHA})$"}),
+                      AfterValidator(_commit_sha)]
 RunId = Annotated[str, Field(json_schema_extra={"pattern": f"^{_UUID.pattern}$", "maxLength": 36}),
                   AfterValidator(_uuid)]
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
@@ -224,9 +242,12 @@ class Record(BaseModel):
 
 
 class Commit(Record):
-    """The commit a run measured. ``sha`` and ``branch`` are ``unknown`` outside a git checkout."""
+    """The commit a run measured. ``sha`` and ``branch`` are ``unknown`` outside a git checkout.
 
-    sha: Short
+    A sha is hex digits (:data:`COMMIT_SHA`) or ``unknown``: it is handed to git and shown in shell
+    commands, so a value such as ``--output=/x`` or ``.`` is refused here, at ingest."""
+
+    sha: CommitSha
     branch: Key
     time: Timestamp | None
     subject: Text | None

@@ -25,8 +25,47 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class OneLineUsageError(click.ClickException):
+    """A usage error as one line on stderr (click prints three: usage, a hint, the error), exit status 2."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message())
+        self.command_path = error.ctx.command_path if error.ctx is not None else "kernelwatch"
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        from kernelwatch.output import terminal
+
+        click.echo(terminal(f"{self.command_path}: error: {self.message} (see {self.command_path} --help)"),
+                   err=True)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands live in modules named by ``COMMANDS`` (attribute ``command``)."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:  # noqa: ANN002, ANN003
+        try:
+            return super().make_context(*args, **kwargs)
+        except _NO_ARGS:  # bare `kernelwatch`: the help is the answer
+            raise
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc) from None
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc) from None
+
+    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - click's signature
+        from kernelwatch.output import tolerant_streams
+
+        tolerant_streams()
+        return super().main(*args, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

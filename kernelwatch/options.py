@@ -31,7 +31,10 @@ def open_readonly(db_url: str | None):  # noqa: ANN201 - an Engine
 
 
 def clean_errors(f):
-    """Turn the project's expected failures into one message on stderr and exit status 1."""
+    """Turn the project's expected failures into one message on stderr and exit status 1.
+
+    A database that fails under a query (a dropped table, corrupted pages) is exit status 2, as an
+    unreadable database is when it is opened: the command could not do its work, nothing was judged."""
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -47,7 +50,16 @@ def clean_errors(f):
         except ImportError:  # a collector-only host without SQLAlchemy
             pass
         try:
+            from sqlalchemy.exc import SQLAlchemyError
+        except ImportError:
+            SQLAlchemyError = ()  # noqa: N806 - a collector-only host: no database to fail
+        try:
             return f(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            from db.engine import unreadable
+
+            click.echo(terminal(f"kernelwatch: error: {unreadable(exc)}"), err=True)
+            sys.exit(2)
         except expected as exc:
             msg = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
             click.echo(terminal(f"kernelwatch: error: {msg}"), err=True)

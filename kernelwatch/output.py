@@ -7,13 +7,46 @@ Tables, CSV and every message show them escaped (``\\x1b``); JSON escapes them i
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from db.schema import printable
+
+
+def tolerant_streams() -> None:
+    """Let stdout and stderr print any text: a character the terminal's encoding lacks (``PYTHONIOENCODING=
+    latin-1`` and a ✅) is replaced, never an error that would change a command's exit status."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # a closed stream
+                reconfigure(errors="replace")
+
+
+def say(text: str, err: bool = False) -> None:
+    """``click.echo`` that survives a reader who stopped reading (``gate ... | head -1``).
+
+    The rest of the output goes to /dev/null, so the command still finishes its work (the gate writes its
+    reports) and exits with its own status, not with the broken pipe's."""
+    import click
+
+    try:
+        click.echo(text, err=err)
+    except BrokenPipeError:
+        stream = sys.stderr if err else sys.stdout
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(devnull)
 
 
 def terminal(text: str) -> str:

@@ -543,7 +543,7 @@ def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path
     assert not journal.exists(), "a recovered journal is removed once its run is stored"
     doc = to_data(load_artifact(out))
     assert doc["run"]["status"] == "partial"
-    assert f"recovered from journal run.json.journal after the collector stopped: {len(journal_rows)} of 8 " \
+    assert f"recovered from its journal after the collector stopped: {len(journal_rows)} of 8 " \
            "work items had finished" in doc["run"]["notes"]
     assert {a["case"]: a for a in doc["accuracy"]} == {r["accuracy"][0]["case"]: r["accuracy"][0]
                                                        for r in journal_rows}

@@ -55,7 +55,7 @@ def test_an_ended_journal_keeps_the_recorded_status(tmp_path: Path, make_doc) ->
     _write(path, doc, _records(doc), end=True)
     got = to_data(recover(path))
     assert got["run"]["status"] == "complete" and got["run"]["phases_s"] == {"total": 3.0}
-    assert got["run"]["notes"] == "all done; recovered from journal j.jsonl: the run had ended but was not stored"
+    assert got["run"]["notes"] == "all done; recovered from its journal: the run had ended but was not stored"
 
 
 def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path: Path, make_doc) -> None:  # noqa: ANN001

@@ -54,14 +54,20 @@ runs["when"] = runs["commit_time"].fillna(runs["started"])
 runs = runs.sort_values(["when", "started"]).reset_index(drop=True)
 runs["order"] = range(len(runs))
 runs["x"] = [data.point_label(c, r) for c, r in zip(runs["commit"], runs["run_id"])]
-runs["reproduce"] = [rerun_command(c, case) for c in runs["commit"]]
+vendor = next((h["vendor"] for h in queries.list_hardware(eng) if h["fingerprint"] == fp), None)
+suite = "perf" if not perf.empty else "accuracy"
+runs["reproduce"] = [rerun_command(c, case, suite, vendor) for c in runs["commit"]]
 if runs["synthetic"].any():
     common.synthetic_note(True)
 
 newest = runs.iloc[-1]
 st.caption("Reproduce the newest run's measurement, or find where a change entered this history:")
 c1, c2 = st.columns(2)
-c1.code(rerun_command(newest["commit"], case), language="bash", wrap_lines=True)
+reproduce = rerun_command(newest["commit"], case, suite, vendor)
+if reproduce:
+    c1.code(reproduce, language="bash", wrap_lines=True)
+else:
+    c1.caption("No reproduce command: the newest run's commit is not a git sha (recorded outside a checkout).")
 c2.code(bisect_command(case, fp[:12]), language="bash", wrap_lines=True)
 
 if not perf.empty:
@@ -73,7 +79,7 @@ if not perf.empty:
         perf[f"{col}_us"] = perf[f"{col}_ms"] * 1e3
     perf["hover"] = [
         f"{esc(impl)}: {m:.4g} us (p20-p80 {lo:.4g}-{hi:.4g})<br>commit {esc(c[:12])} {esc(s or '')}<br>"
-        f"run {esc(r)} · {esc(data.when(w or t))}{' · SYNTHETIC' if syn else ''}<br><i>{esc(cmd)}</i>"
+        f"run {esc(r)} · {esc(data.when(w or t))}{' · SYNTHETIC' if syn else ''}<br><i>{esc(cmd or '-')}</i>"
         for impl, m, lo, hi, c, s, r, w, t, syn, cmd in zip(
             perf["implementation"], perf["median_us"], perf["p20_us"].fillna(float("nan")),
             perf["p80_us"].fillna(float("nan")), perf["commit"], perf["subject"], perf["run_id"], perf["commit_time"],

@@ -137,7 +137,7 @@ for role, candidate, baseline in sections:
     if cells and cells[0][1] in ("reproduce", "bisect"):
         row = frame.iloc[cells[0][0]]
         st.text(f"{cells[0][1]} {row['case']}:")
-        st.code(row[cells[0][1]], language="bash")
+        st.code(row[cells[0][1]] or "# no command: this run's commit is not a git sha", language="bash")
     elif cells or picked_rows:
         row = frame.iloc[cells[0][0] if cells else picked_rows[0]]
         st.switch_page("views/case.py", query_params={"case": row["case"], "hardware": cand["fingerprint"]})

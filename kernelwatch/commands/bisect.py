@@ -21,7 +21,10 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
 
     engine = open_readonly(db_url)
     hw = find_hardware(engine, hardware)
-    count, found = steps(engine, case, hw["fingerprint"], implementation, min_effect)
+    count, found, note = steps(engine, case, hw["fingerprint"], implementation, min_effect)
+    if not found and note:
+        click.echo(terminal(f"{note}; seen in {count} runs of {case} on {hw['device_name']}"))
+        return
     if not found:
         click.echo(terminal(f"no change of {min_effect:.0%} or more in {count} runs of {case} on {hw['device_name']}"))
         return
@@ -29,4 +32,5 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
         click.echo(f"a change of {step.point.change:+.1%} (p={step.point.pvalue:.1e}) entered between "
                    f"{step.good[:12]} and {step.bad[:12]}")
         for sha in step.commits:
-            click.echo(terminal(f"  {rerun_command(sha, case)}"))
+            command = rerun_command(sha, case, vendor=hw["vendor"])
+            click.echo(terminal(f"  {command}" if command else f"  {sha[:12]}: not a git sha, no command to re-run it"))

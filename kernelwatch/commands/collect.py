@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,10 +53,18 @@ def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> Non
         raise failures[0]
 
 
-def _check_destination(out: Path | None, db_url: str | None) -> None:
+def _check_destination(out: Path | None, db_url: str | None, journal: Path | None = None) -> None:
     """Refuse a destination that cannot take the run before measuring anything (the run would survive in
-    its journal, but after an hour's wait): the database opens (created and migrated if new), the
-    artifact's folder exists."""
+    its journal, but after an hour's wait): the journal's folder can be written (checked first: a read-only
+    working folder must not leave a database created and migrated behind), the database opens (created and
+    migrated if new), the artifact's folder exists."""
+    if journal is not None:
+        folder = journal.absolute().parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise click.ClickException(f"{journal.parent}: cannot write the run's journal there ({folder} is "
+                                       "read-only); run from a folder you can write, nothing was created")
     if out is not None:
         from db.artifact import ArtifactError, artifact_target
 
@@ -283,7 +292,7 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
         check_run_fields(opts)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _check_destination(out, db_url)
+    _check_destination(out, db_url, journal)
     try:
         doc = run_collection(opts)
     except SelectionError as exc:

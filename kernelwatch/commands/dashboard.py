@@ -30,6 +30,7 @@ def command(port: int, address: str, headless: bool, db_url: str | None) -> None
 
     url = resolve_url(db_url)
     open_readonly(url).dispose()
+    _check_port(address, port)
     env = {**os.environ, "KERNELWATCH_DB": url}
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
            "--server.address", address, "--server.headless", str(headless).lower(),
@@ -37,3 +38,21 @@ def command(port: int, address: str, headless: bool, db_url: str | None) -> None
     click.echo(f"KernelWatch dashboard on http://{address}:{port}  (database: {redact(url)})")
     sys.stdout.flush()
     os.execve(sys.executable, cmd, env)
+
+
+def _check_port(address: str, port: int) -> None:
+    """Refuse a port something already listens on before printing a URL that would not be ours.
+
+    Bound and released at once with ``SO_REUSEADDR``, as the server binds it (a port in TIME_WAIT is free
+    for it, a listening one is not); the server starts a moment later, so a port taken in between is still
+    Streamlit's own error."""
+    import socket
+
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        click.echo(f"kernelwatch: error: cannot serve on {address}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(1)

@@ -39,12 +39,14 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
+    from sqlalchemy.exc import SQLAlchemyError
+
     from ci.gate import GateUndecided, check_values, decide
     from ci.reports import markdown, publish
     from db.artifact import ArtifactError, load_artifact
-    from db.engine import DatabaseError, open_database
+    from db.engine import DatabaseError, open_database, unreadable
     from db.export import RunNotFound, export_run, find_run_id
-    from kernelwatch.output import terminal
+    from kernelwatch.output import say, terminal
 
     try:
         if (candidate is None) == (artifact is None):
@@ -68,13 +70,15 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
-    except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
+    except (GateUndecided, ArtifactError, DatabaseError, RunNotFound, SQLAlchemyError) as exc:
         msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
-        click.echo(terminal(f"kernelwatch gate: cannot decide: {msg}"), err=True)
+        if isinstance(exc, SQLAlchemyError):
+            msg = unreadable(exc)
+        say(terminal(f"kernelwatch gate: cannot decide: {msg}"), err=True)
         sys.exit(2)
-    click.echo(terminal(markdown(result)))
+    say(terminal(markdown(result)))
     for line in publish(result, Path(report_dir)):
-        click.echo(terminal(line), err=line.startswith("warning"))
+        say(terminal(line), err=line.startswith("warning"))
     if result.undecided:
-        click.echo(terminal(f"kernelwatch gate: cannot decide: {result.undecided}"), err=True)
+        say(terminal(f"kernelwatch gate: cannot decide: {result.undecided}"), err=True)
     sys.exit(result.exit_code)
