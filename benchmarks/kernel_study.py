@@ -1,4 +1,5 @@
-"""Kernel study on one GPU (the peers targets of docs/kernels.md): candidates checked against float64 and timed beside what `kernels/` ships.
+"""Kernel study on one GPU (the peers goals of docs/kernels.md): candidates checked against float64 and timed
+beside what `kernels/` ships.
 
     python benchmarks/kernel_study.py [--only causal,decode,gemm,masked] [--budget-s 220]
 
