@@ -87,10 +87,13 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
     gate's minimum effect either way; a case the two machines already tell apart (the atomic MSELoss at
     268M elements differs by ~10% between the two GPUs of the x2 host) would test the machines, not the
     planted step: faster on the candidate's GPU, it hides the step."""
+    from ci.detect import ATOMIC_VARIANTS
+
     chosen: list[str] = []
     for family in (MEMORY_BOUND, MATMUL, MEMORY_BOUND):
-        for kernel in family:
+        for kernel in family:  # never an atomic-reduction case: its between-GPU noise (7.2%) is the step's size
             pool = [c for c in shared & quiet if kernel_of.get(c) == kernel and c in times
+                    and c.split("/")[1] not in ATOMIC_VARIANTS
                     and not any(kernel_of.get(x) == kernel for x in chosen)]
             if pool:
                 chosen.append(max(pool, key=times.__getitem__))

@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kernels.names import TIMING_EVENTS, TIMING_GRAPH  # noqa: F401 - how GPU time was taken (re-exported)
+
 DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
 # interpreter's perf path quick; nothing measured there is meaningful anyway.
 FLUSH_BYTES = {"cuda": 512 << 20, "npu": 512 << 20, "cpu": 32 << 20}
 SAMPLE_CHUNK = 25  # timed samples enqueued behind one hold (Backend.device_samples)
-TIMING_GRAPH, TIMING_EVENTS = "graph", "events"  # how GPU time was taken (perf results' ``timing``)
+
 MAX_RETAKES = 3  # a chunk whose hold ran out before it was enqueued is taken again, with twice the hold
 GRAPH_CHECK_REPS = 10  # event-timed samples that check a graph did the call's work
 # A graph's median below this fraction of the smallest event-timed sample did not capture the call's work
