@@ -304,3 +304,10 @@ def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: 
     if with_params:
         frame["shape"] = frame["params"].map(shape_of)
     return frame.sort_values("order")
+
+
+def short_gpu(uuid: str | None) -> str | None:
+    """A physical device as a page shows it: ``GPU-7b44cc34`` (the UUID's first group names it uniquely)."""
+    if not uuid or not isinstance(uuid, str):
+        return None
+    return uuid.split("-")[0] + ("-" + uuid.split("-")[1] if uuid.count("-") else "")

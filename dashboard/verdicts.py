@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from ci.bisect import bisect_command, rerun_command
 from ci.gate import GateUndecided, choose_baseline, decide, speedups
-from dashboard.data import software_changes
+from dashboard.data import short_gpu, software_changes
 from db import queries
 from db.export import export_run
 from db.schema import RunDocument, to_data
@@ -131,6 +131,7 @@ def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list
             "effect %": None if effect is None else 100 * effect, "p": p_value,
             "now us": None if now is None else now * 1e3, "before us": None if before is None else before * 1e3,
             "budget": budget, "trend us": spark.get(case, []),
+            "GPU": short_gpu(perf.get(case, {}).get("device_uuid")),
             "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
             "bisect": bisect_command(case, cand["fingerprint"][:12]),
             "details": message,

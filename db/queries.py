@@ -367,7 +367,7 @@ def case_perf(engine: Engine, key: str, fingerprint: str, last: int = 50) -> lis
                    PerfResult.p80_ms, PerfResult.min_ms, PerfResult.call_ms, PerfResult.peak_mem_bytes,
                    PerfResult.bytes, PerfResult.flops, PerfResult.gbps, PerfResult.pct_peak,
                    PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met, PerfResult.error,
-                   PerfResult.device)
+                   PerfResult.device, PerfResult.device_uuid, PerfResult.host, PerfResult.timing)
             .join(Run, Run.id == PerfResult.run_id)
             .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
             .order_by(*_commit_order(), PerfResult.implementation))

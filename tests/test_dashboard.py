@@ -672,3 +672,21 @@ def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkey
     for _, rows in compare.groupby(["kernel", "impl"]):
         assert rows["case"].is_unique
     assert perf["case"].is_unique
+
+
+def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The physical device is data: the newest H200 perf run of the shipped history (cd20ae24) ran on
+    GPU-c848f83d, its baseline (8ad2ff78) on GPU-12456339; both pages say which GPU measured what."""
+    at = _triage_at(history_dbs[0], monkeypatch)
+    table = at.dataframe[0].value
+    assert set(table["GPU"].dropna()) == {"GPU-c848f83d"}
+    monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
+    case = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
+    page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
+    page.query_params["case"] = case
+    page.query_params["hardware"] = fingerprint(history_dbs[0], "NVIDIA H200")
+    page.run()
+    assert not page.exception, [e.value for e in page.exception]
+    runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
+    assert {"GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34"} <= set(runs["GPU"])
+    assert "graph" in set(runs["timing"])

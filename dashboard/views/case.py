@@ -123,6 +123,9 @@ if not perf.empty:
             st.text(f"documented target: {target}")
     table = runs[["run_id", "x", "commit", "started", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
     calls = perf.pivot_table(index="run_id", columns="implementation", values="call_ms", aggfunc="first")
+    kernel_rows = perf[perf["implementation"] == data.KERNEL_IMPL].set_index("run_id")
+    gpu_of = {rid: data.short_gpu(u) for rid, u in kernel_rows["device_uuid"].items()}  # the physical device
+    timing_of = kernel_rows["timing"].to_dict()
     rows = []
     for _, r in table.sort_values("x", key=lambda s: s.map(dict(zip(runs["x"], runs["order"])))).iterrows():
         def us(impl: str, r=r) -> float | None:  # noqa: ANN001
@@ -135,7 +138,8 @@ if not perf.empty:
                      "kernel µs": us(data.KERNEL_IMPL), "eager µs": us(data.EAGER_IMPL),
                      "torch.compile µs": us(data.COMPILE_IMPL),
                      **{f"{peer} µs (peer)": us(peer) for peer in data.PEER_IMPLS if peer in table},
-                     "kernel wall µs/call": None if call is None or call != call else call * 1e3})
+                     "kernel wall µs/call": None if call is None or call != call else call * 1e3,
+                     "GPU": gpu_of.get(r["run_id"]) or "-", "timing": timing_of.get(r["run_id"]) or "-"})
     peer_cols = [f"{peer} µs (peer)" for peer in data.PEER_IMPLS if peer in table]
     common.table(pd.DataFrame(rows[::-1]), column_config={
         "run": st.column_config.TextColumn(width=360),

@@ -18,7 +18,8 @@ from db import queries
 RED, AMBER, GREEN, VIOLET = "#f8d0d0", "#fbeec2", "#d3efd9", "#e7dcf3"
 COLOUR = {"accuracy failed": RED, "errored": RED, "not measured": RED, "slower": RED, "accuracy warning": AMBER,
           "slower (within noise)": AMBER, "acknowledged": VIOLET, "faster": GREEN}
-COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "reproduce", "bisect")
+COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "GPU", "reproduce",
+           "bisect")
 CONFIG = {
     "verdict": st.column_config.TextColumn("verdict", width=116, help="The gate's verdict on this case"),
     "kernel": st.column_config.TextColumn("kernel", width=168),
@@ -31,6 +32,8 @@ CONFIG = {
     "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
     "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=68),
     "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=92),
+    "GPU": st.column_config.TextColumn("GPU", width=100, help="The physical device that measured it now (the "
+                                       "details say when the baseline came from another one)"),
     "reproduce": st.column_config.TextColumn("reproduce", width=76, help="Click to show the command to copy"),
     "bisect": st.column_config.TextColumn("bisect", width=66, help="Click to show the command to copy"),
 }
