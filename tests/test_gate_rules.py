@@ -278,3 +278,16 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
     result = _gate(cli, db_url, alone, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
     assert result.exit_code == 1 and "| regression |" in line and "cublas\\_linear +0.0%" in line, line
+
+
+def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+    """Graph replay leaves out launch gaps that events keep: a row comparing the two methods says so."""
+    _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
+    candidate = to_data(load_artifact(REPEATS[-1]))
+    for p in candidate["perf"]:
+        p["timing"] = "graph"
+    result = _gate(cli, db_url, candidate, tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
+    assert rows and all("timed by graph now, by events (before timing was recorded) in the baseline" in x
+                        for x in rows), rows[:2]
