@@ -212,7 +212,7 @@ def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), grou
         return y
     rstd = rstd_prepass(x, *pre_cfg) if norm else torch.ones(m, device=x.device, dtype=torch.float32)
     _rms_gemm_tma_kernel[(grid,)](a_desc, b_desc, c_desc, rstd, y, m, n, k, HAS_BIAS=False, BM=bm, BN=bn, BK=bk,
-                                  GROUP_M=group_m, NUM_SMS=grid, num_stages=stages, num_warps=warps)
+                                  GROUP_M=group_m, NUM_SMS=grid, PDL=False, num_stages=stages, num_warps=warps)
     return y
 
 
