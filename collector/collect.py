@@ -21,6 +21,7 @@ prints them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import multiprocessing as mp
 import os
@@ -56,6 +57,7 @@ from collector.records import (
 )
 from collector.schedule import Dispatcher, plan
 from collector.selection import SUITES, Options, SelectionError, check_selection, effective_suites, select_items
+from collector.worker import WorkItem
 from db.journal import JournalWriter
 from db.schema import RunDocument, devices_note, host_note, new_run_id
 
@@ -121,44 +123,54 @@ def run_collection(opts: Options) -> RunDocument:
     ceilings: dict[str, dict[str, Any]] = {}
     wall["setup"] = time.monotonic() - t_start
     t_suites = t_suites_end = None
+    interrupted = False
+    profiles = _profile_items(opts, device, items, cases, notes)
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job still leaves its artifact
     try:
-        t_workers = time.monotonic()
-        replies = start_workers(handles, notes)
-        wall["workers"] = time.monotonic() - t_workers
-        described = _describe(replies, handles, tally, ceilings, notes)
-        if journal is not None:
-            journal.header(run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),
-                           hardware_of(described), len(items))
-        live = [h for h in handles if h.index in replies]
-        group_costs: dict[str, float] = {}
-        for i in items:
-            group_costs[progress_group(i, cases)] = group_costs.get(progress_group(i, cases), 0.0) + cost_of(i, cases)
-        tally.progress = Progress(len(items), opts.progress, total_cost=sum(group_costs.values()),
-                                  group_costs=group_costs, workers=len(live))
-        t_suites = time.monotonic()
-        run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally)
-        t_suites_end = time.monotonic()
-    except KeyboardInterrupt:
-        missing = [i for i in items if i[0] != "explore" and i not in tally.records]
-        if not tally.records:
-            status = "failed"
-        elif missing:
-            status = "partial"
-        notes.append("interrupted: cases not run are missing" if missing else
-                     "interrupted during exploration: every gating case ran, some exploration did not")
-    except RuntimeError as exc:
-        status = "failed"
-        notes.append(str(exc))
-    finally:
-        if t_suites is not None and t_suites_end is None:
+        try:
+            t_workers = time.monotonic()
+            replies = start_workers(handles, notes)
+            wall["workers"] = time.monotonic() - t_workers
+            described = _describe(replies, handles, tally, ceilings, notes)
+            if journal is not None:
+                journal.header(run_info(opts, run_id, device, commit, described, started, None, "running", notes,
+                                        None), hardware_of(described), len(items) + len(profiles))
+            live = [h for h in handles if h.index in replies]
+            group_costs: dict[str, float] = {}
+            for i in items + profiles:
+                group = progress_group(i, cases)
+                group_costs[group] = group_costs.get(group, 0.0) + cost_of(i, cases)
+            tally.progress = Progress(len(items) + len(profiles), opts.progress, total_cost=sum(group_costs.values()),
+                                      group_costs=group_costs, workers=len(live))
+            t_suites = time.monotonic()
+            run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally)
             t_suites_end = time.monotonic()
+        except KeyboardInterrupt:
+            interrupted = True
+            missing = [i for i in items if i[0] != "explore" and i not in tally.records]
+            if not tally.records:
+                status = "failed"
+            elif missing:
+                status = "partial"
+            notes.append("interrupted: cases not run are missing" if missing else
+                         "interrupted during exploration: every gating case ran, some exploration did not")
+        except RuntimeError as exc:
+            status = "failed"
+            notes.append(str(exc))
+        finally:
+            if t_suites is not None and t_suites_end is None:
+                t_suites_end = time.monotonic()
+            t_stop = time.monotonic()
+            stop_all(handles)
+            wall["stop"] = time.monotonic() - t_stop
+        if profiles and not interrupted and status != "failed":
+            t_profile = time.monotonic()
+            _profile(opts, tally, profiles, [h.device for h in handles if h.label in ceilings], notes)
+            wall["profiling"] = time.monotonic() - t_profile
+    finally:
         signal.signal(signal.SIGTERM, previous_term)
         if tally.progress is not None:
             tally.progress.close()
-        t_stop = time.monotonic()
-        stop_all(handles)
-        wall["stop"] = time.monotonic() - t_stop
     if t_suites is not None:
         _device_time(wall, t_suites_end - t_suites, tally.busy, ceilings)
     if status == "complete" and any(item[0] != "explore" for item in tally.errored):
@@ -172,17 +184,71 @@ def run_collection(opts: Options) -> RunDocument:
     phases_s = {k: round(v, 3) for k, v in wall.items()}
     phases_s.update({f"worker.{k}": round(v, 3) for k, v in sorted(tally.worker_phases.items())})
     doc = assemble(opts, device, commit, described, started, status,
-                   [tally.records[i] for i in items if i in tally.records], notes, run_id, phases_s)
+                   [tally.records[i] for i in items + profiles if i in tally.records], notes, run_id, phases_s)
     if journal is not None:
         _end_journal(journal, doc)
     return doc
+
+
+def _profile_items(opts: Options, device: str, items: list[WorkItem], cases: dict[WorkItem, Any],
+                   notes: list[str]) -> list[WorkItem]:
+    """``("profile", key)`` per perf item when ``--profile`` is asked for on a device with a profiler."""
+    if not opts.profile:
+        return []
+    if device == "cpu":
+        notes.append("--profile: no profiler on the CPU, no counters recorded")
+        return []
+    profiles = [("profile", key) for suite, key in items if suite == "perf"]
+    for item in profiles:
+        cases[item] = cases[("perf", item[1])]
+    return profiles
+
+
+def _profile(opts: Options, tally: Tally, profiles: list[WorkItem], devices: list[str], notes: list[str]) -> None:
+    """The profiling phase (:mod:`collector.profile_phase`): the perf cases whose kernel measured, one profiled
+    process per kernel; a line per kernel on stderr and the run's progress per case."""
+    from collector.profile_phase import Job, profile_events
+
+    measured = [i for i in profiles if ("perf", i[1]) in tally.records and ("perf", i[1]) not in tally.errored]
+    if tally.progress is not None:
+        tally.progress.drop(len(profiles) - len(measured))
+    jobs: dict[str, Job] = {}
+    for item in measured:
+        spec, case = tally.cases[item]
+        job = jobs.setdefault(spec.name, Job(spec.name, spec.bound, dict(spec.profiler_ideals or {}), []))
+        job.cases.append((case.key, spec.profile_kernel(case)))
+    ticked: set[str] = set()
+
+    def say(line: str) -> None:
+        if opts.progress:
+            print(f"kernelwatch: {line}", file=sys.stderr, flush=True)
+
+    errors: Counter = Counter()
+    try:
+        with contextlib.closing(profile_events(list(jobs.values()), devices, opts.extra_modules)) as events:
+            for event in events:
+                if event.kind == "begin":
+                    say(f"profiling {event.n} {event.kernel} case(s) on {event.device} in one profiled process")
+                elif event.kind == "end":
+                    bad = f", {errors[event.kernel]} without counters" if errors[event.kernel] else ""
+                    say(f"profiled {event.kernel} on {event.device}: {event.n} case(s) in {event.seconds:.0f} s{bad}")
+                if event.kind in ("tick", "rows") and event.key not in ticked:
+                    ticked.add(event.key)
+                    item = ("profile", event.key)
+                    tally.progress.update(event.key, cost_of(item, tally.cases), event.seconds,
+                                          progress_group(item, tally.cases))
+                if event.kind == "rows":
+                    if any(r.get("error") and r["name"] == r["source"] for r in event.rows):
+                        errors[event.kernel] += 1
+                    tally.profiled(("profile", event.key), event.rows, event.device, event.seconds)
+    except KeyboardInterrupt:
+        notes.append("interrupted during profiling: every suite ran, some cases have no counters")
 
 
 def _handles(opts: Options, device: str, run_seed: int) -> list[WorkerHandle]:
     """One worker per device; with several, the host's CPU cores are shared among them."""
     workers = worker_devices(device, opts.all_devices)
     config = {"extra_modules": list(opts.extra_modules), "explore": (run_seed, opts.explore_seeds),
-              "profile": opts.profile,
               "threads": max(1, host_cpus() // len(workers)) if len(workers) > 1 else 0,
               "time_on_cpu": opts.time_on_cpu}
     ctx = mp.get_context("spawn")

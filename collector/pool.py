@@ -30,6 +30,7 @@ MAX_CPU_WORKERS = 4  # --device cpu --devices all: one interpreter worker per co
 # samples, the per-call batches); its inputs are generated on the host. An accuracy item is
 # dominated by its float64 reference on the host.
 PERF_ITEM_S = 3.0
+PROFILE_ITEM_S = 2.0  # a case in its kernel's profiled process (collector.profile_phase)
 ACCURACY_ITEM_S = 0.05
 HOST_BYTES_PER_S = 1e9
 REFERENCE_BYTES_PER_S = 2e8
@@ -72,6 +73,8 @@ def cost_of(item: WorkItem, cases: dict[WorkItem, Any]) -> float:
     """Rough seconds an item takes (see the constants above): only its rank matters."""
     spec, case = cases[item]
     size = spec.bytes_moved(case)
+    if item[0] == "profile":
+        return PROFILE_ITEM_S
     if item[0] == "perf":
         return PERF_ITEM_S + size / HOST_BYTES_PER_S
     return case.trials * (ACCURACY_ITEM_S + size / REFERENCE_BYTES_PER_S)

@@ -1,20 +1,37 @@
-"""The process Nsight Compute profiles: warm one case's kernel up, then run it once in an NVTX range.
+"""The process a profiler watches: every listed perf case of one kernel, each warmed up and then run once.
 
-    python -m collector.profile_target KERNEL CASE_KEY DEVICE [EXTRA_MODULE...]
+    python -m collector.profile_target KERNEL DEVICE CASES_FILE [--module M ...] [--npu-out FILE]
+
+``CASES_FILE`` holds a JSON list of case keys, profiled in that order. On CUDA the process runs under
+``ncu`` (:mod:`collector.profile_phase`): case ``i``'s one profiled call is inside the NVTX ranges
+``kernelwatch_profile`` / ``kw-case-<i>``, the only launches ``ncu`` collects, and the inner range's name
+says which case a profiled kernel belongs to. On Ascend there is no outside profiler: the process runs the
+``torch_npu`` profiler passes over each case itself and appends one JSON line per case to ``--npu-out``.
+On the CPU nothing profiles: each case runs once, a dry run of the phase (its tests).
+
+On stderr it says where it is, one line per event, each starting with :data:`MARK`:
+``pid N`` first, then ``start I`` and ``done I`` around each case, so the parent can show progress, knows
+which case was running if the process dies, and can stop this process (not the profiler) when a case hangs.
+A case whose inputs or kernel raise is reported as ``failed I MESSAGE`` and the next case goes on.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+import time
 from collections.abc import Callable
 
 import torch
 
+from collector.profiling import CASE_RANGE, NVTX_RANGE
 from kernels import discover
 from kernels.spec import KERNEL_IMPL, Case, KernelSpec
 
 WARMUP_CALLS = 3
-NVTX_RANGE = "kernelwatch_profile"  # the only range ncu collects (collector.profiling filters on it)
+MARK = "kernelwatch-profile:"
 
 
 def runner(spec: KernelSpec, case: Case, device: torch.device) -> Callable[[], object]:
@@ -22,20 +39,71 @@ def runner(spec: KernelSpec, case: Case, device: torch.device) -> Callable[[], o
     return spec.implementations(case, inputs)[KERNEL_IMPL]
 
 
-def main(argv: list[str]) -> None:
-    kernel, key, device = argv[:3]
-    spec = discover(tuple(argv[3:]))[kernel]
-    case = next(c for c in spec.perf_cases() if c.key == key)
-    dev = torch.device(device)
-    torch.cuda.set_device(dev)
-    fn = runner(spec, case, dev)
+def say(*words: object) -> None:
+    print(MARK, *words, file=sys.stderr, flush=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":
+        torch.npu.synchronize(device)
+
+
+def profile_cuda_case(fn: Callable[[], object], index: int, device: torch.device) -> None:
     for _ in range(WARMUP_CALLS):
         fn()
-    torch.cuda.synchronize()
+    _sync(device)
     torch.cuda.nvtx.range_push(NVTX_RANGE)
+    torch.cuda.nvtx.range_push(CASE_RANGE.format(index=index))
     fn()
     torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    _sync(device)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m collector.profile_target")
+    parser.add_argument("kernel")
+    parser.add_argument("device")
+    parser.add_argument("cases_file")
+    parser.add_argument("--module", action="append", default=[])
+    parser.add_argument("--npu-out", default=None)
+    args = parser.parse_args(argv)
+    say("pid", os.getpid())
+    with open(args.cases_file, encoding="utf-8") as f:
+        keys = json.load(f)
+    spec = discover(tuple(args.module))[args.kernel]
+    by_key = {c.key: c for c in spec.perf_cases()}
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    for index, key in enumerate(keys):
+        say("start", index)
+        begun = time.perf_counter()
+        try:
+            case = by_key[key]
+            fn = runner(spec, case, device)
+            if device.type == "npu":
+                from collector.profiling import profile_npu
+
+                rows = profile_npu(fn, spec.profile_kernel(case), spec.bound, spec.profiler_ideals)
+                with open(args.npu_out, "a", encoding="utf-8") as out:
+                    out.write(json.dumps({"index": index, "rows": rows}) + "\n")
+            elif device.type == "cuda":
+                profile_cuda_case(fn, index, device)
+            else:  # no profiler on the CPU: a dry run of the profiling phase, as its tests use it
+                fn()
+            del fn
+        except Exception as exc:  # noqa: BLE001 - one case's failure is that case's result
+            text = str(exc).strip().splitlines()
+            say("failed", index, f"{type(exc).__name__}: {text[0] if text else ''}"[:300])
+            continue
+        finally:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        say("done", index, f"{time.perf_counter() - begun:.2f}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

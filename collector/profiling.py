@@ -1,9 +1,11 @@
 """Profiler counters per perf case: Nsight Compute on CUDA, torch_npu's profiler on Ascend.
 
-Never timed under a profiler: the case is profiled after its timing, in a separate process
-(``python -m collector.profile_target``) that warms the kernel up and runs it once more inside an
-NVTX range, which is the only launch ``ncu`` collects. A machine without the profiler records why
-(one metric row with an ``error``) and the suite carries on.
+Never timed under a profiler: after the suites, each kernel's perf cases are profiled in one separate
+process (:mod:`collector.profile_phase`, ``python -m collector.profile_target``) that warms each case's
+kernel up and runs it once more inside NVTX ranges, the only launches ``ncu`` collects. This module holds
+the tools' commands and the parsers of what they write: ``ncu`` exports one report per kernel
+(:func:`ncu_export_command`), imported twice as CSV (:func:`ncu_import_command`), once with kernel names and
+once with each kernel's NVTX range, which says which case it ran in (:func:`attribute`, :func:`case_rows`).
 
 Ascend: three ``torch_npu.profiler`` passes at ``ProfilerLevel.Level1`` (PipeUtilization,
 ResourceConflictRatio, L2Cache) whose ``kernel_details.csv`` rows for the case's Triton kernel are
@@ -14,19 +16,15 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from collector.profile_target import NVTX_RANGE, runner
-
-NCU_TIMEOUT_S = 240
+NVTX_RANGE = "kernelwatch_profile"  # the range ncu collects in: the target's one profiled call per case
+CASE_RANGE = "kw-case-{index}"  # inside it, one range per case: its name says which case a kernel belongs to
 
 # ncu metric -> (short name, unit)
 NCU_METRICS: dict[str, tuple[str, str]] = {
@@ -96,12 +94,11 @@ def metric(source: str, name: str, value: float | None, unit: str | None, ideal:
 # ---------------------------------------------------------------------------------------------
 # Nsight Compute
 # ---------------------------------------------------------------------------------------------
-def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
-                  overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
-    """Metric rows of the first profiled kernel in ``ncu --csv`` output.
+def ncu_csv_kernels(text: str, source: str = "ncu output") -> dict[str, dict[str, Any]]:
+    """Every profiled kernel of ``ncu --csv`` output, in ID order: ID -> ``{"name": kernel name,
+    "metrics": {metric: (unit, value text)}}``.
 
-    Tolerates the ``==PROF==``/``==WARNING==`` preamble, thousands separators, ``n/a`` and extra
-    columns that newer versions append.
+    Tolerates the ``==PROF==``/``==WARNING==`` preamble and extra columns that newer versions append.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
@@ -112,51 +109,78 @@ def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
     missing = needed - set(reader.fieldnames or ())
     if missing:
         raise ProfileError(f"{source}: ncu CSV lacks column(s) {', '.join(sorted(missing))}")
-    rows = [r for r in reader if r.get("Metric Name")]
-    if not rows:
-        raise ProfileError(f"{source}: ncu CSV has a header but no metric rows (did the kernel name match?)")
-    ideals = ideals_for(bound, overrides)
-    first = rows[0]["ID"]
-    found: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["ID"] != first or r["Metric Name"] not in NCU_METRICS:
+    kernels: dict[str, dict[str, Any]] = {}
+    for r in reader:
+        if not r.get("Metric Name"):
             continue
-        short, unit = NCU_METRICS[r["Metric Name"]]
-        value = _number(r["Metric Value"])
-        found[short] = metric("ncu", short, value, r["Metric Unit"] or unit, ideals.get(short),
-                              None if value is not None else f"ncu reported {r['Metric Value']!r}")
+        entry = kernels.setdefault(r["ID"], {"name": r["Kernel Name"] or "", "metrics": {}})
+        entry["metrics"][r["Metric Name"]] = (r["Metric Unit"], r["Metric Value"] or "")
+    if not kernels:
+        raise ProfileError(f"{source}: ncu CSV has a header but no metric rows (did the kernel name match?)")
+    return kernels
+
+
+def ncu_rows(metrics: Mapping[str, tuple[str, str]], bound: str = "memory",
+             overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """The metric rows of one profiled kernel (``ncu_csv_kernels``' ``metrics``), one per :data:`NCU_METRICS`;
+    a metric ncu did not report, or reported as ``n/a``, is a row without a value that says so."""
+    ideals = ideals_for(bound, overrides)
+    rows = []
     for name, (short, unit) in NCU_METRICS.items():
-        if short not in found:
-            found[short] = metric("ncu", short, None, unit, ideals.get(short), f"{name} absent from the ncu output")
-    return [found[NCU_METRICS[n][0]] for n in NCU_METRICS]
+        if name not in metrics:
+            rows.append(metric("ncu", short, None, unit, ideals.get(short), f"{name} absent from the ncu output"))
+            continue
+        reported_unit, text = metrics[name]
+        value = _number(text)
+        rows.append(metric("ncu", short, value, reported_unit or unit, ideals.get(short),
+                           None if value is not None else f"ncu reported {text!r}"))
+    return rows
 
 
-def ncu_command(ncu: str, kernel_regex: str, target: list[str]) -> list[str]:
-    return [ncu, "--csv", "--clock-control", "none", "--metrics", ",".join(NCU_METRICS),
-            "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--kernel-name", f"regex:{kernel_regex}",
-            "--launch-count", "1", *target]
+def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
+                  overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """Metric rows of the first profiled kernel in ``ncu --csv`` output (thousands separators, ``n/a``)."""
+    first = next(iter(ncu_csv_kernels(text, source).values()))
+    return ncu_rows(first["metrics"], bound, overrides)
 
 
-def profile_cuda(kernel: str, case_key: str, device: str, extra_modules: tuple[str, ...], kernel_regex: str,
-                 bound: str, overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        return [metric("ncu", "ncu", None, None, error="ncu is not on the PATH: no counters recorded")]
-    target = [sys.executable, "-m", "collector.profile_target", kernel, case_key, device, *extra_modules]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    try:
-        out = subprocess.run(ncu_command(ncu, kernel_regex, target), capture_output=True, text=True,
-                             timeout=NCU_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return [metric("ncu", "ncu", None, None, error=f"ncu did not finish in {NCU_TIMEOUT_S} s")]
-    text = out.stdout + "\n" + out.stderr
-    if "ERR_NVGPUCTRPERM" in text or "permission" in text.lower() and "counter" in text.lower():
-        return [metric("ncu", "ncu", None, None, error="no permission to read GPU performance counters")]
-    try:
-        return parse_ncu_csv(out.stdout, f"ncu for {case_key}", bound, overrides)
-    except ProfileError as exc:
-        tail = " | ".join(line for line in text.splitlines()[-3:] if line.strip())[:300]
-        return [metric("ncu", "ncu", None, None, error=f"{exc} (exit {out.returncode}: {tail})")]
+def ncu_export_command(ncu: str, kernel_regex: str, report: Path, target: list[str]) -> list[str]:
+    """Profile every launch matching ``kernel_regex`` inside the target's NVTX range into ``report``."""
+    return [ncu, "--export", str(report), "--force-overwrite", "--clock-control", "none",
+            "--metrics", ",".join(NCU_METRICS), "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+            "--kernel-name", f"regex:{kernel_regex}", *target]
+
+
+def ncu_import_command(ncu: str, report: Path, by_range: bool) -> list[str]:
+    """The report as CSV; ``by_range`` names each kernel by its innermost NVTX range instead (which case)."""
+    return [ncu, "--import", str(report), "--csv", "--page", "details", "--print-units", "base",
+            *(["--print-nvtx-rename", "kernel"] if by_range else [])]
+
+
+def attribute(kernels: dict[str, dict[str, Any]], ranges: dict[str, dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Case index -> its profiled kernels (``ncu_csv_kernels`` entries, in launch order): the two imports of one
+    report list the same IDs, one with kernel names and one with each kernel's NVTX range (``kw-case-<i>``)."""
+    pattern = re.compile(re.escape(CASE_RANGE).replace(re.escape("{index}"), r"(\d+)"))
+    out: dict[int, list[dict[str, Any]]] = {}
+    for kid, entry in kernels.items():
+        found = pattern.search(ranges.get(kid, {}).get("name", ""))
+        if found is None:
+            raise ProfileError(f"ncu report: kernel {kid} ({entry['name'][:60]}) has no {CASE_RANGE} range name "
+                               "(does this ncu support --print-nvtx-rename?)")
+        out.setdefault(int(found.group(1)), []).append(entry)
+    return out
+
+
+def case_rows(launches: list[dict[str, Any]], kernel_regex: str, bound: str = "memory",
+              overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """One case's metric rows: its first profiled launch whose name matches the case's own kernel regex."""
+    pattern = re.compile(kernel_regex)
+    chosen = next((k for k in launches if pattern.search(k["name"])), None)
+    if chosen is None:
+        ran = ", ".join(sorted({k["name"][:60] for k in launches})) or "none"
+        return [metric("ncu", "ncu", None, None,
+                       error=f"no launch matching {kernel_regex!r} in the profiled call (profiled: {ran})")]
+    return ncu_rows(chosen["metrics"], bound, overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,14 +282,3 @@ def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return ascend_metrics(merged, bound, overrides)
-
-
-def profile_case(spec, case, backend, extra_modules: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN001
-    """Counters for one perf case's kernel on the worker's device; [] on the CPU."""
-    regex = spec.profile_kernel(case)
-    if backend.kind == "cuda":
-        return profile_cuda(spec.name, case.key, str(backend.device), extra_modules, regex, spec.bound,
-                            spec.profiler_ideals)
-    if backend.kind == "npu":
-        return profile_npu(runner(spec, case, backend.device), regex, spec.bound, spec.profiler_ideals)
-    return []

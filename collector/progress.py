@@ -87,6 +87,15 @@ class Progress:
         if self.done % self.every == 0 or now - self.last_line >= self.interval_s or self.done == self.total:
             self._line(now, name)
 
+    def drop(self, n: int) -> None:
+        """``n`` planned items will not run (a perf case that errored has nothing to profile)."""
+        if n <= 0:
+            return
+        self.total = max(self.done, self.total - n)
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def left_s(self, now: float) -> float:
         """Seconds left, estimated as the class docstring says."""
         elapsed = now - self.started
@@ -120,18 +129,18 @@ class Progress:
 
 PHASE_NAMES = {
     "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings", "suites": "suites",
-    "stop": "workers stop", "journal": "journal writes", "total": "total",
+    "stop": "workers stop", "profiling": "profiling (after the suites)", "journal": "journal writes",
+    "total": "total",
     "worker.startup": "start-up (imports, device)", "worker.ceilings": "ceilings (copy, read, matmul)",
     "worker.accuracy": "accuracy suite", "worker.perf.inputs": "perf: inputs",
     "worker.perf.warmup": "perf: compile + warm-up", "worker.perf.timing": "perf: device timing",
     "worker.perf.call": "perf: cost per call", "worker.perf.memory": "perf: peak memory",
-    "worker.profiling": "profiling",
 }
 
 
 def format_phases(phases: dict[str, float], writing_s: float | None = None) -> str:
     """The per-phase time summary printed at the end of ``collect`` (``run.phases_s``: see :mod:`collector.collect`)."""
-    wall = [k for k in ("setup", "workers", "suites", "stop", "journal", "total") if k in phases]
+    wall = [k for k in ("setup", "workers", "suites", "stop", "profiling", "journal", "total") if k in phases]
     work = [k for k in PHASE_NAMES if k.startswith("worker.") and k in phases]
     work += sorted(k for k in phases if k.startswith("worker.") and k not in PHASE_NAMES)
     devices = sorted(k.removeprefix("busy.") for k in phases if k.startswith("busy."))

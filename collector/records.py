@@ -1,6 +1,7 @@
 """A collector run's records: one per finished work item, journalled at once, then the run document.
 
-A finished item becomes a journal record (:func:`make_record`: its case and result rows as the
+A finished item (an accuracy, exploration or perf case, or a perf case's profiler counters: suite
+``profile``) becomes a journal record (:func:`make_record`: its case and result rows as the
 artifact holds them), kept in memory and appended to the run's journal (:mod:`db.journal`) by
 :class:`Tally`. At the end :func:`assemble` builds the ``kernelwatch.run/1`` document from the
 records in item order.
@@ -52,10 +53,10 @@ def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device:
         record["accuracy"] = [{"case": case.key, **result}]
     elif item[0] == "explore":
         record["accuracy"] = [{"case": case.key, **result, "kind": "explore"}]
+    elif item[0] == "profile":
+        record["profiler"] = [{"case": case.key, **m} for m in result]
     else:
-        rows, metrics = (result["perf"], result["profiler"]) if isinstance(result, dict) else (result, [])
-        record["perf"] = [{"case": case.key, **r} for r in rows]
-        record["profiler"] = [{"case": case.key, **m} for m in metrics]
+        record["perf"] = [{"case": case.key, **r} for r in result]
     return check_record(record, f"{item[0]} {item[1]}")
 
 
@@ -94,6 +95,19 @@ class Tally:
         if self.journal is not None:
             self.journal.result(record)
         self.progress.update(item[1], cost_of(item, self.cases), seconds, progress_group(item, self.cases))
+
+    def profiled(self, item: WorkItem, rows: list[dict[str, Any]], device: str, seconds: float) -> None:
+        """A ``("profile", key)`` item's metric rows (:mod:`collector.profile_phase`): recorded and journalled."""
+        try:
+            record = make_record(item, rows, self.cases, device, False, seconds, {})
+        except ArtifactError as exc:
+            from collector.profile_phase import error_rows
+
+            record = make_record(item, error_rows(device, f"counters refused by the schema: {exc}"), self.cases,
+                                 device, False, seconds, {})
+        self.records[item] = record
+        if self.journal is not None:
+            self.journal.result(record)
 
 
 def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:

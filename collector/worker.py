@@ -9,7 +9,7 @@ re-parented) and ends the process at once, even in the middle of a case, and a c
 the message loop; either way quietly, without a traceback.
 
 Every reply carries ``phases``: seconds per phase of the work since the previous reply (start-up,
-ceilings, accuracy, perf inputs / warm-up / timing / per-call / memory, profiling).
+ceilings, accuracy, perf inputs / warm-up / timing / per-call / memory).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def worker_main(conn: Connection, config: dict[str, Any]) -> None:
     """Serve the parent over ``conn`` until it says stop or goes away.
 
     ``config``: device (torch device string), label (its name in results), extra_modules, explore
-    ((base, seeds) of the exploration items ("explore", key), see collector.accuracy), profile, threads
+    ((base, seeds) of the exploration items ("explore", key), see collector.accuracy), threads
     (CPU threads for this worker; 0 leaves the default), time_on_cpu, parent (pid).
     """
     started = time.perf_counter()
@@ -145,12 +145,6 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
             else:
                 result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(case))
                 errored = any(r["implementation"] == KERNEL_IMPL and r["error"] for r in result)
-                if config.get("profile") and not errored:
-                    from collector.profiling import profile_case
-
-                    with backend.phase("profiling"):
-                        result = {"perf": result, "profiler": profile_case(spec, case, backend,
-                                                                           tuple(config["extra_modules"]))}
         except Exception as exc:  # noqa: BLE001 - any failure of a case is that case's result
             message = describe_error(exc)
             if os.environ.get("KERNELWATCH_DEBUG"):

@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from collector.profiling import ProfileError, ascend_metrics, meets, ncu_command, parse_ascend_csv, parse_ncu_csv
+from collector.profiling import (
+    ProfileError,
+    ascend_metrics,
+    attribute,
+    case_rows,
+    meets,
+    ncu_csv_kernels,
+    ncu_export_command,
+    ncu_import_command,
+    parse_ascend_csv,
+    parse_ncu_csv,
+)
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -80,19 +91,78 @@ def test_ascend_errors_name_the_file() -> None:
         parse_ascend_csv("Name,Duration(us)\nfoo,1\n", "_mse", "kd.csv")
 
 
-def test_ideal_flags_and_ncu_command() -> None:
+def test_ideal_flags_and_ncu_commands(tmp_path) -> None:  # noqa: ANN001
     assert meets(">0.8", 0.9) and not meets("<0.01", 0.02) and meets(None, 1) is None
-    cmd = ncu_command("ncu", "_mse_persistent_kernel", ["python", "-m", "x"])
-    assert "--clock-control" in cmd and "none" in cmd and "regex:_mse_persistent_kernel" in cmd
-    assert "--nvtx-include" in cmd and cmd[-3:] == ["python", "-m", "x"]
+    report = tmp_path / "k.ncu-rep"
+    cmd = ncu_export_command("ncu", "_mse_atomic|_mse_persistent_kernel", report, ["python", "-m", "x"])
+    assert "--clock-control" in cmd and "none" in cmd and "regex:_mse_atomic|_mse_persistent_kernel" in cmd
+    assert "--nvtx-include" in cmd and "--launch-count" not in cmd and cmd[-3:] == ["python", "-m", "x"]
+    assert cmd[cmd.index("--export") + 1] == str(report)
+    assert "--print-nvtx-rename" in ncu_import_command("ncu", report, by_range=True)
+    assert "--print-nvtx-rename" not in ncu_import_command("ncu", report, by_range=False)
 
 
-def test_collect_profile_on_a_machine_without_a_profiler_records_why(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    from collector.profiling import profile_cuda
+def _csv(rows: list[tuple[str, str, str, str]]) -> str:
+    head = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+    return head + "".join(f'"{i}","{k}","Command line profiler metrics","{m}","ns","{v}"\n' for i, k, m, v in rows)
+
+
+def test_one_report_for_a_kernel_is_attributed_case_by_case_through_its_nvtx_ranges() -> None:
+    """Case 0 launched a helper and its kernel, case 1 only a kernel another case's regex names, case 2
+    nothing: each case takes its first launch matching its own regex, and says so when there is none."""
+    t = "gpu__time_duration.sum"
+    names = _csv([("0", "_zero_fill", t, "10"), ("1", "_mse_atomic", t, "1,500"),
+                  ("2", "_mse_persistent_kernel", t, "900"), ("3", "_mse_atomic", t, "700")])
+    ranges = _csv([("0", "kw-case-0", t, "10"), ("1", "kw-case-0", t, "1,500"), ("2", "kw-case-1", t, "900"),
+                   ("3", "kw-case-3", t, "700")])
+    launches = attribute(ncu_csv_kernels(names), ncu_csv_kernels(ranges))
+    assert [k["name"] for k in launches[0]] == ["_zero_fill", "_mse_atomic"] and 2 not in launches
+    rows = {r["name"]: r for r in case_rows(launches[0], "_mse_atomic")}
+    assert rows["duration_ns"]["value"] == 1500 and "absent" in rows["dram_bytes_read"]["error"]
+    assert case_rows(launches[1], "_mse_persistent_kernel")[0]["value"] == 900
+    (missing,) = case_rows(launches.get(2, []), "_mse_atomic")
+    assert missing["value"] is None and "no launch matching '_mse_atomic'" in missing["error"]
+    (wrong,) = case_rows(launches[1], "_mse_atomic")
+    assert "profiled: _mse_persistent_kernel" in wrong["error"]
+    with pytest.raises(ProfileError, match="print-nvtx-rename"):
+        attribute(ncu_csv_kernels(names), ncu_csv_kernels(names))  # an ncu that did not rename
+
+
+def test_without_ncu_every_case_records_why_and_nothing_is_started(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from collector.profile_phase import Job, profile_events
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
-    (row,) = profile_cuda("mse_loss", "k", "cuda:0", (), ".", "memory")
-    assert row["value"] is None and "ncu is not on the PATH" in row["error"]
+    job = Job("mse_loss", "memory", {}, [("a", "_mse_atomic"), ("b", "_mse_atomic")])
+    events = list(profile_events([job], ["cuda:0"], ()))
+    rows = [e for e in events if e.kind == "rows"]
+    assert [e.key for e in rows] == ["a", "b"]
+    assert all(e.rows[0]["value"] is None and "ncu is not on the PATH" in e.rows[0]["error"] for e in rows)
+    assert events[0].kind == "begin" and events[-1].kind == "end"
+
+
+def test_the_profiling_phase_survives_a_case_that_raises_one_that_kills_its_process_and_one_that_hangs(
+        monkeypatch) -> None:  # noqa: ANN001
+    """A dry run on the CPU (no profiler: each case runs once in the target) of one kernel's batch: the cases
+    after a crash go on in a fresh process, a hang is stopped after the no-progress limit, and each case's
+    result says what happened to it."""
+    from collector.profile_phase import Job, profile_events
+
+    variants = ("correct", "raises", "crashes", "after", "hangs", "nan")
+    monkeypatch.setenv("PLANTED_PERF", "1")
+    monkeypatch.setenv("PLANTED_VARIANTS", ",".join(variants))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    keys = [f"planted/{v}/fp32/shape=1000" for v in variants]
+    job = Job("planted", "memory", {}, [(k, ".") for k in keys])
+    events = list(profile_events([job], ["cpu"], ("tests.planted_kernels",), case_timeout_s=8))
+    rows = {e.key: e.rows for e in events if e.kind == "rows"}
+    assert set(rows) == set(keys)
+    by = dict(zip(variants, keys, strict=True))
+    assert rows[by["correct"]] == [] and rows[by["after"]] == [] and rows[by["nan"]] == []
+    assert "raised in the profiled process: RuntimeError: planted failure" in rows[by["raises"]][0]["error"]
+    assert "exited with status -11 during this case" in rows[by["crashes"]][0]["error"]
+    assert "no progress in 8 s" in rows[by["hangs"]][0]["error"]
+    ticks = [e.key for e in events if e.kind == "tick"]
+    assert ticks == [by["correct"], by["raises"], by["after"], by["nan"]]  # a tick per case the target finished
 
 
 def test_cube_bound_kernels_are_judged_by_the_cube_ratio_not_by_the_mseloss_ideals() -> None:
