@@ -967,7 +967,9 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
-    profile_kernel=lambda case: "_fused_rmsnorm_matmul",
+    # The kernel that does the work on each path: the fused one, Hopper's TMA GEMM (after its 1/rms prepass), decode's
+    # split-K kernel (plan_path); tests/test_launch_plans.py checks this names a launch of every perf case.
+    profile_kernel=lambda case: "_fused_rmsnorm_matmul|_rms_gemm_tma_kernel|_decode_splitk_kernel",
     launch_plans=_launch_plans,
     bound="compute",
     variants=VARIANTS,

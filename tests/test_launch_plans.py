@@ -298,3 +298,16 @@ def test_importing_the_kernels_builds_no_autotuner_and_touches_no_driver() -> No
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", [NVIDIA_A100, NVIDIA_H200, ASCEND_910B], ids=lambda d: d.name)
+def test_the_profiler_regex_of_every_perf_case_names_one_of_its_launches(device) -> None:  # noqa: ANN001
+    """``collect --profile`` keeps the first launch whose name matches ``spec.profile_kernel(case)``: on every path
+    a case's plan takes there must be one (Hopper's fold_gamma GEMM once had none: no counters for 10 cases)."""
+    import re
+
+    for spec in kernels.discover(()).values():
+        for case in spec.perf_cases():
+            names = [step.name for step in launches(spec.launch_plans(case, device))]
+            if names:
+                assert any(re.search(spec.profile_kernel(case), n) for n in names), (case.key, names)

@@ -197,3 +197,19 @@ def test_ideals_follow_the_spec_bound_and_its_overrides() -> None:
     assert ncu["dram_throughput_pct"]["ideal"] is None
     with pytest.raises(ValueError, match="unknown bound"):
         ideals_for("latency")
+
+
+def test_a_real_h200_report_of_twenty_mse_loss_cases_gives_each_case_its_own_kernel() -> None:
+    """Both imports of the one report ``collect --profile`` wrote for MSELoss's 20 perf cases (GPU-44732af5,
+    ncu 2025.3.1): every case's range holds its kernel, and its counters are that launch's."""
+    names = ncu_csv_kernels((FIXTURES / "ncu_h200_mse_loss_report.names.csv").read_text())
+    ranges = ncu_csv_kernels((FIXTURES / "ncu_h200_mse_loss_report.ranges.csv").read_text())
+    launches = attribute(names, ranges)
+    assert sorted(launches) == list(range(20)) and all(len(v) == 1 for v in launches.values())
+    assert {k["name"] for v in launches.values() for k in v} == {"_mse_atomic_kernel", "_mse_persistent_kernel"}
+    for index, (entry,) in launches.items():
+        regex = "_mse_atomic" if "atomic" in entry["name"] else "_mse_persistent_kernel"
+        rows = {r["name"]: r for r in case_rows(launches[index], regex)}
+        assert rows["duration_ns"]["value"] > 1000 and all(r["error"] is None for r in rows.values())
+    with pytest.raises(ProfileError, match="print-nvtx-rename"):
+        attribute(names, names)
