@@ -15,6 +15,8 @@ TRITON_ASCEND_SPEC ?= triton-ascend==3.2.0
 COMPILE_REPORT ?= test-artifacts/compile-check.md
 DB ?= kernelwatch.db
 PORT ?= 8501
+# pytest-xdist processes for make test, one per core (0: the tests in one process, in order)
+TEST_WORKERS ?= auto
 BIN := $(VENV)/bin
 # The real H200 run the SYNTHETIC demo branch is derived from (db/synthetic.py: demo_branch, DEMO_CHANGES).
 DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz
@@ -64,7 +66,7 @@ lint: install
 	$(BIN)/ruff check .
 
 test: install lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 bench: install
 	$(BIN)/python benchmarks/db_bench.py

@@ -73,6 +73,9 @@ def main(argv: list[str]) -> None:
     say("pid", os.getpid())
     with open(args.cases_file, encoding="utf-8") as f:
         keys = json.load(f)
+    if args.device.startswith("npu"):
+        import torch_npu  # noqa: F401 - registers the npu device with torch
+
     spec = discover(tuple(args.module))[args.kernel]
     by_key = {c.key: c for c in spec.perf_cases()}
     device = torch.device(args.device)

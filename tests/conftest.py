@@ -18,6 +18,13 @@ sys.path.insert(0, str(ROOT))
 # module is first imported, and test_collector.py (collected first) imports kernels through the collector,
 # so it is set here, before any test module; tests that compile for real drop it in a subprocess.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# `make test` runs the tests in parallel (pytest-xdist, one process per core): each process's math libraries get
+# its share of the cores (before torch or numpy is imported), else OpenMP and OpenBLAS threads of every process
+# spin on every core and interpreted matmuls run several times slower.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _threads)
 
 from tests.pgserver import admin_url  # noqa: E402
 

@@ -18,6 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.ceilings import fill_missing
+from dashboard.data import short_gpu
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
@@ -552,14 +553,24 @@ def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
     return at
 
 
-def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, monkeypatch) -> None:  # noqa: ANN001
-    """The newest H200 run of the shipped history holds only RMSNorm+MatMul accuracy: judging only it hid every
-    perf result. Both defaults get a section, each with its own run."""
+@pytest.fixture(scope="module")
+def newest_h200() -> dict[str, object]:
+    """The newest single-model H200 run of the shipped history with perf results, and the newest with accuracy."""
+    docs = [d for d in (load_artifact(p) for p in ALL_HISTORY) if d.hardware.device_name == "NVIDIA H200"]
+    return {section: max((d for d in docs if getattr(d, section)), key=lambda d: d.run.started_at)
+            for section in ("perf", "accuracy")}
+
+
+def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, newest_h200,
+                                                                        monkeypatch) -> None:  # noqa: ANN001
+    """A newest H200 run may hold only RMSNorm+MatMul accuracy (it once did): judging only it hid every perf
+    result. Both defaults get a section, each with its own run."""
     at = _triage_at(history_dbs[0], monkeypatch)
     heads = [s.value for s in at.subheader]
     assert [h.split(" — ")[1] for h in heads] == ["newest run with perf", "newest run with accuracy"]
     captions = " ".join(c.value for c in at.caption)
-    assert "run cd20ae24" in captions and "run 50431359" in captions  # 9b9d362d's perf and accuracy runs
+    perf, accuracy = newest_h200["perf"].run.id[:8], newest_h200["accuracy"].run.id[:8]
+    assert perf != accuracy and f"run {perf}" in captions and f"run {accuracy}" in captions
 
 
 def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001
@@ -674,12 +685,14 @@ def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkey
     assert perf["case"].is_unique
 
 
-def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, monkeypatch) -> None:  # noqa: ANN001
-    """The physical device is data: the newest H200 perf run of the shipped history (cd20ae24) ran on
-    GPU-c848f83d, its baseline (8ad2ff78) on GPU-12456339; both pages say which GPU measured what."""
-    at = _triage_at(history_dbs[0], monkeypatch)
+def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest_h200,
+                                                             monkeypatch) -> None:  # noqa: ANN001
+    """The physical device is data: each run of the shipped history ran on its own H200 (by UUID), and both
+    pages say which GPU measured what."""
+    at = _triage_at(history_dbs[0], monkeypatch, show="all cases")
     table = at.dataframe[0].value
-    assert set(table["GPU"].dropna()) == {"GPU-c848f83d"}
+    uuids = {r.device_uuid for r in newest_h200["perf"].perf if r.device_uuid}
+    assert len(uuids) == 1 and set(table["GPU"].dropna()) == {short_gpu(next(iter(uuids)))}
     monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
     case = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
     page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
@@ -688,5 +701,5 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, monkey
     page.run()
     assert not page.exception, [e.value for e in page.exception]
     runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
-    assert {"GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34"} <= set(runs["GPU"])
+    assert {"GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5"} <= set(runs["GPU"])
     assert "graph" in set(runs["timing"])
