@@ -195,9 +195,12 @@ def _profile_items(opts: Options, device: str, items: list[WorkItem], cases: dic
     """``("profile", key)`` per perf item when ``--profile`` is asked for on a device with a profiler."""
     if not opts.profile:
         return []
-    if device == "cpu":
+    if device == "cpu" and not opts.time_on_cpu:
         notes.append("--profile: no profiler on the CPU, no counters recorded")
         return []
+    if device == "cpu":
+        notes.append("--profile with --cpu-perf: the profiling phase ran each case once with no profiler "
+                     "(a test of the collector), no counters recorded")
     profiles = [("profile", key) for suite, key in items if suite == "perf"]
     for item in profiles:
         cases[item] = cases[("perf", item[1])]

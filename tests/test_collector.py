@@ -321,6 +321,22 @@ def test_lpt_plan_ends_sooner_than_suite_order_with_a_big_case_last() -> None:
     assert makespan([[i] for i in items]) == 12.0
 
 
+def test_profile_runs_after_the_suites_one_process_per_kernel_counted_in_the_progress(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """--profile with --cpu-perf on the CPU: the profiling phase as it runs on a GPU, without a profiler. Its
+    cases are items of the run's progress, each kernel says when its one process starts and ends, and the
+    phase has its own line in the time summary."""
+    out = tmp_path / "run.json"
+    result = cli.invoke(main, [*TIMED, "--suite", "perf", "--cpu-perf", "--profile", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "profiling 6 timed case(s) on cpu in one profiled process" in result.output
+    assert re.search(r"profiled timed on cpu: 6 case\(s\) in \d+ s\n", result.output), result.output
+    assert "12/12 items (100%)" in result.output and "profiling (after the suites)" in result.output
+    doc = to_data(load_artifact(out))
+    assert doc["run"]["status"] == "complete" and doc["run"]["phases_s"]["profiling"] > 0
+    assert "--profile with --cpu-perf: the profiling phase ran each case once" in doc["run"]["notes"]
+    assert doc["profiler"] == [] and len(doc["perf"]) == 12
+
+
 def _ceilings_from_notes(notes: str) -> dict[str, float]:
     return {m[0]: float(m[1]) for m in re.findall(r"(cpu:\d) copy ([0-9.]+) GB/s", notes)}
 

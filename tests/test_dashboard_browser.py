@@ -16,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from dashboard.screenshots import CHROMIUM_ARGS
+from dashboard.screenshots import settle as _settle
 from tests.conftest import IN_CI
 from tests.test_dashboard import EVIL_HW, MD_CASE, STEP_CASE, dash_db, fingerprint  # noqa: F401 - same database
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("KERNELWATCH_CHROMIUM") or "/usr/bin/chromium"  # Debian's, not a downloaded build
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = CHROMIUM_ARGS
 PAGES = ("", "triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
 
 pytestmark = pytest.mark.browser
@@ -71,24 +72,6 @@ def browser(server):  # noqa: ANN001, ANN201
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield chromium
         chromium.close()
-
-
-def _settle(page, timeout: float = 90) -> None:  # noqa: ANN001
-    """Wait until the script run is over: no status widget, no stale or skeleton element, every Plotly
-    chart drawn, and the DOM unchanged for two seconds."""
-    deadline, last, stable = time.time() + timeout, None, 0
-    while stable < 4:
-        assert time.time() < deadline, "the page never settled"
-        time.sleep(0.5)
-        state = page.evaluate("""() => [
-            document.querySelectorAll('*').length,
-            !!document.querySelector('[data-testid="stStatusWidget"]'),
-            document.querySelectorAll('[data-stale="true"], [data-testid="stSkeleton"]').length,
-            document.querySelectorAll('[data-testid="stPlotlyChart"]').length
-              - document.querySelectorAll('.js-plotly-plot .main-svg').length / 1]""")
-        busy = state[1] or state[2] or state[3] > 0
-        stable = stable + 1 if state == last and not busy else 0
-        last = state
 
 
 def _open(browser, url: str, shot: str | None = None, height: int = 1400):  # noqa: ANN001, ANN202
