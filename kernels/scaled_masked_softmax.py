@@ -108,8 +108,7 @@ def _causal_groups(cols, q):
 @triton.jit
 def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
-    """Ordered logits of a tile of rows: x where the scale is positive, -x where it is negative (exact, and
-    ordered as the scaled logits are), -inf where masked or out of bounds; :func:`_exp2_scaled` scales them.
+    """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds.
 
     The input load does not depend on the mask's values, so both loads are in flight together
     (making x's load wait for the mask doubled the memory latency per tile: kernels/NOTES.md).
@@ -129,15 +128,7 @@ def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, sc
         m_offs = b[:, None].to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * mask_sq + cols[None, :]
         masked = tl.load(m_ptr + m_offs, mask=inb, other=1)
         valid = valid & (masked == 0)
-    return tl.where(valid, tl.where(scale2 < 0, -x, x), float("-inf"))
-
-
-@triton.jit
-def _exp2_scaled(d, scale2):
-    """2^(d |scale2|) for d = u - max(u) of ordered logits u (``_row_logits``), 0 where d is -inf (masked) for any
-    scale. The difference is taken before the scaling, so near the maximum it is exact (Sterbenz); scaling first
-    rounded x * scale * log2(e) to the ulp of its magnitude, 1e-3 relative at fp32 logits of 1e4."""
-    return tl.where(d == float("-inf"), 0.0, tl.exp2(d * tl.abs(scale2)))
+    return tl.where(valid, x * scale2, float("-inf"))
 
 
 @triton.jit
@@ -162,7 +153,7 @@ def _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, 
                     HAS_MASK, CAUSAL, ACC)
     m = tl.max(z, axis=1)
     m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
-    e = _exp2_scaled(z - m[:, None], scale2)
+    e = tl.exp2(z - m[:, None])
     s = tl.sum(e, axis=1)
     inv = tl.where(s > 0, 1.0 / s, 0.0)
     y = e * inv[:, None]
@@ -212,10 +203,10 @@ def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, m
         x = x_next.to(ACC)
         x_next = tl.load(x_ptr + offs + step * (1 - (h + 1) // H), mask=inb, other=0.0,
                          eviction_policy="evict_first")
-        z = tl.where(keep, tl.where(scale2 < 0, -x, x), float("-inf"))
+        z = tl.where(keep, x * scale2, float("-inf"))
         m = tl.max(z, axis=1)
         m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
-        e = _exp2_scaled(z - m[:, None], scale2)
+        e = tl.exp2(z - m[:, None])
         s = tl.sum(e, axis=1)
         inv = tl.where(s > 0, 1.0 / s, 0.0)
         tl.store(y_ptr + offs, (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=inb)
@@ -238,7 +229,7 @@ def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mas
                         HAS_MASK, CAUSAL, ACC)
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_run = s_run * _exp2_scaled(m_run - m_safe, scale2) + tl.sum(_exp2_scaled(z - m_safe[:, None], scale2), axis=1)
+        s_run = s_run * tl.exp2(m_run - m_safe) + tl.sum(tl.exp2(z - m_safe[:, None]), axis=1)
         m_run = m_new
     m_safe = tl.where(m_run == float("-inf"), 0.0, m_run)
     inv = tl.where(s_run > 0, 1.0 / s_run, 0.0)
@@ -246,7 +237,7 @@ def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mas
         cols = start + tl.arange(0, BLOCK_N)
         z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
                         HAS_MASK, CAUSAL, ACC)
-        y = _exp2_scaled(z - m_safe[:, None], scale2) * inv[:, None]
+        y = tl.exp2(z - m_safe[:, None]) * inv[:, None]
         out = y_ptr + row[:, None].to(tl.int64) * sk + cols[None, :]
         tl.store(out, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < sk))
 
