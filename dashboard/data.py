@@ -100,15 +100,21 @@ def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> st
 TRIAGE_SCAN = 60  # how many of a hardware's newest runs Triage looks through for one with perf and one with accuracy
 
 
-def triage_runs(eng: Engine, fingerprint: str) -> list[tuple[str, dict[str, Any]]]:
+def triage_runs(eng: Engine, fingerprint: str, kernel: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """What Triage judges on one hardware: its newest run (complete or partial) with kernel timings and its
-    newest with gating accuracy results, as [(role, run)]: one entry "perf and accuracy" when one run is both,
-    else "perf" then "accuracy" (either may be missing). A newer perf-only run does not hide accuracy."""
+    newest with gating accuracy results (of ``kernel`` when one is picked), as [(role, run)]: one entry "perf and
+    accuracy" when one run is both, else "perf" then "accuracy" (either may be missing). A newer perf-only run
+    does not hide accuracy, nor a newer run of other kernels the picked kernel's results."""
     runs = [r for r in queries.list_runs(eng, hardware=fingerprint, limit=TRIAGE_SCAN)
             if r["fingerprint"] == fingerprint and r["status"] in ("complete", "partial")]
     contents = queries.run_contents(eng, [r["id"] for r in runs])
-    perf = next((r for r in runs if contents[r["id"]]["perf"]), None)
-    acc = next((r for r in runs if contents[r["id"]]["accuracy"]), None)
+
+    def has(run: dict[str, Any], kind: str) -> bool:
+        held = contents[run["id"]]
+        return bool(held[kind]) and (kernel is None or kernel in held[f"{kind}_kernels"])
+
+    perf = next((r for r in runs if has(r, "perf")), None)
+    acc = next((r for r in runs if has(r, "accuracy")), None)
     if perf is not None and acc is not None and perf["id"] == acc["id"]:
         return [("perf and accuracy", perf)]
     out = [("perf", perf), ("accuracy", acc)]

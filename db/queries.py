@@ -560,9 +560,10 @@ def perf_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> 
 
 def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """What each run holds: its kernels (sorted), how many kernel timings (``perf``: Triton rows), gating
-    accuracy results (``accuracy``) and profiler metrics (``profiler``) it has. Runs without results get
-    zeros and no kernels."""
-    out = {rid: {"kernels": set(), "perf": 0, "accuracy": 0, "profiler": 0} for rid in run_ids}
+    accuracy results (``accuracy``) and profiler metrics (``profiler``) it has, and per kind the kernels that have
+    them (``perf_kernels``...). Runs without results get zeros and no kernels."""
+    out = {rid: {"kernels": set(), "perf": 0, "accuracy": 0, "profiler": 0, "perf_kernels": set(),
+                 "accuracy_kernels": set(), "profiler_kernels": set()} for rid in run_ids}
     if not run_ids:
         return {}
     queries = (
@@ -579,7 +580,8 @@ def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]
             for rid, kernel, n in conn.execute(stmt.group_by(stmt.selected_columns[0], Case.kernel)):
                 out[rid][name] += n
                 out[rid]["kernels"].add(kernel)
-    return {rid: {**c, "kernels": sorted(c["kernels"])} for rid, c in out.items()}
+                out[rid][f"{name}_kernels"].add(kernel)
+    return {rid: {**c, **{k: sorted(v) for k, v in c.items() if k.endswith("kernels")}} for rid, c in out.items()}
 
 
 def contents_text(contents: dict[str, Any], device: str | None = None, device_count: int | None = None,

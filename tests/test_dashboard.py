@@ -190,8 +190,13 @@ def test_triage_default_shows_changes_of_every_hardware(page) -> None:  # noqa: 
 
 
 def test_triage_kernel_filter(page, dash_db) -> None:  # noqa: ANN001
+    """The newest H200 runs here are MSELoss-only copies: with softmax picked, Triage once judged them and said
+    "Nothing changed in scaled_masked_softmax" about a run that never measured it. It judges the newest run
+    holding softmax perf (and the newest holding its accuracy), and lists softmax cases only."""
     at = page("triage", hardware=fingerprint(dash_db, "NVIDIA H200"), kernel="scaled_masked_softmax")
-    assert not at.dataframe and any("Nothing changed in scaled_masked_softmax" in s.value for s in at.success)
+    counts = [t.value for t in at.text]
+    assert len(counts) == 2 and "no cases" not in counts and at.dataframe, counts
+    assert all(set(d.value["kernel"]) == {"scaled_masked_softmax"} for d in at.dataframe)
 
 
 def test_triage_warns_when_software_changed_since_the_baseline(tmp_path, monkeypatch) -> None:  # noqa: ANN001
@@ -566,11 +571,26 @@ def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_d
     """A newest H200 run may hold only RMSNorm+MatMul accuracy (it once did): judging only it hid every perf
     result. Both defaults get a section, each with its own run."""
     at = _triage_at(history_dbs[0], monkeypatch)
-    heads = [s.value for s in at.subheader]
-    assert [h.split(" — ")[1] for h in heads] == ["newest run with perf", "newest run with accuracy"]
+    heads = [s.value.split(" — ")[1] for s in at.subheader]
     captions = " ".join(c.value for c in at.caption)
     perf, accuracy = newest_h200["perf"].run.id[:8], newest_h200["accuracy"].run.id[:8]
-    assert perf != accuracy and f"run {perf}" in captions and f"run {accuracy}" in captions
+    assert f"run {perf}" in captions and f"run {accuracy}" in captions
+    if perf == accuracy:  # one run holds both: one section
+        assert heads == ["newest run with perf and accuracy"]
+    else:
+        assert heads == ["newest run with perf", "newest run with accuracy"]
+
+
+def test_a_picked_kernel_is_judged_in_the_newest_runs_that_hold_it(history_dbs, newest_h200,
+                                                                   monkeypatch) -> None:  # noqa: ANN001
+    """With a kernel picked, Triage judges the newest runs holding that kernel's perf and its accuracy: the
+    shipped history's newest H200 run holds only softmax, and judging it for MSELoss showed "no cases"."""
+    assert "mse_loss" not in {r.case.split("/")[0] for r in newest_h200["perf"].perf}
+    at = _triage_at(history_dbs[0], monkeypatch, kernel="mse_loss")
+    assert [s.value.split(" — ")[1] for s in at.subheader] == ["newest run with perf", "newest run with accuracy"]
+    counts = [t.value for t in at.text]
+    assert len(counts) == 2 and "no cases" not in counts and all("unchanged" in c for c in counts), counts
+    assert f"run {newest_h200['perf'].run.id[:8]}" not in " ".join(c.value for c in at.caption)
 
 
 def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001

@@ -74,7 +74,7 @@ state = {"hardware": None if fp == "all" else fp, "kernel": kernel, "show": None
 
 sections: list[tuple[str, dict, str | None]] = []  # (what the run is, the run judged, an explicit baseline)
 for hw_run in latest if fp == "all" else [r for r in latest if r["fingerprint"] == fp]:
-    newest = data.triage_runs(eng, hw_run["fingerprint"])
+    newest = data.triage_runs(eng, hw_run["fingerprint"], kernel)
     if fp == "all":
         sections += [(role, run, None) for role, run in newest]
         continue
