@@ -1,7 +1,7 @@
 """Every page of a served dashboard as a reviewer sees it: full-page PNGs from headless Chromium.
 
     python -m dashboard.screenshots [--url http://127.0.0.1:8501] [--out test-artifacts] [--width 1280]
-                                    [--case KEY] [--chromium /usr/bin/chromium]
+                                    [--height 1800] [--case KEY] [--chromium /usr/bin/chromium]
 
 Start the dashboard first (``make demo`` serves one). Each page is captured once its script run is over
 (:func:`settle`); the case page opens on ``--case``, else on the first case Triage links to. A page that
@@ -42,7 +42,7 @@ def settle(page, timeout: float = 90) -> None:  # noqa: ANN001
 
 
 def capture(url: str, out: Path, width: int = 1280, case: str = DEFAULT_CASE,
-            chromium: str = "/usr/bin/chromium") -> list[tuple[str, Path, bool]]:
+            chromium: str = "/usr/bin/chromium", height: int = 1800) -> list[tuple[str, Path, bool]]:
     """(page, PNG, whether it shows an exception) for every page of the dashboard at ``url``."""
     from playwright.sync_api import sync_playwright
 
@@ -53,7 +53,7 @@ def capture(url: str, out: Path, width: int = 1280, case: str = DEFAULT_CASE,
         try:
             for name in PAGES:
                 query = f"?case={urllib.parse.quote(case, safe='')}" if name == "case" else ""
-                page = browser.new_page(viewport={"width": width, "height": 1000})
+                page = browser.new_page(viewport={"width": width, "height": height})
                 page.goto(f"{url.rstrip('/')}/{name}{query}", wait_until="domcontentloaded")
                 page.wait_for_selector("h1", timeout=60_000)
                 settle(page)
@@ -71,11 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="http://127.0.0.1:8501")
     parser.add_argument("--out", type=Path, default=Path("test-artifacts"))
     parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=1800, help="the window: the app scrolls inside it")
     parser.add_argument("--case", default=DEFAULT_CASE)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args(argv)
     failed = []
-    for name, path, broken in capture(args.url, args.out, args.width, args.case, args.chromium):
+    for name, path, broken in capture(args.url, args.out, args.width, args.case, args.chromium, args.height):
         print(f"{name:<12} {path}{'  (shows an exception)' if broken else ''}")
         if broken:
             failed.append(name)

@@ -827,7 +827,8 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
-    profile_kernel=lambda case: "_ln_",
+    # The GEMM of each path, never the statistics prepass (_ln_stats_kernel) that runs first on all of them.
+    profile_kernel=lambda case: "_ln_gemm_tma|_ln_decode_splitk|_fused_ln_matmul",
     launch_plans=_launch_plans,
     bound="compute",
     variants=VARIANTS,
