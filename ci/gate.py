@@ -34,6 +34,7 @@ from ci.detect import (
     machine_sigma,
     regressions,
     run_shift,
+    segment_start,
 )
 from db.export import export_run
 from db.queries import (
@@ -462,7 +463,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             note, sigma_m = "", 0.0
             if p.device_uuid != b.device_uuid:
                 groups: dict[str, list[float]] = {}
-                for m, uuid in history:
+                for m, uuid in history[segment_start([m for m, _ in history]):]:
                     if uuid:
                         groups.setdefault(uuid, []).append(m)
                 sigma_m, source = machine_sigma(groups, klass)

@@ -31,6 +31,7 @@ from ci.detect import (
     outlier_p,
     regressions,
     run_shift,
+    segment_start,
 )
 
 
@@ -253,3 +254,16 @@ def test_a_step_the_history_already_holds_is_a_change_not_noise() -> None:
     # the same history without its step: the noise estimate is the runs' own, unchanged by the cut
     flat = compare_case("causal", baseline, candidate, history[:16])
     assert flat.sigma == pytest.approx(c.sigma, rel=0.5) and flat.p_between < 1e-3
+
+
+def test_gpus_are_compared_within_the_last_segment_of_the_history() -> None:
+    """The same causal softmax history by GPU (ci/history): two GPUs measured the old kernel, three the new one.
+    Across the step the GPUs differ by 20% or more, which is the code, not the machines; within the last segment
+    they differ by well under 1%."""
+    old = {"GPU-cadb0535": [2.3792], "GPU-d83c984e": [2.3787]}
+    new = {"GPU-7b44cc34": [1.5936], "GPU-12456339": [1.5996], "GPU-44732af5": [1.5881]}
+    history = [2.3648, 2.3629, 2.3654, 2.3639, 2.3801, 2.3643, 2.3628, 2.3642, 2.3672, 2.3634, 2.3641, 2.3789,
+               2.3782, 2.3691, 2.3792, 2.3787, 1.5936, 1.5996, 1.5881]
+    assert segment_start(history) == 16 and segment_start(history[:16]) == 0 and segment_start([]) == 0
+    assert between_machine_sigma({**old, **new}) > 0.15
+    assert between_machine_sigma(new) < 0.01
