@@ -120,7 +120,13 @@ class Runner:
         else:
             remaining = list(job.cases)
             while remaining:
-                outcome = self._batch(job, remaining, ncu)
+                try:
+                    outcome = self._batch(job, remaining, ncu)
+                except Exception as exc:  # noqa: BLE001 - the profiler's failure is these cases' error, not the run's end
+                    for key, _ in remaining:
+                        self.emit(Event("rows", job.kernel, self.device, key,
+                                        error_rows(self.device, f"profiling failed: {type(exc).__name__}: {exc}")))
+                    break
                 for index, rows in sorted(outcome.rows.items()):
                     self.emit(Event("rows", job.kernel, self.device, remaining[index][0], rows,
                                     outcome.seconds.get(index, 0.0)))
@@ -271,16 +277,24 @@ def _import(ncu: str, report: Path, by_range: bool) -> str:
     return out.stdout
 
 
-def _keep(report: Path, texts: list[str], stem: str) -> None:
+def _keep(report: Path, texts: list[str], stem: str) -> str | None:
+    """Copy the report and its CSV imports into ``$KERNELWATCH_PROFILE_DIR``; the counters never depend on it: a
+    folder that cannot be written is a warning on stderr (returned), and the run goes on."""
     folder = os.environ.get(KEEP_ENV)
     if not folder:
-        return
+        return None
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:120]
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(report, out / f"{stem}.ncu-rep")
-    for text, suffix in zip(texts, ("names", "ranges"), strict=True):
-        (out / f"{stem}.{suffix}.csv").write_text(text, encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report, out / f"{stem}.ncu-rep")
+        for text, suffix in zip(texts, ("names", "ranges"), strict=True):
+            (out / f"{stem}.{suffix}.csv").write_text(text, encoding="utf-8")
+    except OSError as exc:
+        warning = f"kernelwatch: {KEEP_ENV}={folder!r}: the ncu report was not kept ({exc.strerror or exc})"
+        print(warning, file=sys.stderr, flush=True)
+        return warning
+    return None
 
 
 def _kill_target(pid: int | None, proc: subprocess.Popen) -> None:

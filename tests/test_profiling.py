@@ -213,3 +213,35 @@ def test_a_real_h200_report_of_twenty_mse_loss_cases_gives_each_case_its_own_ker
         assert rows["duration_ns"]["value"] > 1000 and all(r["error"] is None for r in rows.values())
     with pytest.raises(ProfileError, match="print-nvtx-rename"):
         attribute(names, names)
+
+
+def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay(tmp_path, monkeypatch,
+                                                                                capsys) -> None:  # noqa: ANN001
+    from collector.profile_phase import KEEP_ENV, _keep
+
+    report = tmp_path / "k.ncu-rep"
+    report.write_bytes(b"report")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(KEEP_ENV, str(blocker))
+    warning = _keep(report, ["names", "ranges"], "mse_loss-cuda0-x")
+    assert warning and KEEP_ENV in warning and "not kept" in capsys.readouterr().err
+    monkeypatch.setenv(KEEP_ENV, str(tmp_path / "kept"))
+    assert _keep(report, ["names", "ranges"], "mse/loss:cuda0") is None
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [
+        "mse_loss_cuda0.names.csv", "mse_loss_cuda0.ncu-rep", "mse_loss_cuda0.ranges.csv"]
+
+
+def test_a_failure_of_the_profiling_machinery_is_each_case_s_error_not_the_run_s_end(monkeypatch) -> None:  # noqa: ANN001
+    from collector import profile_phase
+    from collector.profile_phase import Job, profile_events
+
+    def broken(self, job, cases, ncu):  # noqa: ANN001, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(profile_phase.Runner, "_batch", broken)
+    job = Job("mse_loss", "memory", {}, [("a", "."), ("b", ".")])
+    events = list(profile_events([job], ["cpu"], ()))
+    rows = {e.key: e.rows for e in events if e.kind == "rows"}
+    assert set(rows) == {"a", "b"} and all("profiling failed: OSError" in r[0]["error"] for r in rows.values())
+    assert events[-1].kind == "end"
