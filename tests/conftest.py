@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -26,7 +24,7 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_name, _threads)
 
-from tests.pgserver import admin_url  # noqa: E402
+from tests.pgserver import admin_url, create_database, drop_database  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -45,30 +43,13 @@ def pg_admin() -> Iterator[str]:
             server.stop()
 
 
-def _new_pg_database(admin: str) -> tuple[str, str]:
-    name = f"kw_test_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine.dispose()
-    base = admin.rsplit("/", 1)[0]
-    return f"{base}/{name}", name
-
-
-def _drop_pg_database(admin: str, name: str) -> None:
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
-
-
 @pytest.fixture
 def pg_url(pg_admin: str) -> Iterator[str]:
-    url, name = _new_pg_database(pg_admin)
+    url, name = create_database(pg_admin, "kw_test")
     try:
         yield url
     finally:
-        _drop_pg_database(pg_admin, name)
+        drop_database(pg_admin, name)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -11,7 +11,11 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 ENV = "KERNELWATCH_TEST_PG_URL"
 
@@ -75,3 +79,45 @@ def admin_url() -> tuple[str | None, PrivateServer | None, str]:
         except OSError:
             time.sleep(0.2)
     return server.url, server, ""
+
+
+def create_database(admin: str, prefix: str) -> tuple[str, str]:
+    """A new, empty database on the admin URL's server: (its URL, its name)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return f"{admin.rsplit('/', 1)[0]}/{name}", name
+
+
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def drop_database(admin: str, name: str, within_s: float = 30.0) -> None:
+    """DROP DATABASE ... WITH (FORCE), which ends our own leftover sessions. PostgreSQL 15 refuses FORCE
+    (42501, "must be a member of the role whose process is being terminated") while an autovacuum worker
+    is in the database, as it runs under no role; a plain DROP then signals the worker away, and a
+    session of a role we cannot signal is waited for, until `within_s`."""
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    deadline = time.monotonic() + within_s
+    statements = (f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'DROP DATABASE IF EXISTS "{name}"')
+    try:
+        while True:
+            refused: DBAPIError | None = None
+            for sql in statements:
+                try:
+                    with engine.connect() as conn:
+                        conn.execute(text(sql))
+                    return
+                except DBAPIError as exc:
+                    if getattr(exc.orig, "sqlstate", None) not in (INSUFFICIENT_PRIVILEGE, "55006"):
+                        raise
+                    refused = exc
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"database {name} could not be dropped within {within_s:.0f} s") from refused
+            time.sleep(0.5)
+    finally:
+        engine.dispose()

@@ -31,6 +31,7 @@ from db.ingest import ingest_documents
 from db.schema import MAX_ARTIFACT_BYTES, SCHEMA, parse_artifact, printable, to_data
 from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
+from tests.pgserver import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = SyntheticHistory(runs=2, cases=2, samples=5)
@@ -408,16 +409,11 @@ def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> Database:
 
 @pytest.fixture(scope="module")
 def postgres_db(pg_admin: str) -> Iterator[Database]:
-    name = f"kw_corpus_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_admin, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url, name = create_database(pg_admin, "kw_corpus")
     try:
-        yield _holding_one_run("postgres", f"{pg_admin.rsplit('/', 1)[0]}/{name}")
+        yield _holding_one_run("postgres", url)
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(pg_admin, name)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

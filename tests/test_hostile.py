@@ -23,13 +23,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 from db.engine import open_database
 from db.ingest import ingest_documents
 from db.schema import dumps, parse_artifact, to_data
 from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
+from tests.pgserver import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED_SHAS = ["--output=../sub/", "/victim.txt", ".", "HEAD~1", "a..b", "-p", "abc", "abcdefg", "0123456789abcdef "]
@@ -152,15 +154,6 @@ def test_bisect_never_hands_a_stored_value_to_git(db_url: str, tmp_path: Path) -
 # ---------------------------------------------------------------------------------------------------------
 # 2. Concurrent ingests
 # ---------------------------------------------------------------------------------------------------------
-def _fresh_database(admin: str) -> tuple[str, str]:
-    name = f"kw_hostile_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine.dispose()
-    return admin.rsplit("/", 1)[0] + "/" + name, name
-
-
 def _ingest_worker(barrier, jobs: list[tuple[int, str, list[str]]], results) -> None:  # noqa: ANN001
     """One writer process: per round, wait for the other seven, then `kernelwatch ingest` its files (the
     command itself, in this forked process: its own connections, no interpreter start-up to pay)."""
@@ -218,14 +211,12 @@ def _parallel_rounds(tmp_path: Path, rounds: int, urls: list[str]) -> None:
 @pytest.mark.postgres
 def test_eight_parallel_ingests_into_one_postgresql_all_land(pg_admin: str, tmp_path: Path) -> None:  # noqa: ANN001
     """27 of 48 processes failed (`deadlock detected`, `duplicate key ... "run_pkey"`) and stored nothing."""
-    from tests.conftest import _drop_pg_database
-
-    made = [_fresh_database(pg_admin) for _ in range(10)]
+    made = [create_database(pg_admin, "kw_hostile") for _ in range(10)]
     try:
         _parallel_rounds(tmp_path, 10, [url for url, _ in made])
     finally:
         for _, name in made:
-            _drop_pg_database(pg_admin, name)
+            drop_database(pg_admin, name)
 
 
 def test_eight_parallel_ingests_into_one_sqlite_all_land(tmp_path: Path) -> None:
@@ -235,10 +226,8 @@ def test_eight_parallel_ingests_into_one_sqlite_all_land(tmp_path: Path) -> None
 @pytest.mark.postgres
 def test_parallel_ingest_processes_from_the_command_line(pg_admin: str, tmp_path: Path) -> None:  # noqa: ANN001
     """One round of eight real `kernelwatch ingest` processes (the console entry, interpreter start-up and all)."""
-    from tests.conftest import _drop_pg_database
-
     files = _write_history(tmp_path, SyntheticHistory(runs=6, cases=2, samples=5, hardware=2))
-    url, name = _fresh_database(pg_admin)
+    url, name = create_database(pg_admin, "kw_hostile")
     try:
         procs = [subprocess.Popen([sys.executable, "-m", "kernelwatch", "ingest", "--db", url,
                                    *map(str, random.Random(w).sample(files, 6))], stdout=subprocess.PIPE,
@@ -252,7 +241,35 @@ def test_parallel_ingest_processes_from_the_command_line(pg_admin: str, tmp_path
                 {f for w in range(8) for f in random.Random(w).sample(files, 6)})
         engine.dispose()
     finally:
-        _drop_pg_database(pg_admin, name)
+        drop_database(pg_admin, name)
+
+
+@pytest.mark.postgres
+def test_a_database_in_use_by_a_session_we_may_not_end_is_dropped_once_it_ends(pg_admin: str) -> None:
+    """CI failed on `DROP DATABASE ... WITH (FORCE)`: an autovacuum worker was in the database, and PostgreSQL
+    15 lets no ordinary role terminate one. A session of another role stands in for it here: FORCE is refused
+    (unless we are a superuser), the drop waits for the session to end, and the database goes."""
+    import threading
+
+    url, name = create_database(pg_admin, "kw_hostile")
+    role = f"kw_other_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(pg_admin, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'other'"))
+    other = create_engine(make_url(url).set(username=role, password="other"), poolclass=NullPool)
+    try:
+        held = other.connect()
+        held.execute(text("SELECT 1"))
+        threading.Timer(2.0, held.close).start()
+        drop_database(pg_admin, name, within_s=20)
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM pg_database WHERE datname = :n"), {"n": name}).scalar() == 0
+    finally:
+        other.dispose()
+        drop_database(pg_admin, name)
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        admin.dispose()
 
 
 # ---------------------------------------------------------------------------------------------------------
