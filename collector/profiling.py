@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from db.schema import NAME_LEN
+
 NVTX_RANGE = "kernelwatch_profile"  # the range ncu collects in: the target's one profiled call per case
 CASE_RANGE = "kw-case-{index}"  # inside it, one range per case: its name says which case a kernel belongs to
 
@@ -120,6 +122,11 @@ def ncu_csv_kernels(text: str, source: str = "ncu output") -> dict[str, dict[str
     return kernels
 
 
+def with_launch(rows: list[dict[str, Any]], launch: str) -> list[dict[str, Any]]:
+    """``rows`` stating the launch they were taken from (cut to the column's length)."""
+    return [{**r, "launch": launch[:NAME_LEN]} for r in rows]
+
+
 def ncu_rows(metrics: Mapping[str, tuple[str, str]], bound: str = "memory",
              overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
     """The metric rows of one profiled kernel (``ncu_csv_kernels``' ``metrics``), one per :data:`NCU_METRICS`;
@@ -180,7 +187,7 @@ def case_rows(launches: list[dict[str, Any]], kernel_regex: str, bound: str = "m
         ran = ", ".join(sorted({k["name"][:60] for k in launches})) or "none"
         return [metric("ncu", "ncu", None, None,
                        error=f"no launch matching {kernel_regex!r} in the profiled call (profiled: {ran})")]
-    return ncu_rows(chosen["metrics"], bound, overrides)
+    return with_launch(ncu_rows(chosen["metrics"], bound, overrides), chosen["name"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,6 +196,7 @@ def case_rows(launches: list[dict[str, Any]], kernel_regex: str, bound: str = "m
 NAME_COLUMNS = ("Name", "Op Name", "OP Type", "Type")  # a Triton kernel's name shows in either
 DURATION_COLUMNS = ("Duration(us)", "Task Duration(us)")
 BLOCK_COLUMNS = ("Block Dim", "Block Num")
+LAUNCH_COLUMN = "\0launch"  # the matched name, under a key no CSV header can hold
 
 
 def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
@@ -198,13 +206,7 @@ def _pick(row: dict[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details.csv") -> dict[str, float | None]:
-    """Mean of each metric column over the rows whose name matches ``kernel_regex``.
-
-    Reads ``kernel_details.csv`` (torch_npu) and ``op_summary_*.csv`` (msprof) alike: ``Name`` or
-    ``Op Name``, ``Block Dim`` or ``Block Num``, an optional leading ``Step Id``. A metric column
-    that is absent maps to None (missing), never to 0.
-    """
+def _matching_rows(text: str, kernel_regex: str, source: str) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     fields = reader.fieldnames or []
     name_columns = [c for c in NAME_COLUMNS if c in fields]
@@ -215,6 +217,24 @@ def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details
     rows = [r for r in reader if any(pattern.search(r.get(c) or "") for c in name_columns)]
     if not rows:
         raise ProfileError(f"{source}: no row for a kernel matching {kernel_regex!r}")
+    for r in rows:
+        r[LAUNCH_COLUMN] = next(r[c] for c in name_columns if pattern.search(r.get(c) or ""))
+    return rows
+
+
+def ascend_launch(text: str, kernel_regex: str, source: str = "kernel_details.csv") -> str:
+    """The name of the first row :func:`parse_ascend_csv` takes its metrics from."""
+    return _matching_rows(text, kernel_regex, source)[0][LAUNCH_COLUMN]
+
+
+def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details.csv") -> dict[str, float | None]:
+    """Mean of each metric column over the rows whose name matches ``kernel_regex``.
+
+    Reads ``kernel_details.csv`` (torch_npu) and ``op_summary_*.csv`` (msprof) alike: ``Name`` or
+    ``Op Name``, ``Block Dim`` or ``Block Num``, an optional leading ``Step Id``. A metric column
+    that is absent maps to None (missing), never to 0.
+    """
+    rows = _matching_rows(text, kernel_regex, source)
     wanted = [*ASCEND_RATIOS, *ASCEND_ALIASES, "aiv_write_cache_hit", "aiv_write_cache_miss_allocate"]
     out: dict[str, float | None] = {}
     for column in wanted:
@@ -262,6 +282,7 @@ def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN
     except ImportError:
         return [metric("torch_npu", "torch_npu", None, None, error="torch_npu is not importable")]
     merged: dict[str, float | None] = {}
+    launch = ""
     for group in ASCEND_PASSES:
         folder = Path(tempfile.mkdtemp(prefix=f"kw-npu-{group}-"))
         try:
@@ -275,10 +296,12 @@ def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN
             found = sorted(folder.rglob("ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
             if not found:
                 raise ProfileError(f"{folder}: no ASCEND_PROFILER_OUTPUT/kernel_details.csv was written")
-            parsed = parse_ascend_csv(found[-1].read_text(), kernel_regex, str(found[-1]))
+            text = found[-1].read_text()
+            parsed = parse_ascend_csv(text, kernel_regex, str(found[-1]))
+            launch = launch or ascend_launch(text, kernel_regex, str(found[-1]))
             merged.update({k: v for k, v in parsed.items() if v is not None or k not in merged})
         except (ProfileError, AttributeError, RuntimeError) as exc:
             return [metric("torch_npu", "torch_npu", None, None, error=f"{group} pass: {exc}")]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    return ascend_metrics(merged, bound, overrides)
+    return with_launch(ascend_metrics(merged, bound, overrides), launch)

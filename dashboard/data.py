@@ -269,6 +269,14 @@ def software_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]
     return out
 
 
+NOT_RECORDED = "not recorded"  # a profiler row of a run from before the launch was stored with it
+
+
+def launch_of(values: Any) -> str:
+    """The launch a group of profiler rows was taken from (the first named), or :data:`NOT_RECORDED`."""
+    return next((v for v in values if isinstance(v, str) and v), NOT_RECORDED)
+
+
 def fmt(value: Any, spec: str = ".3g") -> str:
     """A cell for a table of text: "-" for what is missing, never "None" or "nan"."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

@@ -194,6 +194,7 @@ class ProfilerMetric(Base):
     ideal: Mapped[str | None] = mapped_column(String(TAG_LEN))
     meets_ideal: Mapped[bool | None] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
+    launch: Mapped[str | None] = mapped_column(String(NAME_LEN))
 
 
 class Ack(Base):

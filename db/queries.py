@@ -276,7 +276,7 @@ def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
     stmt = (
         select(ProfilerMetric.run_id, ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
                ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error,
-               Case.key.label("case"), Case.kernel)
+               ProfilerMetric.launch, Case.key.label("case"), Case.kernel)
         .join(Case, Case.id == ProfilerMetric.case_id)
         .where(ProfilerMetric.run_id.in_(run_ids))
     )  # fmt: skip
@@ -395,7 +395,8 @@ def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, 
     case_id = select(Case.id).where(Case.key == key).scalar_subquery()
     hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
     stmt = (select(*_run_columns(), ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
-                   ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error)
+                   ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error,
+                   ProfilerMetric.launch)
             .join(Run, Run.id == ProfilerMetric.run_id)
             .where(ProfilerMetric.case_id == case_id, ProfilerMetric.hardware_id == hw_id)
             .order_by(*_commit_order(), ProfilerMetric.name))

@@ -389,6 +389,9 @@ class ProfilerMetric(Record):
     ideal: _text(TAG_LEN) | None
     meets_ideal: bool | None
     error: Text | None
+    launch: _text(NAME_LEN) | None = Field(
+        default=None, description="The kernel launch the counters were taken from (its name as the profiler "
+        "reports it); None in runs from before it was recorded.")
 
 
 class RunDocument(Record):
@@ -435,6 +438,7 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
     "cases": ("ceiling",),
+    "profiler": ("launch",),
 }
 
 # The run-notes lines that named the physical devices before they were fields of each perf result
@@ -651,7 +655,7 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     data = to_data(doc)
     defaults = {
         "run": RunInfo.model_fields, "hardware": Hardware.model_fields, "accuracy": AccuracyResult.model_fields,
-        "perf": PerfResult.model_fields, "cases": CaseInfo.model_fields,
+        "perf": PerfResult.model_fields, "cases": CaseInfo.model_fields, "profiler": ProfilerMetric.model_fields,
     }
     for section, fields in ADDED_FIELDS.items():
         items = data[section] if isinstance(data[section], list) else [data[section]]

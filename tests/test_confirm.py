@@ -157,7 +157,7 @@ CASE = "confirmed/v1/fp32/shape=64"
 def _confirm(cli, repo: Path, base: str, cand: str, *extra: str):  # noqa: ANN001, ANN202
     return cli.invoke(main, ["confirm", "--repo", str(repo), "--case", CASE, "--baseline-commit", base,
                              "--candidate-commit", cand, "--device", "cpu", "--extra-kernels", "planted_confirm",
-                             "--min-effect", "0.2", "--round-ms", "5", *extra])
+                             "--min-effect", "0.2", "--round-ms", "20", *extra])
 
 
 def test_confirm_finds_a_planted_slowdown_between_two_commits(cli, scratch) -> None:  # noqa: ANN001

@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.ceilings import fill_missing
-from dashboard.data import short_gpu
+from dashboard.data import NOT_RECORDED, short_gpu
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
@@ -723,3 +723,32 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
     assert {"GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5"} <= set(runs["GPU"])
     assert "graph" in set(runs["timing"])
+
+
+def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A case starts helpers beside its kernel (LayerNorm+MatMul's statistics prepass): which launch the counters
+    came from was invisible, and the prepass's SM throughput once stood under the GEMM's cases. The newest run
+    names its launch; a run from before it was recorded says so."""
+    real = max((d for d in (load_artifact(p) for p in ALL_HISTORY)
+                if d.hardware.device_name == "NVIDIA H200" and any(r.value is not None for r in d.profiler)),
+               key=lambda d: d.run.started_at)
+    (newer,) = [to_data(d) for d in stepped_copies(real, 1, 1.0, "no case has this in its key")]
+    launch = "<b>_ln_gemm_tma_kernel</b>"  # from a profiler's output: text, never markup
+    for row in newer["profiler"]:
+        row["launch"] = launch if row["value"] is not None else None
+    url = f"sqlite:///{tmp_path / 'launch.db'}"
+    engine = open_database(url)
+    ingest_documents(engine, [("real", real), ("newer", parse_artifact(dumps(newer)))])
+    engine.dispose()
+    kernel = next(c.kernel for c in real.cases if any(r.case == c.key and r.value is not None for r in real.profiler))
+    at = _page_at(url, "profiler", monkeypatch, hardware=fingerprint(url, "NVIDIA H200"), kernel=kernel)
+    newest = at.dataframe[0].value
+    assert set(newest["taken from launch"]) == {launch}
+    (spec,) = specs(at)
+    hovers = [h for t in spec["data"] for h in (t.get("hovertext") or t.get("text") or [])]
+    assert any("launch &lt;b&gt;_ln_gemm_tma_kernel" in h for h in hovers) and not any("<b>_ln" in h for h in hovers)
+    case = next(r.case for r in real.profiler if r.value is not None and r.case.startswith(kernel))
+    h200 = fingerprint(url, "NVIDIA H200")
+    counters = _page_at(url, "case", monkeypatch, case=case, hardware=h200).dataframe[-1].value
+    row = counters[counters["name"] == "launch"].iloc[0]
+    assert sorted(v for k, v in row.items() if k not in ("name", "ideal")) == sorted([NOT_RECORDED, launch])

@@ -75,7 +75,10 @@ def test_default_url_is_kernelwatch_db_in_the_working_folder(tmp_path: Path, mon
 def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
     doc = make_doc(cases=8)
     doc["profiler"] = [{"case": doc["cases"][0]["key"], "source": "ncu", "name": "dram__bytes_read.sum",
-                        "value": 1.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None}]
+                        "value": 1.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None},
+                       {"case": doc["cases"][1]["key"], "source": "ncu", "name": "dram__bytes_read.sum",
+                        "value": 2.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None,
+                        "launch": "_mse_persistent_kernel"}]
     src = tmp_path / "run.json"
     src.write_text(dumps(doc))
     assert cli.invoke(main, ["ingest", str(src), "--db", db_url]).exit_code == 0
@@ -88,6 +91,23 @@ def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, ma
     original = parse_artifact(src.read_text())
     assert to_data(again) == to_data(original) == json.loads(out.read_text())
     assert content_hash(again) == content_hash(original)
+    assert [r.launch for r in again.profiler] == [None, "_mse_persistent_kernel"]
+
+
+def test_a_profiler_row_s_launch_is_content_and_its_absence_is_not(make_doc) -> None:  # noqa: ANN001
+    """Runs from before the launch was recorded keep their hash (and so re-ingest as unchanged)."""
+    doc = make_doc(cases=2)
+    row = {"case": doc["cases"][0]["key"], "source": "ncu", "name": "sm_throughput_pct", "value": 87.0,
+           "unit": "%", "ideal": ">80", "meets_ideal": True, "error": None}
+    doc["profiler"] = [row]
+    older = content_hash(parse_artifact(dumps(doc)))
+    doc["profiler"] = [{**row, "launch": None}]
+    assert content_hash(parse_artifact(dumps(doc))) == older
+    doc["profiler"] = [{**row, "launch": "_ln_gemm_tma_kernel"}]
+    assert content_hash(parse_artifact(dumps(doc))) != older
+    doc["profiler"] = [{**row, "launch": "x" * 129}]
+    with pytest.raises(ArtifactError, match="profiler"):
+        parse_artifact(dumps(doc))
 
 
 def test_reingest_changes_nothing(db_url: str, make_doc) -> None:  # noqa: ANN001

@@ -8,6 +8,7 @@ import pytest
 
 from collector.profiling import (
     ProfileError,
+    ascend_launch,
     ascend_metrics,
     attribute,
     case_rows,
@@ -81,6 +82,9 @@ def test_kernel_details_variant_with_step_id_and_block_num() -> None:
     assert parsed["block_dim"] == 40 and parsed["duration_us"] == 80.5 and parsed["aiv_vec_wait_ratio"] == 0.2
     rows = {r["name"]: r for r in ascend_metrics(parsed)}
     assert rows["l2_write_hit_rate"]["value"] == pytest.approx(0.9)
+    assert ascend_launch(text, "_mse_persistent") == "_mse_persistent_kernel"  # the row taken, not "other"
+    assert ascend_launch(text.replace(",_mse_persistent_kernel,", ",opaque,", 1), "_mse_persistent") == (
+        "_mse_persistent_kernel")  # matched in the Type column when Name says nothing
     assert rows["aiv_vec_wait_ratio"]["meets_ideal"] is True
 
 
@@ -119,9 +123,11 @@ def test_one_report_for_a_kernel_is_attributed_case_by_case_through_its_nvtx_ran
     assert [k["name"] for k in launches[0]] == ["_zero_fill", "_mse_atomic"] and 2 not in launches
     rows = {r["name"]: r for r in case_rows(launches[0], "_mse_atomic")}
     assert rows["duration_ns"]["value"] == 1500 and "absent" in rows["dram_bytes_read"]["error"]
+    assert {r["launch"] for r in rows.values()} == {"_mse_atomic"}  # the rows say which launch, not the helper
     assert case_rows(launches[1], "_mse_persistent_kernel")[0]["value"] == 900
     (missing,) = case_rows(launches.get(2, []), "_mse_atomic")
     assert missing["value"] is None and "no launch matching '_mse_atomic'" in missing["error"]
+    assert missing.get("launch") is None
     (wrong,) = case_rows(launches[1], "_mse_atomic")
     assert "profiled: _mse_persistent_kernel" in wrong["error"]
     with pytest.raises(ProfileError, match="print-nvtx-rename"):
@@ -211,6 +217,7 @@ def test_a_real_h200_report_of_twenty_mse_loss_cases_gives_each_case_its_own_ker
         regex = "_mse_atomic" if "atomic" in entry["name"] else "_mse_persistent_kernel"
         rows = {r["name"]: r for r in case_rows(launches[index], regex)}
         assert rows["duration_ns"]["value"] > 1000 and all(r["error"] is None for r in rows.values())
+        assert {r["launch"] for r in rows.values()} == {entry["name"]}
     with pytest.raises(ProfileError, match="print-nvtx-rename"):
         attribute(names, names)
 

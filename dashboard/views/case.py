@@ -173,6 +173,9 @@ else:
     prof["shown"] = [data.fmt(v, ".4g") + (f" {u}" if u and v is not None and v == v else "")
                      for v, u in zip(prof["value"], prof["unit"])]
     wide = prof.pivot_table(index="name", columns="x", values="shown", aggfunc="first").fillna("-")
+    launches = prof.groupby("x")["launch"].agg(data.launch_of)
+    wide = pd.concat([pd.DataFrame([[launches.get(c, "-") for c in wide.columns]], index=["launch"],
+                                   columns=wide.columns), wide]).rename_axis("name")
     ideal = prof.dropna(subset=["ideal"]).groupby("name")["ideal"].first()
     wide.insert(0, "ideal", [ideal.get(n, "-") for n in wide.index])
     common.table(wide.reset_index())

@@ -64,8 +64,8 @@ sub = sub[sub["case"].isin(chosen)]
 label = data.distinct_labels(chosen)
 sub["group"] = [label[c] for c in sub["case"]]
 palette = {label[c]: case_colour[c] for c in chosen}
-sub["hover"] = [f"{esc(g)}: {v:.4g} {esc(u or '')}<br>run {esc(r[:8])}" for g, v, u, r in
-                zip(sub["group"], sub["value"], sub["unit"], sub["run_id"])]
+sub["hover"] = [f"{esc(g)}: {v:.4g} {esc(u or '')}<br>run {esc(r[:8])}<br>launch {esc(data.launch_of([k])[:60])}"
+                for g, v, u, r, k in zip(sub["group"], sub["value"], sub["unit"], sub["run_id"], sub["launch"])]
 ideal = sub["ideal"].dropna().iloc[0] if sub["ideal"].notna().any() else None
 shown_name = data.metric_name(metric)
 fig = charts.grouped_metric(sub, palette, "case", f"{kernel}: {shown_name}",
@@ -91,9 +91,10 @@ table = pd.DataFrame({"case": [data.short_case(c, kernel) for c in newest["case"
                       "metric": [data.metric_name(metric)] * len(newest), "value": newest["value"],
                       "unit": newest["unit"],
                       "ideal": [data.fmt(i) for i in newest["ideal"]],
-                      "meets ideal": [data.fmt(m) if m == m else "-" for m in newest["meets_ideal"]]})
+                      "meets ideal": [data.fmt(m) if m == m else "-" for m in newest["meets_ideal"]],
+                      "taken from launch": [data.launch_of([v]) for v in newest["launch"]]})
 common.table(table.style.map(lambda v: "background-color: #f8d0d0" if v == "no" else "", subset=["meets ideal"]),
-             column_config={"case": st.column_config.TextColumn(width=480),
+             column_config={"case": st.column_config.TextColumn(width=400),
                             "value": st.column_config.NumberColumn(format="%.4g")})
 errors = frame[frame["error"].notna() & frame["value"].isna()]
 if not errors.empty:
