@@ -252,3 +252,26 @@ def test_a_failure_of_the_profiling_machinery_is_each_case_s_error_not_the_run_s
     rows = {e.key: e.rows for e in events if e.kind == "rows"}
     assert set(rows) == {"a", "b"} and all("profiling failed: OSError" in r[0]["error"] for r in rows.values())
     assert events[-1].kind == "end"
+
+
+def test_the_newest_real_h200_profile_names_each_case_s_launch_and_its_spec_regex_names_it() -> None:
+    """The shipped history's newest H200 run with counters (collected after the launch was recorded): every
+    counter with a value names its launch, the case's own profiler regex matches it, and a compute-bound
+    kernel's counters come from a GEMM, never a statistics prepass."""
+    import re
+
+    import kernels
+    from db.artifact import load_artifact
+
+    specs = kernels.discover()
+    runs = [load_artifact(p) for p in sorted((FIXTURES.parents[1] / "ci" / "history").glob("*.json.gz"))]
+    named = [d for d in runs if d.hardware.device_name == "NVIDIA H200" and any(r.launch for r in d.profiler)]
+    assert named, "no H200 run in ci/history names its launches"
+    doc = max(named, key=lambda d: d.run.started_at)
+    cases = {c.key: c for spec in specs.values() for c in spec.perf_cases()}
+    valued = [r for r in doc.profiler if r.value is not None]
+    assert valued and all(r.launch for r in valued)
+    for r in valued:
+        spec = specs[r.case.split("/")[0]]
+        assert re.search(spec.profile_kernel(cases[r.case]), r.launch), (r.case, r.launch)
+        assert "stats" not in r.launch and "rstd" not in r.launch, (r.case, r.launch)
