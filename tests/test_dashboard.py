@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.ceilings import fill_missing
-from dashboard.data import NOT_RECORDED, short_gpu
+from dashboard.data import NOT_RECORDED, point_label, short_gpu
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
@@ -749,6 +749,7 @@ def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkey
     at = _page_at(url, "profiler", monkeypatch, hardware=fingerprint(url, "NVIDIA H200"), kernel=kernel)
     newest = at.dataframe[0].value
     assert set(newest["taken from launch"]) == {launch}
+    assert newest["case"].is_unique and newest["case"].str.len().max() <= 60, list(newest["case"])  # rows apart
     (spec,) = specs(at)
     hovers = [h for t in spec["data"] for h in (t.get("hovertext") or t.get("text") or [])]
     assert any("launch &lt;b&gt;_ln_gemm_tma_kernel" in h for h in hovers) and not any("<b>_ln" in h for h in hovers)
@@ -756,4 +757,17 @@ def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkey
     h200 = fingerprint(url, "NVIDIA H200")
     counters = _page_at(url, "case", monkeypatch, case=case, hardware=h200).dataframe[-1].value
     row = counters[counters["name"] == "launch"].iloc[0]
-    assert sorted(v for k, v in row.items() if k not in ("name", "ideal")) == sorted([NOT_RECORDED, launch])
+    assert [v for k, v in row.items() if k not in ("name", "ideal")] == [NOT_RECORDED, launch]  # oldest first
+
+
+def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+    """The counters table put its runs in alphabetical order of their labels (3592a8c, 474a944, be613d2)."""
+    case = "fused_layernorm_matmul/center_prologue/bf16/bias=False,direction=fwd,layout=contiguous,n=4096," \
+           "shape=4096x4096,shift=0.0"
+    docs = [d for d in (load_artifact(p) for p in ALL_HISTORY)
+            if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)]
+    assert len(docs) >= 3
+    docs.sort(key=lambda d: (d.run.commit.time or d.run.started_at, d.run.started_at))
+    url = history_dbs[0]
+    counters = _page_at(url, "case", monkeypatch, case=case, hardware=fingerprint(url, "NVIDIA H200")).dataframe[-1]
+    assert list(counters.value.columns[2:]) == [point_label(d.run.commit.sha, d.run.id) for d in docs]

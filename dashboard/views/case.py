@@ -173,6 +173,7 @@ else:
     prof["shown"] = [data.fmt(v, ".4g") + (f" {u}" if u and v is not None and v == v else "")
                      for v, u in zip(prof["value"], prof["unit"])]
     wide = prof.pivot_table(index="name", columns="x", values="shown", aggfunc="first").fillna("-")
+    wide = wide[[x for x in runs["x"] if x in wide.columns]]  # oldest run first, as on the charts
     launches = prof.groupby("x")["launch"].agg(data.launch_of)
     wide = pd.concat([pd.DataFrame([[launches.get(c, "-") for c in wide.columns]], index=["launch"],
                                    columns=wide.columns), wide]).rename_axis("name")

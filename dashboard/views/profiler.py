@@ -87,7 +87,7 @@ if with_counters_runs:
                   + "kernelwatch collect --profile records new ones.", limit=400))
 newest = sub[sub["order"] == sub["order"].max()]
 st.caption("The newest run's values; red: outside the ideal.")
-table = pd.DataFrame({"case": [data.short_case(c, kernel) for c in newest["case"]],
+table = pd.DataFrame({"case": [label[c] for c in newest["case"]],
                       "metric": [data.metric_name(metric)] * len(newest), "value": newest["value"],
                       "unit": newest["unit"],
                       "ideal": [data.fmt(i) for i in newest["ideal"]],
