@@ -234,7 +234,10 @@ def parse_ascend_csv(text: str, kernel_regex: str, source: str = "kernel_details
     ``Op Name``, ``Block Dim`` or ``Block Num``, an optional leading ``Step Id``. A metric column
     that is absent maps to None (missing), never to 0.
     """
-    rows = _matching_rows(text, kernel_regex, source)
+    return _ascend_means(_matching_rows(text, kernel_regex, source))
+
+
+def _ascend_means(rows: list[dict[str, str]]) -> dict[str, float | None]:
     wanted = [*ASCEND_RATIOS, *ASCEND_ALIASES, "aiv_write_cache_hit", "aiv_write_cache_miss_allocate"]
     out: dict[str, float | None] = {}
     for column in wanted:
@@ -296,9 +299,9 @@ def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN
             found = sorted(folder.rglob("ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
             if not found:
                 raise ProfileError(f"{folder}: no ASCEND_PROFILER_OUTPUT/kernel_details.csv was written")
-            text = found[-1].read_text()
-            parsed = parse_ascend_csv(text, kernel_regex, str(found[-1]))
-            launch = launch or ascend_launch(text, kernel_regex, str(found[-1]))
+            rows = _matching_rows(found[-1].read_text(), kernel_regex, str(found[-1]))
+            parsed = _ascend_means(rows)
+            launch = launch or rows[0][LAUNCH_COLUMN]
             merged.update({k: v for k, v in parsed.items() if v is not None or k not in merged})
         except (ProfileError, AttributeError, RuntimeError) as exc:
             return [metric("torch_npu", "torch_npu", None, None, error=f"{group} pass: {exc}")]
