@@ -165,7 +165,7 @@ def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
             folder.mkdir(parents=True, exist_ok=True)
             write_artifact(doc, target)
         except (ArtifactError, OSError) as exc:
-            tried.append(f"{folder}: {exc.strerror if isinstance(exc, OSError) else exc}")
+            tried.append(str(exc) if isinstance(exc, ArtifactError) else f"{folder}: {exc.strerror or exc}")
             continue
         partial = (f"; its unfinished journal {journal} ({in_journal} of them) was removed"
                    if in_journal is not None else "")
