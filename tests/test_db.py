@@ -278,7 +278,7 @@ def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: P
 def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
     """export -o (and collect --out) write atomically by renaming over the path: as root, -o /dev/null
     would replace the device. Anything but a regular file or a symlink is refused; a symlink is replaced,
-    never written through (issue 33: a run.json link committed in a PR had its target overwritten)."""
+    never written through (a run.json link committed in a PR had its target overwritten)."""
     doc = make_doc(cases=2)
     src = tmp_path / "a.json"
     src.write_text(dumps(doc))

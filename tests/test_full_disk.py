@@ -127,7 +127,7 @@ def test_with_nowhere_to_write_it_says_how_many_the_journal_holds_and_how_many_a
         subprocess.run(["umount", "-l", str(elsewhere)], check=False)
 
 
-# The issue's case (issue 33): $TMPDIR full, /tmp and /var/tmp unusable (read-only in a private mount namespace:
+# The hostile-input probe's case: $TMPDIR full, /tmp and /var/tmp unusable (read-only in a private mount namespace:
 # mounting over /tmp would hide this test's own folders), --out on a full disk. tempfile.gettempdir() raised
 # "No usable temporary directory found" inside the fallback before ~/.cache/kernelwatch was tried: that line was
 # all collect said, the finished results were lost and the journal left behind was never named.

@@ -1,4 +1,4 @@
-"""Hostile files around a command (issue 33): nothing hangs on a FIFO, nothing is written through a link.
+"""Hostile files around a command: nothing hangs on a FIFO, nothing is written through a link.
 
 Each test names the defect it reproduces, as found on 7b562ad: ``gate --artifact``, ``confirm --artifact``,
 ``collect --resume`` and ``synth --demo-from`` opened a FIFO and waited forever for a writer; the artifact's
