@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import html
 import math
 import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
 from ci.gate import GateResult
+from db.files import replaced_link_note, write_atomic
 from db.schema import printable
 
 ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "unreliable": "❌",
@@ -229,8 +228,9 @@ def publish(result: GateResult, folder: Path, summary: str | None = None) -> lis
     """
     lines = []
     try:
-        paths = write_reports(result, folder)
+        paths, replaced = _write_reports(result, folder)
         lines.append(f"reports: {', '.join(str(p) for p in paths.values())}")
+        lines += [f"warning: {note}" for note in replaced]
     except OSError as exc:
         lines.append(f"warning: reports not written to {folder}: {exc.strerror or exc}")
     summary = summary if summary is not None else os.environ.get("GITHUB_STEP_SUMMARY")
@@ -245,35 +245,27 @@ def publish(result: GateResult, folder: Path, summary: str | None = None) -> lis
 
 def write_reports(result: GateResult, folder: Path) -> dict[str, Path]:
     """gate.md, gate-junit.xml and gate.html in ``folder``, each written by :func:`replace_file`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": folder / "gate.md", "junit": folder / "gate-junit.xml", "html": folder / "gate.html"}
-    replace_file(paths["markdown"], markdown(result))
-    replace_file(paths["junit"], junit(result))
-    replace_file(paths["html"], html_report(result))
+    paths, _ = _write_reports(result, folder)
     return paths
 
 
-def replace_file(path: Path, content: str) -> None:
-    """Write ``content`` to a new file beside ``path``, then rename it over ``path``.
+def _write_reports(result: GateResult, folder: Path) -> tuple[dict[str, Path], list[str]]:
+    """The reports' paths and a line per symbolic link a report replaced."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": folder / "gate.md", "junit": folder / "gate-junit.xml", "html": folder / "gate.html"}
+    notes = []
+    for kind, content in (("markdown", markdown(result)), ("junit", junit(result)), ("html", html_report(result))):
+        link = replace_file(paths[kind], content)
+        if link is not None:
+            notes.append(replaced_link_note(paths[kind], link))
+    return paths, notes
+
+
+def replace_file(path: Path, content: str) -> str | None:
+    """Write ``content`` to a new file beside ``path``, then rename it over ``path`` (:func:`db.files.write_atomic`).
 
     A reader (or a full disk) never sees half a report: the old file stays until the new one is whole.
-    The rename replaces whatever is at ``path`` itself, so a symlink planted there (``gate.md`` -> someone's
-    file) is replaced by the report and its target is never written; the temporary file is created new
-    (``O_EXCL``, no symlink followed). Anything there but a file or a symlink (a folder, a FIFO) is refused.
+    A symlink planted at ``path`` (``gate.md`` -> someone's file) is replaced by the report and its target
+    never written (returned, to be said); anything there but a file or a symlink (a folder, a FIFO) is refused.
     """
-    if path.exists() and not path.is_symlink() and not path.is_file():
-        raise OSError(f"{path} is not a regular file; it is never replaced")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have made
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    return write_atomic(path, content.encode("utf-8"))

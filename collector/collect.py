@@ -58,6 +58,7 @@ from collector.records import (
 from collector.schedule import Dispatcher, plan
 from collector.selection import SUITES, Options, SelectionError, check_selection, effective_suites, select_items
 from collector.worker import WorkItem
+from db.files import replaced_link_note
 from db.journal import JournalWriter
 from db.schema import RunDocument, devices_note, host_note, new_run_id
 
@@ -116,6 +117,8 @@ def run_collection(opts: Options) -> RunDocument:
     commit = git_info()
     handles = _handles(opts, device, run_seed)
     journal = JournalWriter(opts.journal) if opts.journal is not None else None
+    if journal is not None and journal.replaced_link is not None:
+        print(f"kernelwatch collect: {replaced_link_note(opts.journal, journal.replaced_link)}", file=sys.stderr)
     dispatcher = Dispatcher(items, plan(items, lambda i: group_of(i, cases), lambda i: cost_of(i, cases)))
     tally = Tally(cases, run_seed, dispatcher, journal)
     status = "complete"

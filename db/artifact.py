@@ -22,6 +22,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from db.files import open_input, write_atomic
 from db.schema import (
     MAX_ARTIFACT_BYTES,
     SCHEMA,
@@ -45,24 +46,21 @@ __all__ = ["SCHEMA", "ArtifactError", "RunDocument", "content_hash", "dumps", "f
 def load_artifact(path: str | Path) -> RunDocument:
     """Read and validate one artifact; errors name the file and the field.
 
-    A regular file larger than :data:`MAX_ARTIFACT_BYTES` is refused before it is read; anything
-    else (a pipe, ``/dev/stdin``) is read up to that size and refused beyond it.
+    Opened by :func:`db.files.open_input`: a FIFO, device, folder or socket is refused without a blocking
+    open. A regular file larger than :data:`MAX_ARTIFACT_BYTES` is refused before it is read; a pipe
+    handed to this process (``/dev/stdin``) is read up to that size and refused beyond it.
     """
     path = Path(path)
     name = printable(str(path))
     limit = MAX_ARTIFACT_BYTES
-    try:
-        with path.open("rb") as fh:
+    with open_input(path, "an artifact file") as fh:
+        try:
             info = os.fstat(fh.fileno())
             if stat.S_ISREG(info.st_mode) and info.st_size > limit:
                 raise ArtifactError(f"{name}: larger than {limit >> 20} MiB ({info.st_size} bytes)")
             data = fh.read(limit + 1)
-    except FileNotFoundError:
-        raise ArtifactError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise ArtifactError(f"{name}: is a folder, not an artifact file") from None
-    except OSError as exc:
-        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+        except OSError as exc:
+            raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:
         raise ArtifactError(f"{name}: larger than {limit >> 20} MiB")
     if data[:2] == GZIP_MAGIC:
@@ -103,39 +101,40 @@ def _gunzip(data: bytes, name: str, limit: int) -> bytes:
 
 
 def artifact_target(path: str | Path) -> Path:
-    """Where an artifact for ``path`` is written: the path itself, or through a symlink its target.
+    """Where an artifact for ``path`` is written: the path itself; a symbolic link there is replaced, its
+    target never written (:func:`db.files.write_atomic`).
 
-    Refused in one line: no file name, a folder that does not exist or is a file, and anything but a
-    regular file at the target (a device, a FIFO, a folder): an atomic write replaces what is there,
-    and ``-o /dev/null`` run as root must not replace the device.
+    Refused in one line: no file name (a path ending in ``/`` names a folder: the artifact is never written
+    as a file named like it), a folder that does not exist or is a file, and anything but a regular file or
+    a link at the path (a device, a FIFO, a folder): an atomic write replaces what is there, and
+    ``-o /dev/null`` run as root must not replace the device.
     """
+    text = str(path)
     given = Path(path)
-    if not str(path) or not given.name or given.name in (".", ".."):
-        raise ArtifactError(f"{str(path)!r}: an artifact needs a file name")
-    target = given.resolve() if given.is_symlink() else given
-    folder = target.absolute().parent
+    if not text or not given.name or given.name in (".", ".."):
+        raise ArtifactError(f"{text!r}: an artifact needs a file name")
+    if text.endswith(("/", os.sep)):
+        raise ArtifactError(f"{printable(text)}: names a folder; give the artifact's file name "
+                            f"(e.g. {printable(text.rstrip('/' + os.sep) or '.')}/run.json)")
+    folder = given.absolute().parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
-        raise ArtifactError(f"{given}: folder {folder} {what}")
-    if target.exists() and not target.is_file():
-        raise ArtifactError(f"{given}: not a regular file (a folder, device or FIFO is never replaced)")
-    return target
+        raise ArtifactError(f"{printable(text)}: folder {printable(str(folder))} {what}")
+    if not given.is_symlink() and given.exists() and not given.is_file():
+        raise ArtifactError(f"{printable(text)}: not a regular file (a folder, device or FIFO is never replaced)")
+    return given
 
 
-def write_artifact(doc: RunDocument | dict[str, Any], path: str | Path) -> Path:
-    """Validate and write atomically: a reader never sees half a file, a failed write leaves none.
-    A path ending in ``.gz`` gets a gzip file (see the module docstring)."""
+def write_artifact(doc: RunDocument | dict[str, Any], path: str | Path) -> str | None:
+    """Validate and write atomically (:func:`db.files.write_atomic`): a reader never sees half a file, a
+    failed write leaves none, no link is written through. A path ending in ``.gz`` gets a gzip file (see
+    the module docstring). Returns the target of a symbolic link at ``path`` that was replaced, else None."""
     normalised = doc if isinstance(doc, RunDocument) else validate(doc)
-    path = Path(path)
     target = artifact_target(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     data = dumps(normalised).encode("utf-8")
     if target.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=9, mtime=0)
     try:
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        return write_atomic(target, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ArtifactError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    return path
+        raise ArtifactError(f"{printable(str(path))}: cannot write ({exc.strerror or exc})") from None

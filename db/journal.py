@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from db.artifact import load_artifact, parse_artifact
+from db.files import open_input
 from db.schema import (
     MAX_ARTIFACT_BYTES,
     SCHEMA,
@@ -111,7 +112,10 @@ def _fsync_dir(path: Path) -> None:
 
 
 class JournalWriter:
-    """Appends lines to a journal that must not exist yet (an old one holds an unstored run)."""
+    """Appends lines to a journal that must not exist yet (an old one holds an unstored run).
+
+    Created exclusively (``O_EXCL | O_NOFOLLOW``): a symbolic link at its path is removed first and
+    named in ``replaced_link`` (its target is never written)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -119,9 +123,13 @@ class JournalWriter:
         self._synced = time.monotonic()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+            self.replaced_link = os.readlink(path) if path.is_symlink() else None
+            if self.replaced_link is not None:
+                path.unlink()  # a link is replaced by the journal, never written through
+            elif path.is_file() and path.stat().st_size == 0:
                 path.unlink()  # an empty journal (a run that failed before its header) holds nothing to recover
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+            self._fd = os.open(path, flags, 0o644)
         except FileExistsError:
             raise ArtifactError(f"{path}: a journal of an earlier run is there (recover it with "
                                 f"`kernelwatch collect --resume {path}`, or delete it)") from None
@@ -246,20 +254,16 @@ class Journal:
         if data is not None:
             self._parse(io.BytesIO(data), name)
             return
-        try:
-            with open(path, "rb") as f:
+        with open_input(path, "a journal") as f:
+            try:
                 if not _lock(f.fileno(), exclusive=False):
                     raise ArtifactError(f"{name}: a running collector is still writing this journal")
                 info = os.fstat(f.fileno())
                 if stat.S_ISREG(info.st_mode) and info.st_size > MAX_JOURNAL_BYTES:
                     raise ArtifactError(f"{name}: larger than {MAX_JOURNAL_BYTES >> 20} MiB ({info.st_size} bytes)")
                 self._parse(f, name)
-        except FileNotFoundError:
-            raise ArtifactError(f"{name}: no such file") from None
-        except IsADirectoryError:
-            raise ArtifactError(f"{name}: is a folder, not a journal") from None
-        except OSError as exc:
-            raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+            except OSError as exc:
+                raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
 
     def _parse(self, f: io.BufferedIOBase, name: str) -> None:
         self.torn = False  # bytes after the last newline: a line cut off mid-write
@@ -369,9 +373,9 @@ def recover(path: str | Path) -> RunDocument:
 def is_journal(path: str | Path) -> bool:
     """Whether ``path`` starts with a journal header line (cheap: reads the first line only)."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             first = f.readline(1 << 20)
-    except OSError:
+    except (ArtifactError, OSError):
         return False
     return _journal_start(first)
 
@@ -380,44 +384,26 @@ def _journal_start(data: bytes) -> bool:
     return data.lstrip().startswith(b'{"journal":')
 
 
-def _open_descriptor(path: Path) -> bool:
-    """Whether ``path`` names a descriptor this process holds open (``/dev/stdin``, ``/dev/fd/N``): a pipe
-    given so is read; any other pipe, device or socket is refused (opening a FIFO nobody writes to blocks)."""
-    text = str(path)
-    if text in ("/dev/stdin", "-") or text.startswith(("/dev/fd/", "/proc/self/fd/")):
-        return True
-    try:
-        info, own = os.stat(path), os.fstat(0)
-    except OSError:
-        return False
-    return (info.st_dev, info.st_ino) == (own.st_dev, own.st_ino)
-
-
 def load_run(path: str | Path) -> RunDocument:
     """An artifact, or the run recovered from a journal: what ``kernelwatch ingest`` reads.
 
-    A regular file is sniffed (its first line) and then read by the right reader. A pipe this process
-    was given (``cat run.json | kernelwatch ingest /dev/stdin``) can be read only once: it is read
-    whole, up to :data:`MAX_ARTIFACT_BYTES`, then sniffed. A FIFO, device or socket named by path is
-    refused without opening it."""
+    Opened by :func:`db.files.open_input` (a FIFO, device, folder or socket named by path is refused
+    without a blocking open). A regular file is sniffed (its first line) and then read by the right
+    reader. A pipe this process was given (``cat run.json | kernelwatch ingest /dev/stdin``) can be read
+    only once: it is read whole, up to :data:`MAX_ARTIFACT_BYTES`, then sniffed."""
     path = Path(path)
     name = printable(str(path))
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ArtifactError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
-        return recover(path) if is_journal(path) else load_artifact(path)
-    if not _open_descriptor(path):
-        raise ArtifactError(f"{name}: not a regular file (a FIFO, device or socket is not read: it could "
-                            f"block forever); give a file, or a pipe as /dev/stdin")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_ARTIFACT_BYTES + 1)
-    except OSError as exc:
-        raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    with open_input(path) as fh:
+        try:
+            if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                journal = _journal_start(fh.readline(1 << 20))
+                data = None
+            else:
+                data = fh.read(MAX_ARTIFACT_BYTES + 1)
+        except OSError as exc:
+            raise ArtifactError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if data is None:
+        return recover(path) if journal else load_artifact(path)
     if len(data) > MAX_ARTIFACT_BYTES:
         raise ArtifactError(f"{name}: larger than {MAX_ARTIFACT_BYTES >> 20} MiB")
     if _journal_start(data[: 1 << 20].split(b"\n", 1)[0]):

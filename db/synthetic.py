@@ -16,7 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.schema import SCHEMA, RunDocument, format_time, parse_time, to_data
+from pydantic import ValidationError
+
+from db.schema import SCHEMA, RunDocument, describe, format_time, parse_time, to_data
 from kernels.names import COPY_CEILING, EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
 
 HARDWARE = (
@@ -32,6 +34,10 @@ HARDWARE = (
 # discovered specs' names and variants instead; tests/test_kernel_contract.py checks these against them.
 STAND_INS = (("mse_loss", ("persistent", "atomic")), ("scaled_masked_softmax", ("masked", "causal")),
              ("fused_rmsnorm_matmul", ("fold_gamma", "prologue_gamma", "rstd_prepass")))
+
+
+class SyntheticError(ValueError):
+    """Options that make a run the schema refuses; the message names the run and the field."""
 
 
 @dataclass
@@ -78,10 +84,20 @@ class SyntheticHistory:
                 "subject": f"[synthetic] change {index}", "dirty": False}
 
     def documents(self):  # noqa: ANN201 - a generator of run documents
+        """Every run in order; a run the schema refuses (a step factor of 1e-300 makes infinite GB/s) is a
+        :class:`SyntheticError` naming the run and the steps in effect."""
         cases = self.case_list()
         for index in range(self.runs):
             for h in range(self.hardware):
-                yield self.document(index, h, cases)
+                try:
+                    doc = self.document(index, h, cases)
+                except ValidationError as exc:
+                    steps = ", ".join(f"{s.at}:{s.factor:g}" + (f":{s.match}" if s.match else "")
+                                      for s in self.steps if s.at <= index)
+                    raise SyntheticError(f"synthetic run {index} cannot be stored"
+                                         + (f" (steps in effect: {steps})" if steps else "")
+                                         + f": {describe(exc)}") from None
+                yield doc
 
     def sourced_documents(self):  # noqa: ANN201 - a generator of (source, document)
         for i, doc in enumerate(self.documents()):
@@ -179,8 +195,15 @@ def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: i
         for p in copy["perf"]:
             if p["median_ms"] and eager.get(p["case"]):
                 p["speedup_vs_eager"] = eager[p["case"]] / p["median_ms"]
-        out.append(RunDocument.model_validate(copy))
+        out.append(_validated(copy, f"synthetic copy {index}"))
     return out
+
+
+def _validated(data: dict[str, Any], what: str) -> RunDocument:
+    try:
+        return RunDocument.model_validate(data)
+    except ValidationError as exc:
+        raise SyntheticError(f"{what} cannot be stored: {describe(exc)}") from None
 
 
 @dataclass(frozen=True)
@@ -219,7 +242,7 @@ def demo_branch(doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES
             data["run"]["commit"]["subject"] = "[synthetic] demo: " + "; ".join(c.story for c in changes)
             for change in changes:
                 _apply(data, change)
-        out.append(RunDocument.model_validate(data))
+        out.append(_validated(data, f"synthetic demo run {index}"))
     return out
 
 

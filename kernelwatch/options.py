@@ -66,3 +66,20 @@ def clean_errors(f):
             sys.exit(1)
 
     return wrapper
+
+
+def output_file(ctx: click.Context, param: click.Parameter, value: str | None):  # noqa: ANN201 - Path | None
+    """The callback of an artifact path to write (``--out``, ``-o``): checked as given, before anything
+    runs (:func:`db.artifact.artifact_target`). A path ending in ``/`` names a folder and is refused in
+    one line, never written as a file named like the folder (``Path`` would drop the ``/``); ``-`` passes."""
+    from pathlib import Path
+
+    if value is None or value == "-":
+        return None if value is None else Path(value)
+    from db.artifact import ArtifactError, artifact_target
+
+    try:
+        artifact_target(value)
+    except ArtifactError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return Path(value)

@@ -277,7 +277,8 @@ def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: P
 
 def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
     """export -o (and collect --out) write atomically by renaming over the path: as root, -o /dev/null
-    would replace the device. Anything but a regular file is refused; a symlink is written through."""
+    would replace the device. Anything but a regular file or a symlink is refused; a symlink is replaced,
+    never written through (a run.json link committed in a PR had its target overwritten)."""
     doc = make_doc(cases=2)
     src = tmp_path / "a.json"
     src.write_text(dumps(doc))
@@ -287,15 +288,17 @@ def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_pat
     os.mkfifo(fifo)
     folder.mkdir()
     to_null.symlink_to("/dev/null")
-    for target in (fifo, folder, to_null, tmp_path / ""):
+    for target in (fifo, folder, tmp_path / ""):
         result = cli.invoke(main, ["export", run, "-o", str(target), "--db", db_url])
         assert result.exit_code in (1, 2) and isinstance(result.exception, (SystemExit, type(None))), result.output
-    assert fifo.is_fifo() and folder.is_dir() and to_null.is_symlink() and Path("/dev/null").is_char_device()
+    assert fifo.is_fifo() and folder.is_dir() and Path("/dev/null").is_char_device()
+    assert cli.invoke(main, ["export", run, "-o", str(to_null), "--db", db_url]).exit_code == 0
+    assert not to_null.is_symlink() and Path("/dev/null").is_char_device()
     real = tmp_path / "real.json"
     link = tmp_path / "link.json"
     link.symlink_to(real)
     assert cli.invoke(main, ["export", run, "-o", str(link), "--db", db_url]).exit_code == 0
-    assert link.is_symlink() and json.loads(real.read_text())["run"]["id"] == run
+    assert not link.is_symlink() and not real.exists() and json.loads(link.read_text())["run"]["id"] == run
 
 
 def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001

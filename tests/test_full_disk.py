@@ -9,7 +9,10 @@ finished result must still be somewhere ``collect`` names, never in a journal th
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +125,68 @@ def test_with_nowhere_to_write_it_says_how_many_the_journal_holds_and_how_many_a
             assert f"the rest ({RESULTS - held}) are lost" in result.stderr
     finally:
         subprocess.run(["umount", "-l", str(elsewhere)], check=False)
+
+
+# The hostile-input probe's case: $TMPDIR full, /tmp and /var/tmp unusable (read-only in a private mount namespace:
+# mounting over /tmp would hide this test's own folders), --out on a full disk. tempfile.gettempdir() raised
+# "No usable temporary directory found" inside the fallback before ~/.cache/kernelwatch was tried: that line was
+# all collect said, the finished results were lost and the journal left behind was never named.
+NAMESPACE = ("mount --rbind /tmp /tmp && mount -o remount,bind,ro /tmp && "
+             "mount --rbind /var/tmp /var/tmp && mount -o remount,bind,ro /var/tmp && exec \"$@\"")
+
+
+def _in_namespace(args: list[str], **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "sh", *args],
+                          capture_output=True, text=True, **kwargs)
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(4096))
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("home", ["writable", "full"])
+def test_with_every_temporary_folder_unusable_the_run_goes_to_home_or_is_counted_lost(
+        home: str, small_disk: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    probe = _in_namespace(["sh", "-c", "! touch /tmp/kw-probe 2>/dev/null"])
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()}")
+    tmpdir, home_dir = tmp_path / "tmpdir", tmp_path / "home"
+    _mount(tmpdir, "64k")
+    _mount(home_dir, "4M" if home == "writable" else "64k")
+    try:
+        _fill(tmpdir)
+        if home == "full":
+            _fill(home_dir)
+        out = small_disk / "run.json"
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmpdir),
+               "HOME": str(home_dir), "PLANTED_VARIANTS": VARIANTS, "PLANTED_FILL_PATH": str(small_disk / "filler")}
+        proc = _in_namespace([sys.executable, "-m", "kernelwatch", *PLANTED, "--out", str(out)], cwd=small_disk,
+                             env=env, timeout=600)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "No usable temporary directory" not in proc.stderr, proc.stderr
+        journal = small_disk / "run.json.journal"
+        cache = home_dir / ".cache" / "kernelwatch"
+        if home == "writable":
+            (kept,) = cache.glob("kernelwatch-*.json.gz")
+            assert f"all {RESULTS} finished results are kept in {kept}: store them with `kernelwatch ingest {kept}`" \
+                in proc.stderr, proc.stderr
+            assert f"its unfinished journal {journal} (" in proc.stderr and not journal.exists(), proc.stderr
+            assert len(load_artifact(kept).accuracy) == RESULTS
+            _ingest_all(cli, kept, tmp_path)
+        else:
+            assert "could not be written anywhere" in proc.stderr, proc.stderr
+            for folder in (tmpdir, cache):  # each folder tried on its own, each named with why it failed
+                assert re.search(rf"{re.escape(str(folder))}/kernelwatch-[-0-9a-f]+\.json\.gz: cannot write "
+                                 r"\(No space left on device\)", proc.stderr), proc.stderr
+            held = len(Journal(journal).results) if journal.exists() else 0
+            expected = (f"its journal {journal} holds {held} of the {RESULTS} finished results" if held else
+                        f"all {RESULTS} finished results are lost")
+            assert expected in proc.stderr, proc.stderr
+    finally:
+        for folder in (tmpdir, home_dir):
+            subprocess.run(["umount", "-l", str(folder)], check=False)

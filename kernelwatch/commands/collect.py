@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, output_file
 
 # What --resume may be given with: where the recovered run goes, and nothing about what to measure.
 RESUME_COMPANIONS = {"resume", "out", "db_url", "no_progress"}
@@ -30,11 +30,14 @@ def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> Non
     """Write the run to every destination asked for (an artifact, the database), each tried even when
     another fails; ``written`` gets those that took it. Raises the first failure."""
     from db.artifact import write_artifact
+    from db.files import replaced_link_note
 
     failures: list[Exception] = []
     if out is not None:
         try:
-            write_artifact(doc, out)
+            link = write_artifact(doc, out)
+            if link is not None:
+                click.echo(f"kernelwatch collect: {replaced_link_note(out, link)}", err=True)
             click.echo(f"wrote {out}")
             written.append(str(out))
         except Exception as exc:  # the database may still take it; the first failure is raised
@@ -119,13 +122,18 @@ def _journal_results(journal: Path) -> tuple[int, bool] | None:
 
 
 def _fallback_folders() -> list[Path]:
-    """Where a run that could not be stored goes: $TMPDIR (or the system's temporary folder), then
-    ~/.cache/kernelwatch: often another file system than a full working folder."""
-    import os
+    """Where a run that could not be stored goes: $TMPDIR, the system's temporary folder, then
+    ~/.cache/kernelwatch (often another file system than a full working folder). Each is found on its own
+    and tried in turn: none may stop the others (``tempfile.gettempdir()`` raises when every temporary
+    folder is full, and ``Path.home()`` when there is no home)."""
     import tempfile
 
     folders = [Path(os.environ["TMPDIR"])] if os.environ.get("TMPDIR") else []
-    folders += [Path(tempfile.gettempdir()), Path.home() / ".cache" / "kernelwatch"]
+    for where in (tempfile.gettempdir, lambda: Path.home() / ".cache" / "kernelwatch"):
+        try:
+            folders.append(Path(where()))
+        except (OSError, RuntimeError, KeyError):
+            continue
     return list(dict.fromkeys(f.absolute() for f in folders))
 
 
@@ -157,7 +165,7 @@ def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
             folder.mkdir(parents=True, exist_ok=True)
             write_artifact(doc, target)
         except (ArtifactError, OSError) as exc:
-            tried.append(f"{folder}: {exc.strerror if isinstance(exc, OSError) else exc}")
+            tried.append(str(exc) if isinstance(exc, ArtifactError) else f"{folder}: {exc.strerror or exc}")
             continue
         partial = (f"; its unfinished journal {journal} ({in_journal} of them) was removed"
                    if in_journal is not None else "")
@@ -214,7 +222,7 @@ def _summary(doc) -> None:  # noqa: ANN001
 @click.option("--seed", type=int, default=None,
               help="Base of the exploration seeds (default: fresh each run). Gating inputs never depend on it.")
 @click.option("--profile", is_flag=True, help="Also record profiler counters per perf case (ncu / torch_npu).")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", "out", type=click.Path(dir_okay=False), callback=output_file, default=None,
               help="Write the run artifact here instead of (or, with --db, besides) the database.")
 @click.option("--resume", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="JOURNAL",
               help="Store the run an interrupted collect left in its journal (OUT.journal, or "

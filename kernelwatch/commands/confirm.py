@@ -93,8 +93,12 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
     text = report(results, base_sha, cand_sha)
     click.echo(terminal(text))
     if report_file is not None:
+        from db.files import replaced_link_note, write_atomic
+
         try:
-            report_file.write_text(text + "\n", encoding="utf-8")
+            link = write_atomic(report_file, (text + "\n").encode("utf-8"))
+            if link is not None:
+                click.echo(terminal(f"kernelwatch confirm: {replaced_link_note(report_file, link)}"), err=True)
         except OSError as exc:
             fail(f"--report-file {report_file}: {exc.strerror or exc}")
     sys.exit(1 if others else exit_code(results))

@@ -30,16 +30,21 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
 
     from db.engine import open_database
     from db.ingest import ingest_documents
-    from db.synthetic import DEMO_CHANGES, Step, SyntheticHistory, demo_branch
+    from db.synthetic import DEMO_CHANGES, Step, SyntheticError, SyntheticHistory, demo_branch
 
     if demo_from is not None:
         from db.artifact import load_artifact
         from db.queries import list_runs
         from db.schema import parse_time
 
+        source = load_artifact(demo_from)  # read and derived from before the database is created
+        try:
+            demo_branch(source)
+        except SyntheticError as exc:
+            raise click.BadParameter(str(exc), param_hint="--demo-from") from None
         engine = open_database(db_url)
         real = [r["started"] for r in list_runs(engine) if not r["synthetic"] and r["started"]]
-        docs = demo_branch(load_artifact(demo_from), after=parse_time(max(real)) if real else None)
+        docs = demo_branch(source, after=parse_time(max(real)) if real else None)
         out = ingest_documents(engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
         click.echo(f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
                    f"derived from {demo_from}):")
@@ -61,5 +66,9 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
     specs = discover(tuple(extra_kernels))
     kernels = tuple((name, spec.variant_names()) for name, spec in sorted(specs.items()))
     history = SyntheticHistory(runs=runs, cases=cases, hardware=hardware, seed=seed, steps=parsed, kernels=kernels)
-    out = ingest_documents(open_database(db_url), list(history.sourced_documents()))
+    try:
+        docs = list(history.sourced_documents())  # every run built and validated before the database is created
+    except SyntheticError as exc:
+        raise click.BadParameter(str(exc), param_hint="--step" if parsed else None) from None
+    out = ingest_documents(open_database(db_url), docs)
     click.echo(f"{sum(o.status == 'ingested' for o in out)} synthetic runs ingested ({len(out)} generated)")
