@@ -66,9 +66,12 @@ class LazyGroup(click.Group):
         from kernelwatch.dependencies import command_named, exit_missing
 
         try:
-            from kernelwatch.output import tolerant_streams
+            try:
+                from kernelwatch.output import tolerant_streams
 
-            tolerant_streams()
+                tolerant_streams()
+            except ModuleNotFoundError:  # --help still answers; a command that needs the package says which
+                pass
             return super().main(*args, **kwargs)
         except ModuleNotFoundError as exc:  # a package a command imports when it runs (sqlalchemy, psycopg...)
             argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
