@@ -153,3 +153,94 @@ def test_a_missing_module_of_kernelwatch_itself_stays_a_traceback() -> None:
     assert missing_package(ModuleNotFoundError("No module named 'db.nothing'", name="db.nothing")) is None
     assert missing_package(ModuleNotFoundError("No module named 'sqlalchemy'", name="sqlalchemy.orm")) == "sqlalchemy"
     assert "pip install -e '.[postgres]'" in missing_message("psycopg")
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands that say what they know: runs in 100 columns, show's filters, bisect's range
+# ---------------------------------------------------------------------------------------------
+def test_runs_fits_100_columns_and_wide_keeps_everything(tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """The shipped history and the demo branch made `runs` 179 columns wide (the issue saw 194)."""
+    from db.artifact import dumps, parse_artifact
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.schema import to_data
+    from db.synthetic import SyntheticHistory
+
+    docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=6, samples=5).documents()]
+    docs[-1]["run"]["commit"]["branch"] = "feature/" + "a-branch-name-longer-than-any-column-should-be" * 2
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    ingest_documents(open_database(url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
+    table = cli.invoke(main, ["runs", "--db", url])
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert max(map(len, lines)) <= 100, table.output
+    assert lines[0].split() == ["id", "commit", "branch", "hardware", "status", "started", "perf", "acc", "prof"]
+    newest = lines[2]
+    assert newest.startswith(docs[-1]["run"]["id"][:8]) and "feature/a-bran" in newest and "…" in newest
+    assert newest.split()[-3:] == ["6", "6", "-"]  # kernel timings, gating accuracy cases, no profiler rows
+    wide = cli.invoke(main, ["runs", "--wide", "--db", url]).output
+    assert docs[-1]["run"]["commit"]["branch"] in wide and "perf 6 + accuracy 6 · " in wide
+
+
+def test_show_filters_by_kernel_and_case_text(history: Path, cli) -> None:  # noqa: ANN001
+    run_id = DOCS[-1]["run"]["id"]
+    import json
+
+    every = json.loads(cli.invoke(main, ["show", run_id, "--format", "json", "--db", str(history)]).output)
+    kernels = sorted({r["kernel"] for r in every})
+    assert len(kernels) == 2
+    one = json.loads(cli.invoke(main, ["show", run_id, "--kernel", kernels[0], "--format", "json", "--db",
+                                       str(history)]).output)
+    assert one and {r["kernel"] for r in one} == {kernels[0]} and len(one) < len(every)
+    matched = json.loads(cli.invoke(main, ["show", run_id, "--match", "synthetic=1", "--format", "json", "--db",
+                                           str(history)]).output)
+    assert matched and all("synthetic=1" in r["case"] for r in matched) and len(matched) < len(every)
+    table = cli.invoke(main, ["show", run_id, "--kernel", kernels[1], "--db", str(history)]).output
+    assert kernels[1] in table.splitlines() and kernels[0] not in table.splitlines()
+    none = cli.invoke(main, ["show", run_id, "--match", "no-such-text", "--db", str(history)])
+    assert (none.exit_code, none.stderr) == (2, f"kernelwatch show: error: no case of run {run_id[:8]} contains "
+                                                f"'no-such-text' ({len({r['case'] for r in every})} cases)\n")
+
+
+def _repo(path: Path, commits: int) -> list[str]:
+    git = ["git", "-C", str(path), "-c", "user.email=kw@example.invalid", "-c", "user.name=kw"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    for i in range(commits):
+        (path / "f").write_text(str(i))
+        subprocess.run([*git, "add", "f"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{i}"], check=True)
+    out = subprocess.run([*git, "rev-list", "--reverse", "HEAD"], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_bisect_at_the_edge_prints_the_range_and_the_commands_to_narrow_it(tmp_path: Path, cli,  # noqa: ANN001
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """9 runs, the last 30% slower: 'too few runs after it' named the first slow commit but not the range or
+    what to run. Runs at commits 0-5 and 8 of a real repository: the two commits between are printed too."""
+    from db.artifact import dumps, parse_artifact
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.schema import to_data
+    from db.synthetic import Step, SyntheticHistory
+
+    shas = _repo(tmp_path / "repo", 9)
+    history = SyntheticHistory(runs=7, cases=1, samples=10, noise=0.002, steps=[Step(6, 1.3)])
+    docs = [to_data(d) for d in history.documents()]
+    for doc, sha in zip(docs, [*shas[:6], shas[8]]):
+        doc["run"]["commit"]["sha"] = sha
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    ingest_documents(open_database(url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
+    case = history.case_list()[0]["key"]
+    monkeypatch.chdir(tmp_path / "repo")
+    result = cli.invoke(main, ["bisect", case, "--hardware", "H200", "--db", url])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    good, bad = shas[5][:12], shas[8][:12]
+    assert lines[0].startswith(f"a change of +30% in the last 1 run (from {bad} on): too few runs after it")
+    assert lines[1] == f"  range: {good}..{bad} (the last run before the change, the first after it)"
+    assert lines[2] == (f"  to tell a step from noise, measure {bad} again (3 runs after the change are needed, 1 "
+                        "so far):")
+    assert lines[3].strip().startswith(f"git switch --detach --end-of-options {bad} && kernelwatch collect")
+    assert lines[4] == "  to find the commit within the range, re-run the 2 between them:"
+    assert [line.split()[4] for line in lines[5:7]] == [shas[6][:12], shas[7][:12]]
+    assert len(lines) == 7
