@@ -117,7 +117,7 @@ def test_bad_input_gets_one_line(tmp_path: Path, cli, argv, message) -> None:  #
     _setup(url)
     argv = [a.replace("{case}", _mse_cases()[0]) for a in argv]
     result = cli.invoke(main, ["ack", *argv, "--db", url])
-    assert result.exit_code == 2  # bad input (issue 29: exit 2 and the command's name in every error)
+    assert result.exit_code == 2  # bad input: exit 2 and the command's name, as every error
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kernelwatch ack: error: ") and message in lines[0], result.output
     assert acks(open_database(url, readonly=True)) == []

@@ -1,4 +1,4 @@
-"""Every command says what stopped it in one form (issue 29.5): ``kernelwatch CMD: error: WHAT``, one line on
+"""Every command says what stopped it in one form: ``kernelwatch CMD: error: WHAT``, one line on
 stderr, nothing on stdout, exit status 2 for bad usage and bad input. Before, the prefixes were "Error:",
 "kernelwatch: error:", "kernelwatch gate: cannot decide:" and "kernelwatch confirm:", and bad input exited 1 in
 ingest, export, show, ack and collect --resume but 2 elsewhere. Each case runs in its own process, as a user

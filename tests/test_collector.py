@@ -492,7 +492,7 @@ def test_resume_of_a_file_that_is_no_journal_is_one_line(tmp_path: Path, cli) ->
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
     result = cli.invoke(main, ["collect", "--resume", str(bad), "--out", str(tmp_path / "r.json")])
-    assert result.exit_code == 2  # bad input (issue 29)
+    assert result.exit_code == 2  # bad input
     assert result.stderr.strip() == f"kernelwatch collect: error: {bad}: line 1: not a JSON line"
     result = cli.invoke(main, ["collect", "--resume", str(tmp_path / "missing.journal")])
     assert result.exit_code == 2 and "missing.journal: no such file" in result.stderr

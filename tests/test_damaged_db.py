@@ -1,5 +1,5 @@
 """A damaged or wrongly typed database is one line and exit status 2 in every command that reads it, naming the run
-and the field (issue 33.4), on a real SQLite file and a real PostgreSQL database.
+and the field, on a real SQLite file and a real PostgreSQL database.
 
 Before: `UPDATE run SET started_at='yesterday'` gave a ValueError traceback in runs, show, gate, export, bisect and
 confirm; `samples_ms='{not json'` a JSONDecodeError; `median_ms='fast'` a TypeError; a dropped table or column an

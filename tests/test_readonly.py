@@ -198,7 +198,7 @@ def test_other_projects_databases_are_refused_untouched(command: str, make, hold
     before, files = sha(path), listing(folder)
     args = ["runs"] if command == "runs" else WRITERS[command]()
     result = cli.invoke(main, [*args, "--db", f"sqlite:///{path}"])
-    assert result.exit_code == 2, result.output  # writers too (issue 29: a database it cannot use is exit 2)
+    assert result.exit_code == 2, result.output  # writers too: a database it cannot use is exit 2
     assert f"is not a KernelWatch database (it holds {holds})" in result.output
     assert "newer KernelWatch" not in result.output
     assert sha(path) == before and listing(folder) == files
