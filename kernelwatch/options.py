@@ -59,8 +59,8 @@ def expected_message(exc: BaseException) -> str | None:
 
     if isinstance(exc, click.ClickException):
         return exc.format_message()
-    if isinstance(exc, LookupError) and exc.args:  # KeyError's str() would quote the message
-        return str(exc.args[0])
+    if isinstance(exc, LookupError) and not isinstance(exc, (KeyError, IndexError)) and exc.args:
+        return str(exc.args[0])  # "no run with id ...", "--hardware ... must match exactly one" (a KeyError is a bug)
     expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError)
     try:
         from sqlalchemy.exc import SQLAlchemyError
