@@ -27,6 +27,7 @@ DEFAULT_DB = "kernelwatch.db"
 ENV_VAR = "KERNELWATCH_DB"
 BUSY_TIMEOUT_S = 60.0
 _PG_MIGRATION_LOCK = 0x4B57_0001  # "KW" + 1: the advisory lock id taken while migrating
+UNREADABLE_SHOWN = 120  # characters of the driver's message (SQLite's "Could not decode..." quotes the value)
 
 
 class DatabaseError(RuntimeError):
@@ -48,9 +49,11 @@ def unreadable(exc: BaseException, url: str | URL | None = None) -> str:
     """One line for a database that failed under a query (a dropped table, corrupted pages, a lost server):
     the driver's first line, never the statement or its parameters."""
     cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = cause[0] if cause else type(exc).__name__
+    first = first if len(first) <= UNREADABLE_SHOWN else first[:UNREADABLE_SHOWN] + "..."  # it may quote a value
     where = f" {redact(url)}" if url is not None else ""
-    return (f"the database{where} cannot be read ({cause[0] if cause else type(exc).__name__}): it is damaged or "
-            f"not what this KernelWatch wrote; nothing was changed")
+    return (f"the database{where} cannot be read ({first}): it is damaged or not what this KernelWatch wrote; "
+            f"nothing was changed")
 
 
 def resolve_url(url: str | None = None) -> str:
