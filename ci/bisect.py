@@ -27,10 +27,41 @@ class Step:
     commits: list[str] = field(default_factory=list)  # to re-run, oldest first
 
 
+@dataclass(frozen=True)
+class EdgeChange:
+    """A change the detector cannot call a step: fewer than :data:`MIN_SEGMENT` runs on one side of it."""
+
+    change: float  # median after / median before - 1
+    runs_before: int
+    runs_after: int
+    good: str  # the last commit before the change
+    bad: str  # the first commit after it
+    commits: list[str] = field(default_factory=list)  # good..bad from git, oldest first ([] outside a checkout)
+
+    @property
+    def short_side(self) -> str:
+        return "before" if self.runs_before < MIN_SEGMENT else "after"
+
+    @property
+    def note(self) -> str:
+        if self.short_side == "before":
+            k = self.runs_before
+            return (f"a change of {self.change:+.0%} after {k} run{'s' if k > 1 else ''} (between {self.good[:12]} "
+                    f"and {self.bad[:12]}): too few runs before it to call a step ({MIN_SEGMENT} needed)")
+        after = self.runs_after
+        return (f"a change of {self.change:+.0%} in the last {after} run{'s' if after > 1 else ''} (from "
+                f"{self.bad[:12]} on): too few runs after it to call a step ({MIN_SEGMENT} needed)")
+
+    @property
+    def to_repeat(self) -> str:
+        """The commit whose re-runs give the short side the runs it lacks: the last good one or the first bad one."""
+        return self.good if self.short_side == "before" else self.bad
+
+
 def steps(engine: Engine, case: str, fingerprint: str, implementation: str = KERNEL_IMPL,
-          min_effect: float = 0.05) -> tuple[int, list[Step], str | None]:
-    """(number of runs in the history, the steps found in it, and when none is found, why a change at
-    either end of the history is not called one: :func:`edge_change`)."""
+          min_effect: float = 0.05) -> tuple[int, list[Step], EdgeChange | None]:
+    """(number of runs in the history, the steps found in it, and when none is found, a change at either end of
+    the history that too few runs on one side keep from being called one: :func:`edge_change`)."""
     history = case_history(engine, case, fingerprint, implementation)
     if len(history) < MIN_SERIES:
         raise LookupError(f"{case} has {len(history)} runs on this hardware: at least {MIN_SERIES} are needed")
@@ -39,22 +70,14 @@ def steps(engine: Engine, case: str, fingerprint: str, implementation: str = KER
     for p in change_points(medians, min_effect=min_effect):
         good, bad = history[p.index - 1]["commit_sha"], history[p.index]["commit_sha"]
         found.append(Step(p, good, bad, commits_between(good, bad) or [bad]))
-    note = None
+    edge = None
     if not found:
-        edge = edge_change(medians, min_effect)
-        if edge is not None:
-            k, change = edge
+        at = edge_change(medians, min_effect)
+        if at is not None:
+            k, change = at
             good, bad = history[k - 1]["commit_sha"], history[k]["commit_sha"]
-            if k < MIN_SEGMENT:
-                note = (f"a change of {change:+.0%} after {k} run{'s' if k > 1 else ''} (between {good[:12]} and "
-                        f"{bad[:12]}): too few runs before it to call a step ({MIN_SEGMENT} needed); re-run the "
-                        f"commits before {bad[:12]} to tell a step from noise")
-            else:
-                after = len(history) - k
-                note = (f"a change of {change:+.0%} in the last {after} run{'s' if after > 1 else ''} (from "
-                        f"{bad[:12]} on): too few runs after it to call a step ({MIN_SEGMENT} needed); re-run "
-                        f"{bad[:12]} or collect newer commits to tell a step from noise")
-    return len(history), found, note
+            edge = EdgeChange(change, k, len(history) - k, good, bad, commits_between(good, bad))
+    return len(history), found, edge
 
 
 def edge_change(medians: list[float], min_effect: float) -> tuple[int, float] | None:

@@ -27,19 +27,33 @@ DEFAULT_DB = "kernelwatch.db"
 ENV_VAR = "KERNELWATCH_DB"
 BUSY_TIMEOUT_S = 60.0
 _PG_MIGRATION_LOCK = 0x4B57_0001  # "KW" + 1: the advisory lock id taken while migrating
+UNREADABLE_SHOWN = 120  # characters of the driver's message (SQLite's "Could not decode..." quotes the value)
 
 
 class DatabaseError(RuntimeError):
     """The database cannot be opened or used; the message says which and why."""
 
 
+class StoredValueError(DatabaseError):
+    """A stored value its column's type cannot hold (text in a number column, a time that is not one, JSON that does
+    not parse): raised where it is read (``db.stored``), naming the table, the run (or row) and the field."""
+
+    def __init__(self, table: str, row: str | None, field: str, problem: str) -> None:
+        self.table, self.row, self.field, self.problem = table, row, field, problem
+        where = table if not row else row if row.startswith(f"{table} ") else f"{table} of {row}"
+        super().__init__(f"the database holds a damaged value: {where}, field {field}: {problem}; nothing was "
+                         "changed")
+
+
 def unreadable(exc: BaseException, url: str | URL | None = None) -> str:
     """One line for a database that failed under a query (a dropped table, corrupted pages, a lost server):
     the driver's first line, never the statement or its parameters."""
     cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = cause[0] if cause else type(exc).__name__
+    first = first if len(first) <= UNREADABLE_SHOWN else first[:UNREADABLE_SHOWN] + "..."  # it may quote a value
     where = f" {redact(url)}" if url is not None else ""
-    return (f"the database{where} cannot be read ({cause[0] if cause else type(exc).__name__}): it is damaged or "
-            f"not what this KernelWatch wrote; nothing was changed")
+    return (f"the database{where} cannot be read ({first}): it is damaged or not what this KernelWatch wrote; "
+            f"nothing was changed")
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -324,6 +338,7 @@ def open_database(url: str | None = None, *, readonly: bool = False, migrate: bo
             rev = current_revision(engine)
             if rev != head_revision():
                 raise DatabaseError(_not_ready(engine, rev))
+            check_tables(engine)
         elif migrate:
             rev = current_revision(engine)
             if rev not in known_revisions():  # someone else's database, an empty one, or a newer KernelWatch's
@@ -332,11 +347,34 @@ def open_database(url: str | None = None, *, readonly: bool = False, migrate: bo
                 if rev is not None or _foreign_tables(inspect(engine).get_table_names(), rev):
                     raise DatabaseError(_not_ready(engine, rev, _FOREIGN_HINT))
             upgrade(engine)
+            check_tables(engine)
     except DatabaseError:
         engine.dispose()
         raise
     except (SQLAlchemyError, OSError) as exc:
         engine.dispose()
         cause = getattr(exc, "orig", None) or exc
-        raise DatabaseError(f"cannot open database {redact(resolve_url(url))}: {str(cause).strip()}") from None
+        # one line: libpq adds a hint line to "connection refused" ("Is the server running on that host...")
+        raise DatabaseError(f"cannot open database {redact(resolve_url(url))}: {' '.join(str(cause).split())}"
+                            ) from None
     return engine
+
+
+def check_tables(engine: Engine) -> None:
+    """Refuse a database at this KernelWatch's revision that lacks one of its tables or columns (dropped by hand,
+    or restored from a partial dump): one line naming the first one missing, before any query fails on it."""
+    from sqlalchemy import inspect
+
+    from db.models import Base
+
+    inspector = inspect(engine)
+    present = set(inspector.get_table_names())
+    for table in Base.metadata.sorted_tables:
+        if table.name not in present:
+            raise DatabaseError(f"the database {redact(engine.url)} is damaged: its table {table.name} is missing "
+                                f"(schema revision {head_revision()} has it); nothing was changed")
+        columns = {c["name"] for c in inspector.get_columns(table.name)}
+        missing = [c.name for c in table.columns if c.name not in columns]
+        if missing:
+            raise DatabaseError(f"the database {redact(engine.url)} is damaged: table {table.name} has no column "
+                                f"{', '.join(missing)} (schema revision {head_revision()} has it); nothing was changed")

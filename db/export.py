@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, select, union
 from sqlalchemy.orm import Session
 
+from db import stored
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import SCHEMA, RunDocument, format_time, validate
 
@@ -44,14 +45,14 @@ def _ft(value) -> str | None:
 def export_run(engine: Engine, run_id: str) -> RunDocument:
     """The run as a validated artifact document."""
     with Session(engine) as conn:
-        row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
+        row = next(iter(stored.entities(conn, select(Run, Hardware).join(Hardware).where(Run.id == run_id))), None)
         if row is None:
             raise RunNotFound(f"no run with id {run_id!r}")
         run, hw = row
         cases = {
-            cid: {"key": key, "kernel": kernel, "variant": variant, "dtype": dtype, "params": params,
-                  "ceiling": ceiling}
-            for cid, key, kernel, variant, dtype, params, ceiling in conn.execute(
+            c["id"]: {k: c[k] for k in ("key", "kernel", "variant", "dtype", "params", "ceiling")}
+            for c in stored.rows(
+                conn,
                 select(Case.id, Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling).where(
                     Case.id.in_(
                         union(
@@ -65,10 +66,10 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
         }
 
         def section(model: type, drop: tuple[str, ...]) -> list[dict[str, Any]]:
-            cols = [c for c in model.__table__.columns if c.name not in drop]
+            cols = [c for c in model.__table__.columns if c.name not in drop or c.name == "run_id"]  # names damage
             out = []
-            for r in conn.execute(select(*cols).where(model.run_id == run_id)).mappings():
-                item = {k: v for k, v in r.items() if k != "case_id"}
+            for r in stored.rows(conn, select(*cols).where(model.run_id == run_id)):
+                item = {k: v for k, v in r.items() if k != "case_id" and k not in drop}
                 item["case"] = cases[r["case_id"]]["key"]
                 out.append(item)
             return out

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, func, or_, select, union
 from sqlalchemy.orm import Session
 
+from db import stored
 from db.models import AccuracyResult, Ack, Case, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import format_time
 from kernels.names import KERNEL_IMPL
@@ -87,24 +88,24 @@ def list_runs(engine: Engine, hardware: str | None = None, limit: int | None = N
         stmt = stmt.where(Hardware.id.in_([h["id"] for h in match_hardware(engine, hardware)]))
     stmt = stmt.order_by(Run.started_at.desc(), Run.id).limit(limit)
     with Session(engine) as conn:
-        return [_run_dict(r, h) for r, h in conn.execute(stmt)]
+        return [_run_dict(r, h) for r, h in stored.entities(conn, stmt)]
 
 
 def list_hardware(engine: Engine) -> list[dict[str, Any]]:
     cols = [c for c in Hardware.__table__.columns]
     with Session(engine) as conn:
-        return [dict(r) for r in conn.execute(select(*cols).order_by(Hardware.device_name)).mappings()]
+        return stored.rows(conn, select(*cols).order_by(Hardware.device_name))
 
 
 def latest_complete_runs(engine: Engine, include_synthetic: bool = True) -> list[dict[str, Any]]:
     """The newest complete run of every hardware fingerprint (one index probe per hardware)."""
     out = []
     with Session(engine) as conn:
-        for hw in conn.execute(select(Hardware)).scalars():
+        for hw in stored.scalars(conn, select(Hardware)):
             stmt = select(Run).where(Run.hardware_id == hw.id, Run.status == "complete")
             if not include_synthetic:
                 stmt = stmt.where(Run.synthetic.is_(False))
-            run = conn.execute(stmt.order_by(Run.started_at.desc()).limit(1)).scalar_one_or_none()
+            run = next(iter(stored.scalars(conn, stmt.order_by(Run.started_at.desc()).limit(1))), None)
             if run is not None:
                 out.append(_run_dict(run, hw))
     return sorted(out, key=lambda r: r["hardware"])
@@ -115,11 +116,11 @@ def run_results(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     with Session(engine) as conn:
         acc = {
             r.case_id: r
-            for r in conn.execute(select(AccuracyResult).where(AccuracyResult.run_id == run_id)).scalars()
+            for r in stored.scalars(conn, select(AccuracyResult).where(AccuracyResult.run_id == run_id))
         }
-        perf = conn.execute(select(PerfResult).where(PerfResult.run_id == run_id)).scalars().all()
+        perf = stored.scalars(conn, select(PerfResult).where(PerfResult.run_id == run_id))
         case_ids = set(acc) | {p.case_id for p in perf}
-        cases = {c.id: c for c in conn.execute(select(Case).where(Case.id.in_(case_ids))).scalars()}
+        cases = {c.id: c for c in stored.scalars(conn, select(Case).where(Case.id.in_(case_ids)))}
 
     def record(case: Case, impl: str, p: PerfResult | None, a: AccuracyResult | None) -> dict[str, Any]:
         errors = [e for e in ((a.error if a else None), (p.error if p else None)) if e]
@@ -187,7 +188,7 @@ def case_history(
         .order_by(*_commit_order())
     )  # fmt: skip
     with Session(engine) as conn:
-        rows = conn.execute(stmt).mappings().all()
+        rows = stored.rows(conn, stmt)
     return [
         {**r, "commit_time": _iso(r["commit_time"]), "started_at": _iso(r["started_at"])} for r in rows
     ]
@@ -227,7 +228,7 @@ def recent_runs(engine: Engine, fingerprint: str, last: int, kernel: str | None 
         stmt = stmt.where(or_(has_kernel, has_acc))
     stmt = stmt.order_by(*(c.desc() for c in _commit_order())).limit(last)
     with Session(engine) as conn:
-        rows = [_run_dict(r, h) for r, h in conn.execute(stmt)]
+        rows = [_run_dict(r, h) for r, h in stored.entities(conn, stmt)]
     return rows[::-1]
 
 
@@ -250,7 +251,7 @@ def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, imp
     if implementations:
         stmt = stmt.where(PerfResult.implementation.in_(implementations))
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+        return stored.rows(conn, stmt)
 
 
 def accuracy_rows(engine: Engine, run_ids: list[str], kernel: str | None = None) -> list[dict[str, Any]]:
@@ -267,7 +268,7 @@ def accuracy_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
     if kernel:
         stmt = stmt.where(Case.kernel == kernel)
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+        return stored.rows(conn, stmt)
 
 
 def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None) -> list[dict[str, Any]]:
@@ -283,7 +284,7 @@ def profiler_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
     if kernel:
         stmt = stmt.where(Case.kernel == kernel)
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+        return stored.rows(conn, stmt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,10 +294,10 @@ def latest_runs(engine: Engine, statuses: tuple[str, ...] = ("complete", "partia
     """The newest run of every hardware among ``statuses`` (a partial nightly is triaged too)."""
     out = []
     with Session(engine) as conn:
-        for hw in conn.execute(select(Hardware)).scalars():
+        for hw in stored.scalars(conn, select(Hardware)):
             stmt = (select(Run).where(Run.hardware_id == hw.id, Run.status.in_(statuses))
                     .order_by(Run.started_at.desc()).limit(1))
-            run = conn.execute(stmt).scalar_one_or_none()
+            run = next(iter(stored.scalars(conn, stmt)), None)
             if run is not None:
                 out.append(_run_dict(run, hw))
     return sorted(out, key=lambda r: r["hardware"])
@@ -304,22 +305,22 @@ def latest_runs(engine: Engine, statuses: tuple[str, ...] = ("complete", "partia
 
 def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
     with Session(engine) as conn:
-        row = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id == run_id)).first()
+        row = next(iter(stored.entities(conn, select(Run, Hardware).join(Hardware).where(Run.id == run_id))), None)
     return None if row is None else _run_dict(*row)
 
 
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
-        row = conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling)
-                           .where(Case.key == key)).mappings().first()
+        row = next(iter(stored.rows(conn, select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params,
+                                                  Case.ceiling).where(Case.key == key))), None)
     return None if row is None else dict(row)
 
 
 def cases_without_ceiling(engine: Engine) -> list[dict[str, Any]]:
     """Cases stored with no ceiling (only runs from before it was recorded measured them)."""
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
-                                              .where(Case.ceiling.is_(None))).mappings()]
+        return stored.rows(conn, select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
+                           .where(Case.ceiling.is_(None)))
 
 
 def case_keys(engine: Engine, kernel: str) -> list[str]:
@@ -372,7 +373,7 @@ def case_perf(engine: Engine, key: str, fingerprint: str, last: int = 50) -> lis
             .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
             .order_by(*_commit_order(), PerfResult.implementation))
     with engine.connect() as conn:
-        return _iso_rows(conn.execute(stmt).mappings())
+        return _iso_rows(stored.rows(conn, stmt))
 
 
 def case_accuracy(engine: Engine, key: str, fingerprint: str, last: int = 50) -> list[dict[str, Any]]:
@@ -387,7 +388,7 @@ def case_accuracy(engine: Engine, key: str, fingerprint: str, last: int = 50) ->
                    AccuracyResult.kind == "gate")
             .order_by(*(c.desc() for c in _commit_order())).limit(last))
     with engine.connect() as conn:
-        return _iso_rows(conn.execute(stmt).mappings())[::-1]
+        return _iso_rows(stored.rows(conn, stmt))[::-1]
 
 
 def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, Any]]:
@@ -401,7 +402,7 @@ def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, 
             .where(ProfilerMetric.case_id == case_id, ProfilerMetric.hardware_id == hw_id)
             .order_by(*_commit_order(), ProfilerMetric.name))
     with engine.connect() as conn:
-        return _iso_rows(conn.execute(stmt).mappings())
+        return _iso_rows(stored.rows(conn, stmt))
 
 
 def profiler_kernels(engine: Engine, fingerprint: str) -> list[str]:
@@ -420,13 +421,14 @@ def latest_accuracy_runs(engine: Engine) -> list[dict[str, Any]]:
     out = []
     with Session(engine) as conn:
         kernels = list(conn.execute(select(Case.kernel).distinct()).scalars())
-        for hw in conn.execute(select(Hardware)).scalars():
+        for hw in stored.scalars(conn, select(Hardware)):
             for kernel in kernels:
                 has = (select(AccuracyResult.id).join(Case, Case.id == AccuracyResult.case_id)
                        .where(AccuracyResult.run_id == Run.id, AccuracyResult.kind == "gate", Case.kernel == kernel)
                        .exists())
-                run = conn.execute(select(Run).where(Run.hardware_id == hw.id, Run.status.in_(("complete", "partial")),
-                                                     has).order_by(Run.started_at.desc()).limit(1)).scalar_one_or_none()
+                run = next(iter(stored.scalars(conn, select(Run).where(
+                    Run.hardware_id == hw.id, Run.status.in_(("complete", "partial")), has
+                ).order_by(Run.started_at.desc()).limit(1))), None)
                 if run is not None:
                     out.append({**_run_dict(run, hw), "kernel": kernel})
     return sorted(out, key=lambda r: (r["hardware"], r["kernel"]))
@@ -446,7 +448,7 @@ def acks(engine: Engine, fingerprint: str | None = None, case: str | None = None
     if case:
         stmt = stmt.where(Case.key == case)
     with engine.connect() as conn:
-        return _iso_rows(conn.execute(stmt).mappings())
+        return _iso_rows(stored.rows(conn, stmt))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,16 +460,17 @@ BASELINE_LOOKBACK = 200  # eligible runs considered, newest first
 def runs_by_id_prefix(engine: Engine, prefix: str, limit: int = 3) -> list[dict[str, Any]]:
     """Runs whose id is ``prefix`` or starts with it (the exact one first), at most ``limit``."""
     with Session(engine) as conn:
-        rows = conn.execute(select(Run, Hardware).join(Hardware).where(Run.id.startswith(prefix, autoescape=True))
-                            .order_by(Run.id != prefix, Run.id).limit(limit)).all()
+        rows = stored.entities(conn, select(Run, Hardware).join(Hardware)
+                               .where(Run.id.startswith(prefix, autoescape=True))
+                               .order_by(Run.id != prefix, Run.id).limit(limit))
     return [_run_dict(r, h) for r, h in rows]
 
 
 def branch_runs(engine: Engine, branch: str) -> list[dict[str, Any]]:
     """Every run of ``branch`` (any hardware, any status), newest first."""
     with Session(engine) as conn:
-        rows = conn.execute(select(Run, Hardware).join(Hardware).where(Run.branch == branch)
-                            .order_by(Run.started_at.desc(), Run.id)).all()
+        rows = stored.entities(conn, select(Run, Hardware).join(Hardware).where(Run.branch == branch)
+                               .order_by(Run.started_at.desc(), Run.id))
     return [_run_dict(r, h) for r, h in rows]
 
 
@@ -521,7 +524,7 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
     if exclude:
         stmt = stmt.where(Run.id != exclude)
     with Session(engine) as conn:
-        runs = [_run_dict(r, h) for r, h in conn.execute(stmt)]
+        runs = [_run_dict(r, h) for r, h in stored.entities(conn, stmt)]
     ids = [r["id"] for r in runs]
     counts = result_counts(engine, ids)
     perf_shared = _shared(engine, PerfResult, ids, perf_cases, PerfResult.implementation == KERNEL_IMPL)

@@ -4,8 +4,7 @@ ingest` never imports torch and a collector-only host without the dashboard's pa
 from __future__ import annotations
 
 import importlib
-
-import click
+import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("kernelwatch.commands.collect", "Run the accuracy and perf suites and store one run."),
@@ -25,23 +24,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+try:
+    import click
+except ModuleNotFoundError as _missing:  # a Python without KernelWatch's packages: one line, not a traceback
+    from kernelwatch.dependencies import command_named, exit_missing
+
+    exit_missing(_missing, command_named(sys.argv[1:], COMMANDS))
+
+from kernelwatch.options import CommandError  # noqa: E402 - after the check that click is there
+
 _NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
-class OneLineUsageError(click.ClickException):
-    """A usage error as one line on stderr (click prints three: usage, a hint, the error), exit status 2."""
-
-    exit_code = 2
+class OneLineUsageError(CommandError):
+    """A usage error in the one form of every error (click prints three lines: usage, a hint, the error),
+    exit status 2, with where to read the usage."""
 
     def __init__(self, error: click.UsageError) -> None:
-        super().__init__(error.format_message())
-        self.command_path = error.ctx.command_path if error.ctx is not None else "kernelwatch"
-
-    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
-        from kernelwatch.output import terminal
-
-        click.echo(terminal(f"{self.command_path}: error: {self.message} (see {self.command_path} --help)"),
-                   err=True)
+        super().__init__(error.format_message(), ctx=error.ctx)
+        self.message += f" (see {self.command_path} --help)"
 
 
 class LazyGroup(click.Group):
@@ -62,10 +63,19 @@ class LazyGroup(click.Group):
             raise OneLineUsageError(exc) from None
 
     def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - click's signature
-        from kernelwatch.output import tolerant_streams
+        from kernelwatch.dependencies import command_named, exit_missing
 
-        tolerant_streams()
-        return super().main(*args, **kwargs)
+        try:
+            try:
+                from kernelwatch.output import tolerant_streams
+
+                tolerant_streams()
+            except ModuleNotFoundError:  # --help still answers; a command that needs the package says which
+                pass
+            return super().main(*args, **kwargs)
+        except ModuleNotFoundError as exc:  # a package a command imports when it runs (sqlalchemy, psycopg...)
+            argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
+            exit_missing(exc, command_named(list(argv), COMMANDS))
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -82,7 +92,8 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group("kernelwatch", cls=LazyGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="kernelwatch", message="kernelwatch %(version)s")
 def main() -> None:
     """KernelWatch: are your Triton kernels still right and still fast, commit after commit?

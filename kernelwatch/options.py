@@ -1,71 +1,133 @@
-"""Options and error handling shared by every subcommand."""
+"""Options and error handling shared by every subcommand.
+
+Every command says what stopped it in one form: ``kernelwatch CMD: error: WHAT`` on stderr, one line. The exit
+status is 2 for bad usage, bad input and a database that cannot be read (nothing was judged); a command's own
+outcomes keep theirs (the gate's FAIL and a collect whose run could not be stored are 1). A command raises
+:class:`CommandError` (or calls :func:`fail`); :func:`clean_errors`, on every command, turns the project's
+expected exceptions into one; click prints it once (``CommandError.show``).
+"""
 
 from __future__ import annotations
 
 import functools
-import sys
+from typing import NoReturn
 
 import click
 
 DB_HELP = "Database URL (default: $KERNELWATCH_DB, else sqlite file ./kernelwatch.db)."
 FORMATS = click.Choice(["table", "json", "csv"])
+USAGE = 2  # bad usage, bad input, a database that cannot be read: the command could not do its work
 
 
 def db_option(f):
     return click.option("--db", "db_url", envvar="KERNELWATCH_DB", default=None, metavar="URL", help=DB_HELP)(f)
 
 
+def command_path(ctx: click.Context | None) -> str:
+    """``kernelwatch db current`` for the context of ``db current``, whatever name the program was started under
+    (``python -m kernelwatch``, the entry point, a test's runner)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["kernelwatch", *reversed(names)])
+
+
+class CommandError(click.ClickException):
+    """What stopped a command: printed as ``kernelwatch CMD: error: MESSAGE``, one line on stderr."""
+
+    def __init__(self, message: str, exit_code: int = USAGE, ctx: click.Context | None = None) -> None:
+        super().__init__(" ".join(str(message).split("\n")))
+        self.exit_code = exit_code
+        self.command_path = command_path(ctx or click.get_current_context(silent=True))
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        from kernelwatch.output import say, terminal
+
+        say(terminal(f"{self.command_path}: error: {self.message}"), err=True)
+
+
+def fail(message: str, exit_code: int = USAGE) -> NoReturn:
+    """Stop the running command with one line naming what is wrong (exit status 2 unless given)."""
+    raise CommandError(message, exit_code)
+
+
+def expected_message(exc: BaseException) -> str | None:
+    """The one line for an exception the project raises on purpose (bad input, a database that cannot be read,
+    a damaged stored value), or None for anything else (a bug: its traceback is the answer)."""
+    from db.artifact import ArtifactError
+
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    if isinstance(exc, LookupError) and not isinstance(exc, (KeyError, IndexError)) and exc.args:
+        return str(exc.args[0])  # "no run with id ...", "--hardware ... must match exactly one" (a KeyError is a bug)
+    expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError)
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from db.engine import DatabaseError, unreadable
+        from db.ingest import IngestError
+    except ModuleNotFoundError:  # a collector-only host without SQLAlchemy: no database to fail
+        return str(exc) if isinstance(exc, expected) else None
+    if isinstance(exc, SQLAlchemyError):  # a dropped table, corrupted pages, a lost server: never its SQL
+        return unreadable(exc)
+    if isinstance(exc, (*expected, DatabaseError, IngestError)):
+        return str(exc)
+    return None
+
+
+def clean_errors(f):
+    """Every command's callback goes through this: the project's expected failures become one
+    :class:`CommandError` (exit status 2), anything else stays a traceback."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except (CommandError, click.exceptions.Exit, click.Abort, click.UsageError):
+            raise
+        except Exception as exc:
+            message = expected_message(exc)
+            if message is None:
+                raise
+            code = exc.exit_code if isinstance(exc, click.ClickException) else USAGE
+            raise CommandError(message, code) from None
+
+    wrapper.clean_errors = True  # tests/test_cli_messages.py checks that every command has it
+    return wrapper
+
+
 def open_readonly(db_url: str | None):  # noqa: ANN201 - an Engine
     """The database for a command that only reads: never created, migrated or written.
 
-    A missing, unmigrated or unreachable database is refused with one line and exit status 2.
+    A missing, unmigrated, unreachable or damaged database is refused with one line and exit status 2.
     """
     from db.engine import DatabaseError, open_database
-    from kernelwatch.output import terminal
 
     try:
         return open_database(db_url, readonly=True)
     except DatabaseError as exc:
-        click.echo(terminal(f"kernelwatch: error: {exc}"), err=True)
-        sys.exit(2)
+        fail(str(exc))
 
 
-def clean_errors(f):
-    """Turn the project's expected failures into one message on stderr and exit status 1.
+def closest(name: str, known: list[str], n: int = 3) -> list[str]:
+    """The known names most like ``name`` (difflib's ratio), best first."""
+    import difflib
 
-    A database that fails under a query (a dropped table, corrupted pages) is exit status 2, as an
-    unreadable database is when it is opened: the command could not do its work, nothing was judged."""
+    return difflib.get_close_matches(name, known, n=n, cutoff=0.6)
 
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        from db.artifact import ArtifactError
-        from kernelwatch.output import terminal
 
-        expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError, LookupError)
-        try:
-            from db.engine import DatabaseError
-            from db.ingest import IngestError
+def check_case(engine, key: str) -> None:  # noqa: ANN001 - an Engine
+    """Stop with "unknown case" and the closest stored keys when ``key`` is no case of the database."""
+    from db.queries import case_info, case_keys, kernel_names
 
-            expected += (DatabaseError, IngestError)
-        except ImportError:  # a collector-only host without SQLAlchemy
-            pass
-        try:
-            from sqlalchemy.exc import SQLAlchemyError
-        except ImportError:
-            SQLAlchemyError = ()  # noqa: N806 - a collector-only host: no database to fail
-        try:
-            return f(*args, **kwargs)
-        except SQLAlchemyError as exc:
-            from db.engine import unreadable
-
-            click.echo(terminal(f"kernelwatch: error: {unreadable(exc)}"), err=True)
-            sys.exit(2)
-        except expected as exc:
-            msg = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
-            click.echo(terminal(f"kernelwatch: error: {msg}"), err=True)
-            sys.exit(1)
-
-    return wrapper
+    if case_info(engine, key) is not None:
+        return
+    known = [k for kernel in kernel_names(engine) for k in case_keys(engine, kernel)]
+    near = closest(key, known)
+    hint = (f"closest known: {', '.join(near)}" if near else
+            f"no known key is close ({len(known)} cases stored; `kernelwatch show RUN_ID` lists a run's)")
+    fail(f"unknown case {key[:200]!r}: {hint}")
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: str | None):  # noqa: ANN201 - Path | None

@@ -66,11 +66,36 @@ def _cell(value: Any) -> str:
     return printable(str(value))
 
 
-def table(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+GAP = 2  # spaces between table columns
+
+
+def table(records: Sequence[dict[str, Any]], columns: Sequence[str], width: int | None = None,
+          shrink: Sequence[str] = ()) -> str:
+    """Records as an aligned text table; columns of integers are right-aligned.
+
+    ``width``: lines at most this long, the ``shrink`` columns cut (widest first, never below their heading) and
+    their longer cells ending in "…"; the other columns keep their width."""
     rows = [[_cell(r.get(c)) for c in columns] for r in records]
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
-    line = lambda cells: "  ".join(v.ljust(w) for v, w in zip(cells, widths)).rstrip()
+    if width is not None:
+        _fit(widths, [columns.index(c) for c in shrink if c in columns], [len(c) for c in columns], width)
+    numeric = [bool(records) and all(r.get(c) is None or type(r.get(c)) is int for r in records) for c in columns]
+    fit = lambda v, w: v if len(v) <= w else v[: w - 1] + "…"
+    line = lambda cells: (" " * GAP).join(fit(v, w).rjust(w) if right else fit(v, w).ljust(w)
+                                          for v, w, right in zip(cells, widths, numeric)).rstrip()
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _fit(widths: list[int], shrinkable: list[int], floors: list[int], width: int) -> None:
+    """Narrow the shrinkable columns, the widest first, until the line fits ``width`` or all are at their floor."""
+    excess = sum(widths) + GAP * (len(widths) - 1) - width
+    while excess > 0:
+        cut = [i for i in shrinkable if widths[i] > floors[i]]
+        if not cut:
+            return
+        widest = max(cut, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
 
 
 def as_json(records: Sequence[dict[str, Any]]) -> str:
@@ -94,9 +119,10 @@ def _csv_cell(value: Any) -> Any:
     return printable(value) if isinstance(value, str) else value
 
 
-def render(records: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str) -> str:
+def render(records: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, width: int | None = None,
+           shrink: Sequence[str] = ()) -> str:
     if fmt == "json":
         return as_json([{c: r.get(c) for c in columns} for r in records])
     if fmt == "csv":
         return as_csv(records, columns).rstrip("\n")
-    return table(records, columns)
+    return table(records, columns, width, shrink)

@@ -117,9 +117,9 @@ def test_bad_input_gets_one_line(tmp_path: Path, cli, argv, message) -> None:  #
     _setup(url)
     argv = [a.replace("{case}", _mse_cases()[0]) for a in argv]
     result = cli.invoke(main, ["ack", *argv, "--db", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: exit 2 and the command's name, as every error
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kernelwatch: error: ") and message in lines[0], result.output
+    assert len(lines) == 1 and lines[0].startswith("kernelwatch ack: error: ") and message in lines[0], result.output
     assert acks(open_database(url, readonly=True)) == []
 
 
@@ -131,7 +131,7 @@ def test_duplicates_are_refused_and_the_list_shows_acks(tmp_path: Path, cli) -> 
             "--author", "ana", "--db", url]
     assert cli.invoke(main, argv).exit_code == 0
     again = cli.invoke(main, argv)
-    assert again.exit_code == 1 and "already acknowledged" in again.output
+    assert again.exit_code == 2 and "already acknowledged" in again.output
     listing = cli.invoke(main, ["ack", "--list", "--hardware", "h200", "--format", "csv", "--db", url])
     assert listing.exit_code == 0
     header, row = listing.output.strip().splitlines()

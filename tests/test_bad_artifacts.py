@@ -1,9 +1,9 @@
 """A corpus of bad run artifacts: each is refused by `kernelwatch ingest` with one exact line, the
-same on SQLite and PostgreSQL, exit status 1, no traceback, and the database unchanged (a checksum
+same on SQLite and PostgreSQL, exit status 2 (bad input), no traceback, and the database unchanged (a checksum
 of a dump taken before and after).
 
 The corpus is the table ``CORPUS`` below: a name, how the file is made (from one valid synthetic run,
-or from raw text / bytes), and the message that must follow ``kernelwatch: error: FILE: ``. The files
+or from raw text / bytes), and the message that must follow ``kernelwatch ingest: error: FILE: ``. The files
 are generated into a temporary folder; none is committed.
 """
 
@@ -153,7 +153,7 @@ def quantiles(min_ms: float, p20_ms: float, median_ms: float, p80_ms: float) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# The corpus: (name, how it is made, the message after "kernelwatch: error: FILE: ")
+# The corpus: (name, how it is made, the message after "kernelwatch ingest: error: FILE: ")
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bad:
@@ -425,7 +425,7 @@ def ingest(cli, db: Database, path: Path) -> str:  # noqa: ANN001 - click's CliR
     """Run `kernelwatch ingest` on one bad file; assert it is refused in one line and the database is unchanged."""
     before = db.checksum()
     result = cli.invoke(main, ["ingest", str(path), "--db", db.url])
-    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
     assert isinstance(result.exception, SystemExit), repr(result.exception)  # not a traceback
     assert result.stdout == ""
     assert result.stderr.endswith("\n") and result.stderr[:-1].isprintable(), result.stderr  # one printable line
@@ -438,7 +438,7 @@ def test_bad_artifact_is_refused_in_one_line_and_changes_nothing(bad: Bad, datab
                                                                  cli) -> None:  # noqa: ANN001
     path = bad.make(tmp_path)
     line = ingest(cli, database, path)
-    assert line == f"kernelwatch: error: {printable(str(path))}: {bad.message}"
+    assert line == f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}"
 
 
 @pytest.mark.postgres
@@ -470,7 +470,7 @@ def test_every_bad_artifact_is_refused_before_a_database_is_opened(tmp_path: Pat
             path = bad.make(folder)
             result = cli.invoke(main, ["ingest", str(path), "--db", url])
             assert (result.exit_code, result.stderr) == (
-                1, f"kernelwatch: error: {printable(str(path))}: {bad.message}\n"), (bad.name, url)
+                2, f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}\n"), (bad.name, url)
     assert not absent.parent.exists()
 
 
@@ -554,8 +554,8 @@ def test_bad_artifact_through_a_real_process(name: str, database: Database, tmp_
     path = bad.make(tmp_path)
     before = database.checksum()
     proc = _kernelwatch("ingest", str(path), "--db", database.url)
-    assert (proc.returncode, proc.stdout) == (1, b""), proc.stderr.decode(errors="replace")
-    assert proc.stderr.decode() == f"kernelwatch: error: {printable(str(path))}: {bad.message}\n"
+    assert (proc.returncode, proc.stdout) == (2, b""), proc.stderr.decode(errors="replace")
+    assert proc.stderr.decode() == f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}\n"
     assert database.checksum() == before
 
 
@@ -565,8 +565,8 @@ def test_a_file_name_that_is_not_utf_8_is_named_escaped(sqlite_db: Database, tmp
     with open(name, "wb") as fh:
         fh.write(b"[]")
     proc = _kernelwatch("ingest", name, "--db", sqlite_db.url)
-    assert proc.returncode == 1
-    assert proc.stderr.decode() == (f"kernelwatch: error: {tmp_path}/caf\\udce9.json: "
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (f"kernelwatch ingest: error: {tmp_path}/caf\\udce9.json: "
                                     f"(document): expected a JSON object, got an array\n")
 
 
@@ -581,8 +581,8 @@ def test_one_bad_file_among_good_ones_stores_none(database: Database, tmp_path: 
     bad = bad_entry.make(folder)
     before = database.checksum()
     result = cli.invoke(main, ["ingest", str(good), str(bad), "--db", database.url])
-    assert result.exit_code == 1
-    assert result.stderr == f"kernelwatch: error: {bad}: {bad_entry.message}\n"
+    assert result.exit_code == 2
+    assert result.stderr == f"kernelwatch ingest: error: {bad}: {bad_entry.message}\n"
     assert database.checksum() == before
 
 
@@ -662,7 +662,7 @@ def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Databa
     assert {r["case"] for r in json.loads(upper.stdout)} == {c["key"] for c in GOOD["cases"]}
     for prefix in ("%", "_", run_id[:4] + "%"):
         result = cli.invoke(main, ["show", prefix, "--db", database.url])
-        assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: no run with id {prefix!r}\n")
+        assert (result.exit_code, result.stderr) == (2, f"kernelwatch show: error: no run with id {prefix!r}\n")
 
 
 def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Database, tmp_path: Path,
@@ -674,7 +674,7 @@ def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Datab
     second.write_text(json.dumps(changed))
     before = database.checksum()
     result = cli.invoke(main, ["ingest", str(first), str(second), "--db", database.url])
-    assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: {second}: run.id: {BASE['run']['id']} "
+    assert (result.exit_code, result.stderr) == (2, f"kernelwatch ingest: error: {second}: run.id: {BASE['run']['id']} "
                                                     f"also appears, with different content, in {first}\n")
     assert database.checksum() == before
 
@@ -689,6 +689,6 @@ def test_an_artifact_nobody_may_read_is_one_line(sqlite_db: Database, tmp_path: 
     before = sqlite_db.checksum()
     proc = subprocess.run([*prefix, sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", sqlite_db.url],
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
-    assert (proc.returncode, proc.stdout) == (1, "")
-    assert proc.stderr == f"kernelwatch: error: {path}: cannot read (Permission denied)\n"
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"kernelwatch ingest: error: {path}: cannot read (Permission denied)\n"
     assert sqlite_db.checksum() == before

@@ -492,10 +492,10 @@ def test_resume_of_a_file_that_is_no_journal_is_one_line(tmp_path: Path, cli) ->
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
     result = cli.invoke(main, ["collect", "--resume", str(bad), "--out", str(tmp_path / "r.json")])
-    assert result.exit_code == 1
-    assert result.stderr.strip() == f"kernelwatch: error: {bad}: line 1: not a JSON line"
+    assert result.exit_code == 2  # bad input
+    assert result.stderr.strip() == f"kernelwatch collect: error: {bad}: line 1: not a JSON line"
     result = cli.invoke(main, ["collect", "--resume", str(tmp_path / "missing.journal")])
-    assert result.exit_code == 1 and "missing.journal: no such file" in result.stderr
+    assert result.exit_code == 2 and "missing.journal: no such file" in result.stderr
 
 
 def _children(pid: int) -> list[int]:

@@ -245,7 +245,7 @@ def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Pa
     second = tmp_path / "b.json"
     second.write_text(dumps(doc))
     result = cli.invoke(main, ["ingest", str(second), "--db", db_url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "already exists with different content" in result.output and str(second) in result.output
     assert snapshot(engine) == before
     with pytest.raises(IngestError):
@@ -266,7 +266,7 @@ def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: P
     second = tmp_path / "b.json"
     second.write_text(dumps(doc))
     result = cli.invoke(main, ["ingest", str(second), "--db", db_url])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"case {case['key']!r} is stored with params" in result.output and "12345" in result.output
     assert str(second) in result.output and len(result.output.strip().splitlines()) == 1
     assert snapshot(engine) == before
@@ -306,7 +306,7 @@ def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli
     path.write_text(dumps(make_doc()))
     url = "postgresql+psycopg://nobody:secret@127.0.0.1:9/none"
     result = cli.invoke(main, ["ingest", str(path), "--db", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "cannot open database" in result.output and "127.0.0.1:9" in result.output
     assert "secret" not in result.output
     with pytest.raises(DatabaseError):
@@ -335,7 +335,7 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     assert set(runs[0]) == {"id", "commit", "branch", "hardware", "trigger", "status", "started", "device_count",
                             "kernels", "perf", "accuracy", "profiler"}
     assert runs[0]["perf"] == 4 and runs[0]["accuracy"] == 4 and len(runs[0]["kernels"]) == 3  # what it holds
-    listed = cli.invoke(main, ["runs", "--db", db_url]).output
+    listed = cli.invoke(main, ["runs", "--wide", "--db", db_url]).output  # the default table counts, in 100 columns
     assert "perf 4 + accuracy 4 · fused_rmsnorm_matmul, mse_loss, scaled_masked_softmax · 1 GPU" in listed
     assert runs[0]["started"] >= runs[-1]["started"]
     only = json.loads(cli.invoke(main, ["runs", "--db", db_url, "--format", "json", "--hardware", "Ascend"]).output)
@@ -362,7 +362,7 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
         p["case"] for p in docs[0]["perf"]))
     assert f"{doc_perf['median_ms'] * 1e3:.4g}" in kernel_row  # µs, as the dashboard shows them
     missing = cli.invoke(main, ["show", "ffffffff", "--db", db_url])
-    assert missing.exit_code == 1 and "no run with id 'ffffffff'" in missing.output
+    assert missing.exit_code == 2 and "no run with id 'ffffffff'" in missing.output
 
 
 def test_history_and_latest_queries(db_url: str) -> None:

@@ -190,7 +190,7 @@ def test_option_values_are_validated(option, tmp_path, cli) -> None:  # noqa: AN
     result = _gate(cli, db_url, candidate, tmp_path, *option)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kernelwatch gate: cannot decide: --"), result.output
+    assert len(lines) == 1 and lines[0].startswith("kernelwatch gate: error: cannot decide: --"), result.output
     assert option[0] in lines[0]
 
 

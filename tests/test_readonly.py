@@ -47,7 +47,7 @@ READERS = {  # command -> its arguments (the database comes by --db); {tmp} is a
 
 
 def _prefix(command: str) -> str:
-    return "kernelwatch gate: cannot decide: " if command == "gate" else "kernelwatch: error: "
+    return f"kernelwatch {command}: error: " + ("cannot decide: " if command == "gate" else "")
 
 
 def _env() -> dict[str, str]:
@@ -130,7 +130,7 @@ def test_writers_refuse_a_foreign_sqlite_file_untouched(command: str, foreign: P
     switched to WAL); collect says so before measuring anything."""
     before, files = sha(foreign), listing(foreign.parent)
     result = cli.invoke(main, [*WRITERS[command](), "--db", f"sqlite:///{foreign}"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.output.strip().endswith(f"sqlite:///{foreign} is not a KernelWatch database (it holds other "
                                           "tables: notes); nothing was written: give a new file or an empty "
                                           "database of its own")
@@ -144,9 +144,9 @@ def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_pa
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     result = cli.invoke(main, [*WRITERS[command](), "--db", f"sqlite:///{blocker / 'kw.db'}"])
-    assert result.exit_code == 1 and isinstance(result.exception, (SystemExit, type(None))), result.exception
+    assert result.exit_code == 2 and isinstance(result.exception, (SystemExit, type(None))), result.exception
     assert result.output.strip().splitlines()[-1] == (
-        f"kernelwatch: error: cannot create the folder of database sqlite:///{blocker / 'kw.db'}: "
+        f"kernelwatch {command}: error: cannot create the folder of database sqlite:///{blocker / 'kw.db'}: "
         f"File exists ({blocker})")
     assert blocker.read_text() == ""
 
@@ -198,7 +198,7 @@ def test_other_projects_databases_are_refused_untouched(command: str, make, hold
     before, files = sha(path), listing(folder)
     args = ["runs"] if command == "runs" else WRITERS[command]()
     result = cli.invoke(main, [*args, "--db", f"sqlite:///{path}"])
-    assert result.exit_code == (2 if command == "runs" else 1), result.output
+    assert result.exit_code == 2, result.output  # writers too: a database it cannot use is exit 2
     assert f"is not a KernelWatch database (it holds {holds})" in result.output
     assert "newer KernelWatch" not in result.output
     assert sha(path) == before and listing(folder) == files
@@ -213,7 +213,7 @@ def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp
         started = time.monotonic()
         result = cli.invoke(main, ["db", "upgrade", "--db", f"sqlite:///{path}"])
         assert time.monotonic() - started < 10
-        assert result.exit_code == 1 and "is not a KernelWatch database" in result.output, result.output
+        assert result.exit_code == 2 and "is not a KernelWatch database" in result.output, result.output
     finally:
         owner.execute("ROLLBACK")
         owner.close()
@@ -230,7 +230,7 @@ def test_another_projects_alembic_database_on_postgresql_is_foreign_not_newer(pg
         conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
         conn.execute(text("INSERT INTO alembic_version VALUES ('deadbeef1234')"))
         conn.execute(text("CREATE TABLE orders (id integer PRIMARY KEY)"))
-    for args, code in ((["db", "upgrade"], 1), (["runs"], 2)):
+    for args, code in ((["db", "upgrade"], 2), (["runs"], 2)):
         result = cli.invoke(main, [*args, "--db", pg_url])
         assert result.exit_code == code, result.output
         assert "is not a KernelWatch database (it holds other tables: orders)" in result.output
@@ -243,7 +243,7 @@ def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli
     monkeypatch.chdir(tmp_path)
     for url in (f"sqlite:///file:{tmp_path}/x.db?uri=true", f"sqlite:///file:{tmp_path}/x.db"):
         result = cli.invoke(main, ["db", "upgrade", "--db", url])
-        assert result.exit_code == 1 and "SQLite URI filenames are not supported" in result.output, result.output
+        assert result.exit_code == 2 and "SQLite URI filenames are not supported" in result.output, result.output
     assert list(tmp_path.iterdir()) == []
 
 
@@ -254,7 +254,7 @@ def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE notes (id integer PRIMARY KEY)"))
     result = cli.invoke(main, ["db", "upgrade", "--db", pg_url])
-    assert result.exit_code == 1 and "is not a KernelWatch database (it holds other tables: notes)" in result.output
+    assert result.exit_code == 2 and "is not a KernelWatch database (it holds other tables: notes)" in result.output
     assert inspect(engine).get_table_names() == ["notes"]
     engine.dispose()
 
@@ -321,9 +321,9 @@ def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tm
     url = f"sqlite:///{release_db}"
     message = (f"{url} is at schema revision 9999, which this KernelWatch (head {head_revision()}) does not know: "
                f"it was written by a newer KernelWatch; upgrade KernelWatch\n")
-    assert read(cli, "runs", url, tmp_path) == (2, "", f"kernelwatch: error: {message}")
+    assert read(cli, "runs", url, tmp_path) == (2, "", f"kernelwatch runs: error: {message}")
     result = cli.invoke(main, ["db", "upgrade", "--db", url])
-    assert (result.exit_code, result.stderr) == (1, f"kernelwatch: error: {message}")
+    assert (result.exit_code, result.stderr) == (2, f"kernelwatch db upgrade: error: {message}")
     assert sha(release_db) == before
 
 
@@ -491,9 +491,9 @@ def test_an_unfinished_log_in_a_read_only_folder_is_refused(tmp_path: Path) -> N
     finally:
         folder.chmod(0o755)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == (f"kernelwatch: error: cannot read sqlite:///{folder / 'kw.db'}: its folder is read-only "
-                           f"and it has an unfinished write-ahead log (kw.db-wal); open it once where it can be "
-                           f"written\n")
+    assert proc.stderr == (f"kernelwatch runs: error: cannot read sqlite:///{folder / 'kw.db'}: its folder is "
+                           f"read-only and it has an unfinished write-ahead log (kw.db-wal); open it once where it "
+                           f"can be written\n")
 
 
 def test_a_writer_in_a_read_only_folder_fails_in_one_line(locked: dict, tmp_path: Path) -> None:
@@ -503,10 +503,10 @@ def test_a_writer_in_a_read_only_folder_fails_in_one_line(locked: dict, tmp_path
     artifact.write_text(json.dumps(doc))
     before = sha(locked["path"])
     proc = _kernelwatch(locked["prefix"], "ingest", str(artifact), "--db", locked["url"])
-    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr in (  # refused when it opens (no -shm to use) or when it writes (a reader left one)
-        f"kernelwatch: error: cannot open database {locked['url']}: attempt to write a readonly database\n",
-        f"kernelwatch: error: nothing stored from {artifact}: attempt to write a readonly database\n")
+        f"kernelwatch ingest: error: cannot open database {locked['url']}: attempt to write a readonly database\n",
+        f"kernelwatch ingest: error: nothing stored from {artifact}: attempt to write a readonly database\n")
     assert sha(locked["path"]) == before
 
 
@@ -608,5 +608,5 @@ def test_a_database_path_with_url_characters_is_that_path(tmp_path: Path, cli) -
     assert runs.exit_code == 0 and len(json.loads(runs.stdout)) == 2
     missing = cli.invoke(main, ["runs", "--db", str(folder / "none?.db")])
     assert (missing.exit_code, missing.stderr) == (
-        2, f"kernelwatch: error: no database at {folder / 'none?.db'}: run `kernelwatch collect` or "
+        2, f"kernelwatch runs: error: no database at {folder / 'none?.db'}: run `kernelwatch collect` or "
            f"`kernelwatch ingest` first\n")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import getpass
-import sys
 
 import click
 
-from kernelwatch.options import FORMATS, clean_errors, db_option, open_readonly
+from kernelwatch.options import FORMATS, check_case, clean_errors, db_option, fail, open_readonly
 
 ACK_COLUMNS = ("case", "hardware", "commit", "reason", "author", "created_at")
 
@@ -32,6 +31,8 @@ def command(case: str | None, hardware: str | None, commit: str | None, reason: 
     from kernelwatch.output import render, terminal
 
     engine = open_readonly(db_url)  # a missing or unmigrated database is refused, never created
+    if case is not None:
+        check_case(engine, case)
     try:
         if listing:
             fingerprint = None
@@ -53,8 +54,7 @@ def command(case: str | None, hardware: str | None, commit: str | None, reason: 
         writer = open_database(db_url, migrate=False)
         row = add_ack(writer, case, hardware, commit, reason, author or _login())
     except AckError as exc:
-        click.echo(terminal(f"kernelwatch: error: {exc}"), err=True)
-        sys.exit(1)
+        fail(str(exc))
     click.echo(terminal(f"acknowledged {row['case']} on {row['hardware']} from {row['commit'][:12]}: {row['reason']}"))
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import clean_errors, db_option, open_readonly
+from kernelwatch.options import check_case, clean_errors, db_option, open_readonly
+
+SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
 
 
 @click.command("bisect")
@@ -16,14 +18,25 @@ from kernelwatch.options import clean_errors, db_option, open_readonly
 @clean_errors
 def command(case: str, hardware: str, implementation: str, min_effect: float, db_url: str | None) -> None:
     """Where did a change in CASE's time enter the history on HARDWARE? Prints the commits to re-run."""
-    from ci.bisect import find_hardware, rerun_command, steps
+    from ci.bisect import MIN_SEGMENT, find_hardware, steps
     from kernelwatch.output import terminal
 
     engine = open_readonly(db_url)
+    check_case(engine, case)
     hw = find_hardware(engine, hardware)
-    count, found, note = steps(engine, case, hw["fingerprint"], implementation, min_effect)
-    if not found and note:
-        click.echo(terminal(f"{note}; seen in {count} runs of {case} on {hw['device_name']}"))
+    count, found, edge = steps(engine, case, hw["fingerprint"], implementation, min_effect)
+    if not found and edge is not None:
+        click.echo(terminal(f"{edge.note}; seen in {count} runs of {case} on {hw['device_name']}"))
+        click.echo(terminal(f"  range: {edge.good[:12]}..{edge.bad[:12]} (the last run before the change, the "
+                            "first after it)"))
+        have = edge.runs_before if edge.short_side == "before" else edge.runs_after
+        click.echo(f"  to tell a step from noise, measure {edge.to_repeat[:12]} again ({MIN_SEGMENT} runs "
+                   f"{edge.short_side} the change are needed, {have} so far):")
+        _rerun([edge.to_repeat], case, hw["vendor"])
+        inside = [sha for sha in edge.commits if sha != edge.bad]
+        if inside:
+            click.echo(f"  to find the commit within the range, re-run the {len(inside)} between them:")
+            _rerun(inside, case, hw["vendor"])
         return
     if not found:
         click.echo(terminal(f"no change of {min_effect:.0%} or more in {count} runs of {case} on {hw['device_name']}"))
@@ -31,6 +44,17 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
     for step in found:
         click.echo(f"a change of {step.point.change:+.1%} (p={step.point.pvalue:.1e}) entered between "
                    f"{step.good[:12]} and {step.bad[:12]}")
-        for sha in step.commits:
-            command = rerun_command(sha, case, vendor=hw["vendor"])
-            click.echo(terminal(f"  {command}" if command else f"  {sha[:12]}: not a git sha, no command to re-run it"))
+        _rerun(step.commits, case, hw["vendor"], indent="  ")
+
+
+def _rerun(commits: list[str], case: str, vendor: str, indent: str = "    ") -> None:
+    """One re-run command per commit (the first :data:`SHOWN_COMMITS`), each value quoted for the shell."""
+    from ci.bisect import rerun_command
+    from kernelwatch.output import terminal
+
+    for sha in commits[:SHOWN_COMMITS]:
+        command = rerun_command(sha, case, vendor=vendor)
+        click.echo(terminal(f"{indent}{command}" if command else f"{indent}{sha[:12]}: not a git sha, no command to "
+                                                                   "re-run it"))
+    if len(commits) > SHOWN_COMMITS:
+        click.echo(f"{indent}... and {len(commits) - SHOWN_COMMITS} more commits")

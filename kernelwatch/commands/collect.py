@@ -10,10 +10,11 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from kernelwatch.options import clean_errors, db_option, output_file
+from kernelwatch.options import clean_errors, db_option, expected_message, fail, output_file
 
 # What --resume may be given with: where the recovered run goes, and nothing about what to measure.
 RESUME_COMPANIONS = {"resume", "out", "db_url", "no_progress"}
+COLLECT_FAILED = 1  # the exit status of a run that failed or could not be stored (README: `collect` exits ...)
 
 
 class UsageError(click.ClickException):
@@ -95,8 +96,11 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
     except BaseException as exc:
         _keep(doc, journal, written)
         if isinstance(exc, OSError):  # e.g. a database path that cannot be made
-            raise click.ClickException(f"cannot store the run: {exc.strerror or exc}"
-                                       f"{f' ({exc.filename})' if exc.filename else ''}") from None
+            fail(f"cannot store the run: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}",
+                 COLLECT_FAILED)
+        message = expected_message(exc) if isinstance(exc, Exception) else None
+        if message is not None:  # measured but not stored: the collect failed (exit 1), not its usage
+            fail(message, COLLECT_FAILED)
         raise
     remove_journal(journal)
     return time.monotonic() - start

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import db_option
+from kernelwatch.options import clean_errors, db_option, fail
 
 CONFIRMABLE = ("regression", "unreliable")  # the gate's perf verdicts a same-device re-measurement settles
 
@@ -39,6 +39,7 @@ CONFIRMABLE = ("regression", "unreliable")  # the gate's perf verdicts a same-de
 @click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
               help="Import kernel specs from extra modules of both trees (tests plant kernels so).")
 @db_option
+@clean_errors
 def command(candidate: str | None, artifact: Path | None, baseline: str | None, cases: tuple[str, ...],
             baseline_commit: str | None, candidate_commit: str | None, repo: Path, device: str, max_rounds: int,
             min_effect: float, round_ms: float, report_file: Path | None, extra_kernels: tuple[str, ...],
@@ -55,10 +56,6 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
     """
     from collector.confirm import ConfirmError, confirm, exit_code, report, resolve_commit
     from kernelwatch.output import terminal
-
-    def fail(msg: str) -> None:
-        click.echo(terminal(f"kernelwatch confirm: {msg}"), err=True)
-        sys.exit(2)
 
     try:
         if cases and (candidate or artifact or baseline):
@@ -130,10 +127,11 @@ def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | Non
     run's commit)."""
     from ci.gate import GateUndecided, decide
     from collector.confirm import ConfirmError
-    from db.artifact import ArtifactError, load_artifact
-    from db.engine import DatabaseError, open_database
-    from db.export import RunNotFound, export_run, find_run_id
+    from db.artifact import load_artifact
+    from db.engine import open_database
+    from db.export import export_run, find_run_id
     from db.schema import to_data
+    from kernelwatch.options import expected_message
 
     if (candidate is None) == (artifact is None):
         raise ConfirmError("give exactly one of --candidate RUN_ID or --artifact FILE (or --case)")
@@ -144,8 +142,10 @@ def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | Non
         document = load_artifact(artifact) if artifact else export_run(engine, find_run_id(engine, candidate))
         doc = to_data(document)
         result = decide(engine, document, baseline)  # decide takes RunDocuments
-    except (GateUndecided, ArtifactError, DatabaseError, RunNotFound) as exc:
-        msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
+    except Exception as exc:
+        msg = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
+        if msg is None:
+            raise
         raise ConfirmError(f"the gate cannot decide: {msg}") from None
     if result.undecided:
         raise ConfirmError(f"the gate cannot decide: {result.undecided}")

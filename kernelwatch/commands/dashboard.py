@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 import dashboard
-from kernelwatch.options import clean_errors, db_option, open_readonly
+from kernelwatch.options import clean_errors, db_option, fail, open_readonly
 
 APP = Path(dashboard.__file__).with_name("app.py")
 
@@ -22,14 +22,18 @@ APP = Path(dashboard.__file__).with_name("app.py")
 @db_option
 @clean_errors
 def command(port: int, address: str, headless: bool, db_url: str | None) -> None:
-    """Serve the dashboard. It only reads: the database must exist and be migrated (`kernelwatch db upgrade`).
+    """Serve the dashboard. It only reads: the database must exist, be migrated (`kernelwatch db upgrade`) and hold
+    no damaged value (checked before serving).
 
     The server replaces this process (exec), so stopping this PID stops the server.
     """
     from db.engine import redact, resolve_url
+    from db.stored import check_database
 
     url = resolve_url(db_url)
-    open_readonly(url).dispose()
+    engine = open_readonly(url)
+    check_database(engine)  # a damaged database is one line here, not an exception on every page
+    engine.dispose()
     _check_port(address, port)
     env = {**os.environ, "KERNELWATCH_DB": url}
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
@@ -54,5 +58,4 @@ def _check_port(address: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(where)
     except OSError as exc:
-        click.echo(f"kernelwatch: error: cannot serve on {address}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(1)
+        fail(f"cannot serve on {address}:{port}: {exc.strerror or exc}")

@@ -25,6 +25,7 @@ def upgrade(db_url: str | None) -> None:
 
 @command.command("current")
 @db_option
+@clean_errors
 def current(db_url: str | None) -> None:
     """Print the schema revision of a database without changing it.
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from kernelwatch.options import db_option
+from kernelwatch.options import clean_errors, db_option
 
 
 @click.command("doctor")
@@ -17,6 +17,7 @@ from kernelwatch.options import db_option
 @click.option("--no-db", is_flag=True, help="Do not check the database (a runner that only writes --out).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @db_option
+@clean_errors
 def command(device: str, profile: bool, no_db: bool, fmt: str, db_url: str | None) -> None:
     """Check the device, Triton, CANN, compiler, profiler and database a run needs.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import db_option
+from kernelwatch.options import clean_errors, db_option, expected_message, fail
 
 
 @click.command("gate")
@@ -30,6 +30,7 @@ from kernelwatch.options import db_option
 @click.option("--report-dir", type=click.Path(file_okay=False), default="gate-report",
               show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
 @db_option
+@clean_errors
 def command(candidate: str | None, artifact: Path | None, baseline: str, min_effect: float,
             case_min_effect: tuple[str, ...], fdr: float, metric: str, report_dir: str, db_url: str | None) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
@@ -39,13 +40,11 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
-    from sqlalchemy.exc import SQLAlchemyError
-
     from ci.gate import GateUndecided, check_values, decide
     from ci.reports import markdown, publish
-    from db.artifact import ArtifactError, load_artifact
-    from db.engine import DatabaseError, open_database, unreadable
-    from db.export import RunNotFound, export_run, find_run_id
+    from db.artifact import load_artifact
+    from db.engine import open_database
+    from db.export import export_run, find_run_id
     from kernelwatch.output import say, terminal
 
     try:
@@ -70,15 +69,14 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
-    except (GateUndecided, ArtifactError, DatabaseError, RunNotFound, SQLAlchemyError) as exc:
-        msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
-        if isinstance(exc, SQLAlchemyError):
-            msg = unreadable(exc)
-        say(terminal(f"kernelwatch gate: cannot decide: {msg}"), err=True)
-        sys.exit(2)
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
+        if message is None:
+            raise
+        fail(f"cannot decide: {message}")
     say(terminal(markdown(result)))
     for line in publish(result, Path(report_dir)):
         say(terminal(line), err=line.startswith("warning"))
     if result.undecided:
-        say(terminal(f"kernelwatch gate: cannot decide: {result.undecided}"), err=True)
+        fail(f"cannot decide: {result.undecided}")
     sys.exit(result.exit_code)

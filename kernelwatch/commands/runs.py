@@ -6,7 +6,9 @@ import click
 
 from kernelwatch.options import clean_errors, db_option, open_readonly
 
-RUN_COLUMNS = ("id", "commit", "branch", "hardware", "status", "started", "holds")
+WIDTH = 100  # the default table's lines at most (branch and hardware names are cut with "…" past it)
+RUN_COLUMNS = ("id", "commit", "branch", "hardware", "status", "started", "perf", "acc", "prof")
+WIDE_COLUMNS = ("id", "commit", "branch", "hardware", "status", "started", "holds")
 JSON_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "started", "device_count", "kernels",
                 "perf", "accuracy", "profiler")
 
@@ -15,11 +17,13 @@ JSON_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "star
 @click.option("--hardware", default=None, help="Only runs on hardware whose name contains this or fingerprint prefix.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many runs, newest first.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--wide", is_flag=True, help="Table: every kernel and the device count of each run, names uncut "
+                                           f"(the default fits {WIDTH} columns).")
 @db_option
 @clean_errors
-def command(hardware: str | None, limit: int | None, fmt: str, db_url: str | None) -> None:
-    """List stored runs, newest first, with what each holds: kernel timings (perf), gating accuracy cases,
-    profiler metrics, its kernels and devices."""
+def command(hardware: str | None, limit: int | None, fmt: str, wide: bool, db_url: str | None) -> None:
+    """List stored runs, newest first, with what each holds: kernel timings (perf), gating accuracy cases
+    (acc), profiler metrics (prof); with --wide, its kernels and devices."""
     from db.queries import contents_text, list_runs, run_contents
     from kernelwatch.output import render
 
@@ -33,4 +37,12 @@ def command(hardware: str | None, limit: int | None, fmt: str, db_url: str | Non
             r["id"] = r["id"][:8]
             r["started"] = (r["started"] or "")[:16].replace("T", " ")
             r["commit"] = r["commit"][:8] + ("+dirty" if r["dirty"] else "")
-    click.echo(render(records, RUN_COLUMNS if fmt == "table" else JSON_COLUMNS, fmt))
+            r.update(acc=r["accuracy"], prof=r["profiler"])
+            for count in ("perf", "acc", "prof"):
+                r[count] = r[count] or None  # "-": none of that kind
+    if fmt == "json":
+        click.echo(render(records, JSON_COLUMNS, fmt))
+    elif wide:
+        click.echo(render(records, WIDE_COLUMNS, fmt))
+    else:
+        click.echo(render(records, RUN_COLUMNS, fmt, width=WIDTH, shrink=("branch", "hardware")))

@@ -6,8 +6,11 @@ import json
 
 import click
 
+from kernelwatch.options import clean_errors
+
 
 @click.command("schema")
+@clean_errors
 def command() -> None:
     """Print the JSON Schema (draft 2020-12) of the run artifact, kernelwatch.run/1.
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from kernelwatch.options import FORMATS, clean_errors, db_option, open_readonly
+from kernelwatch.options import FORMATS, clean_errors, closest, db_option, fail, open_readonly
 
 # Implementations as the dashboard names them, short enough for a terminal column.
 IMPL_SHORT = {"triton": "kernel", "torch_eager": "eager", "torch_compile": "compile", "cublas_linear": "F.linear",
@@ -16,22 +16,25 @@ WIDTH = 120
 
 @click.command("show")
 @click.argument("run_id")
+@click.option("--kernel", "kernels", multiple=True, metavar="NAME",
+              help="Only this kernel's cases (repeatable; `kernelwatch runs --wide` lists a run's kernels).")
+@click.option("--match", default=None, metavar="TEXT", help="Only cases whose key contains TEXT.")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 @db_option
 @clean_errors
-def command(run_id: str, fmt: str, db_url: str | None) -> None:
+def command(run_id: str, kernels: tuple[str, ...], match: str | None, fmt: str, db_url: str | None) -> None:
     """Print one run's results: one record per case x implementation.
 
     The table starts with the run (commit, branch, hardware, status, what it holds) and groups the cases by
     kernel, each case on its own line and its implementations under it, times in µs (as on the dashboard).
-    JSON and CSV keep the stored fields (times in ms)."""
+    JSON and CSV keep the stored fields (times in ms). --kernel and --match keep the cases asked for."""
     from db.export import find_run_id
     from db.queries import RESULT_FIELDS, contents_text, run_contents, run_info, run_results
     from kernelwatch.output import render, terminal
 
     engine = open_readonly(db_url)
     rid = find_run_id(engine, run_id)
-    records = run_results(engine, rid)
+    records = _selected(run_results(engine, rid), rid, kernels, match)
     if fmt != "table":
         click.echo(render(records, RESULT_FIELDS, fmt))
         return
@@ -45,6 +48,29 @@ def command(run_id: str, fmt: str, db_url: str | None) -> None:
                "(<= 1 passes)")
     for line in table_lines(records):
         click.echo(terminal(line))
+
+
+def _selected(records: list[dict[str, Any]], run_id: str, kernels: tuple[str, ...],
+              match: str | None) -> list[dict[str, Any]]:
+    """The records of the kernels and cases asked for; a kernel the run lacks, or a --match no case of it
+    contains, stops the command with the run's closest names."""
+    held = sorted({r["kernel"] for r in records})
+    for kernel in kernels:
+        if kernel not in held:
+            near = closest(kernel, held)
+            fail(f"run {run_id[:8]} has no kernel {kernel!r}" + (f" (closest: {', '.join(near)})" if near else "")
+                 + f"; it holds {', '.join(held) or 'no results'}")
+    if kernels:
+        records = [r for r in records if r["kernel"] in kernels]
+    if match is not None:
+        chosen = [r for r in records if match in r["case"]]
+        if not chosen:
+            keys = sorted({r["case"] for r in records})
+            near = closest(match, keys)
+            fail(f"no case of run {run_id[:8]}{' in ' + ', '.join(kernels) if kernels else ''} contains {match!r} "
+                 f"({len(keys)} cases" + (f"; closest: {', '.join(near)})" if near else ")"))
+        records = chosen
+    return records
 
 
 def _num(value: Any, spec: str) -> str:
