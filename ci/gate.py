@@ -708,8 +708,6 @@ def _suspect_reasons(v: CaseVerdict, cand: Any, base: Any) -> list[str]:
     if why and c.launch_bound and c.baseline_ms < LAUNCH_BOUND_MS:
         why.append(f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ "
                    "this much")
-    elif why and c.launch_bound:
-        why.append("its times are heavy-tailed (wall time per call includes the host)")
     return why
 
 
@@ -727,7 +725,12 @@ def mark_suspects(result: GateResult, candidate: RunDocument, base: RunDocument,
     Then the stored confirmations (``kernelwatch confirm --db``) of the candidate's commit against the commit
     of the run that supplied the case's baseline decide every confirmable case (newest first): SAME or
     FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+
+    GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
+    included) is not one it can judge and keeps the rules' verdict.
     """
+    if result.metric != "gpu":
+        return
     mine = {p.case: p for p in candidate.perf if p.implementation == KERNEL_IMPL}
     theirs = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     suspects = 0
