@@ -21,7 +21,7 @@ pair's A/A left quiet (:func:`default_plants`).
 
 Targets: 0 false FAILs in every pair; every planted case FAILs in every pair. Exit 0 when both hold.
 
-Issue 27 (the gate as a net, ``kernelwatch confirm`` as the judge): with ``--every N`` the question is what the
+The gate as a net, ``kernelwatch confirm`` as the judge (docs/design.md): with ``--every N`` the question is what the
 gate sends to confirmation. Per pair: how many shared cases the A/A gate sends to confirm (a suspect, a
 regression or an unreliable case: target at most 5%) or fails otherwise; then every Nth shared case (each of N
 offsets in turn) planted ``--steps`` slower, and how many planted cases are sent to confirm or fail (targets:
@@ -155,7 +155,7 @@ def sent(result) -> tuple[set[str], set[str]]:  # noqa: ANN001 - a ci.gate.GateR
 
 def confirm_table(pairs: list, devs: dict, history: list, kernel_of: dict[str, str], every: int,
                   steps: list[float]) -> None:
-    """Issue 27's table: A/A cases sent to confirm, planted cases sent to confirm or failed (see the docstring)."""
+    """The confirm table: A/A cases sent to confirm, planted cases sent to confirm or failed (see the docstring)."""
     from ci.gate import decide
     from db.schema import RunDocument
 
@@ -215,7 +215,7 @@ def main() -> int:
     ap.add_argument("--plant", action="append", default=None, help="a case to plant the step on (repeatable)")
     ap.add_argument("--step", type=float, default=0.10, help="the planted slowdown (default 0.10 = +10%%)")
     ap.add_argument("--every", type=int, default=0,
-                    help="issue 27's table: plant on every Nth shared case (N offsets) and count what goes to confirm")
+                    help="the confirm table: plant on every Nth shared case (N offsets) and count what goes to confirm")
     ap.add_argument("--steps", type=float, nargs="+", default=[0.05, 0.10, 0.20], help="planted steps for --every")
     args = ap.parse_args()
     from db.ingest import load_files

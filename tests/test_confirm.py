@@ -206,7 +206,7 @@ def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:  # noqa:
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 27: suspects go to confirm, confirmations are stored, the next gate uses them
+# Suspects go to confirm, confirmations are stored, the next gate uses them
 # ---------------------------------------------------------------------------------------------
 def _run_doc(sha: str, ms: float, uuid: str, hour: int) -> dict:
     """A stored-run document of CASE alone on this host's CPU hardware (as a collector run here records it):

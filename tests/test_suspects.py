@@ -1,4 +1,4 @@
-"""Issue 27: the gate is the net, a paired re-measurement on one device the judge.
+"""The gate is the net, a paired re-measurement on one device the judge.
 
 A slowdown past the minimum effect that the two runs alone cannot decide (candidate and baseline from different
 physical GPUs, or a slowdown the statistics called noisy or machine) is a *suspect*: it fails until a stored
@@ -126,7 +126,7 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:  # noqa: ANN001
 
 def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:  # noqa: ANN001
     """Export -> ingest elsewhere -> the gate there uses them; the run's content hash ignores them (an artifact
-    without the field, as every artifact before issue 27, loads and re-ingests unchanged)."""
+    without the field, as every artifact before confirmations, loads and re-ingests unchanged)."""
     base, candidate = _history(db_url, 1.12)
     candidate = _on(candidate, GPU_B)
     ingest_documents(open_database(db_url), [("candidate", parse_artifact(dumps(candidate)))])
@@ -195,7 +195,7 @@ NEWEST = "2026-12-01T1701-474a9440-h200-mse-softmax-layernorm-perf-profile-gpu0a
 
 
 def fresh_full_run() -> dict:
-    """A full perf run of 7b562ad on a fresh H200, as issue 27 gated it, rebuilt from committed runs: the 70 kernel
+    """A full perf run of 7b562ad on a fresh H200 (as gated on 2026-12-02), rebuilt from committed runs: the 70 kernel
     timings of run 8ad2ff78 (9b9d362d) and the 12 LayerNorm+MatMul ones of run 582a8ce6 (474a9440), 82 in all,
     on a GPU no stored run used, started after every stored run."""
     with gzip.open(HISTORY / PERF_9B, "rt") as fh:
