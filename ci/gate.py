@@ -28,6 +28,7 @@ from sqlalchemy import Engine
 from ci.detect import (
     DEFAULT_FDR,
     DEFAULT_MIN_EFFECT,
+    LAUNCH_BOUND_MS,
     Comparison,
     case_class,
     compare_case,
@@ -38,10 +39,12 @@ from ci.detect import (
 )
 from db.export import export_run
 from db.queries import (
+    accuracy_case_runs,
     acks,
     baseline_candidates,
     branch_runs,
     branches_on,
+    confirmations,
     perf_case_runs,
     perf_rows,
     recent_runs,
@@ -49,7 +52,7 @@ from db.queries import (
     run_info,
     runs_by_id_prefix,
 )
-from db.schema import RunDocument, hardware_fingerprint, parse_time, to_data
+from db.schema import Confirmation, RunDocument, hardware_fingerprint, is_commit_sha, parse_time, to_data
 from kernels.names import EAGER_IMPL, KERNEL_IMPL, TIMING_GRAPH
 
 HISTORY_RUNS = 30
@@ -61,7 +64,8 @@ REFERENCE_SHARE = 0.6
 MIN_EFFECT_RANGE = (0.0, 10.0)  # open interval: 0 would call any noise a regression, 10 = 11x slower
 FDR_RANGE = (0.0, 1.0)
 
-FAILING = ("regression", "accuracy", "error", "missing", "unmeasured", "unreliable")
+SUSPECT = "suspect"  # a slowdown past the minimum effect the runs alone cannot decide (see mark_suspects)
+FAILING = ("regression", "accuracy", "error", "missing", "unmeasured", "unreliable", SUSPECT)
 WARNING = ("warning", "noisy", "machine")
 STATUSES = (*FAILING, *WARNING, "acknowledged", "pass", "new")
 
@@ -78,7 +82,9 @@ class CaseVerdict:
       effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
       case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
       "unmeasured" (a result row without a measurement), "unreliable" (the samples absorbed host delay:
-      the median moved, the lower quantiles did not, see ``ci.detect.contamination``; re-measure).
+      the median moved, the lower quantiles did not, see ``ci.detect.contamination``; re-measure),
+      "suspect" (slower past the minimum effect where the runs alone cannot decide: see :func:`mark_suspects`;
+      ``kernelwatch confirm`` re-measures it on one device, and its stored verdict decides).
       Not failing: "warning" (accuracy budget grew
       past BUDGET_GROWTH_WARNING x, still within tolerance), "noisy" (slower past the minimum effect but
       not distinguishable from this case's between-run noise), "machine" (slower, and its same-run
@@ -125,6 +131,7 @@ class GateResult:
     explored: list[dict[str, Any]] = field(default_factory=list)  # exploration rows: reported, never judged
     notes: list[str] = field(default_factory=list)
     metric: str = "gpu"  # which time is compared: see METRICS
+    assembled: Baseline | None = None  # the baseline's runs, per case (see assemble_baseline)
 
     @property
     def failed(self) -> list[CaseVerdict]:
@@ -199,28 +206,128 @@ def _gating_keys(candidate: RunDocument) -> tuple[list[str], list[str]]:
 
 def eligible_baselines(engine: Engine, candidate: RunDocument, branch: str | None,
                        now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """The runs the baseline rule chooses from, best first (see :func:`choose_baseline`)."""
+    """The runs a baseline is assembled from, newest first (commit order): complete runs on the candidate's
+    hardware (of ``branch``; any branch when None), not the candidate, not after it in commit order nor
+    started after it, not dated after ``now``, holding at least one result; those that share no case with a
+    candidate that has results are left out."""
     perf, acc = _gating_keys(candidate)
     rows = baseline_candidates(engine, hardware_fingerprint(to_data(candidate)["hardware"]), perf, acc,
                                _times(candidate), now or dt.datetime.now(dt.timezone.utc), branch, candidate.run.id)
     if perf or acc:  # a candidate with no result at all (a failed run) is compared with the newest
         rows = [r for r in rows if r["perf_shared"] + r["acc_shared"] > 0]
-    order = {r["id"]: i for i, r in enumerate(rows)}  # newest first (commit order)
-    return sorted(rows, key=lambda r: (-r["perf_shared"], -r["acc_shared"], order[r["id"]]))
+    return rows
+
+
+@dataclass
+class Baseline:
+    """A baseline assembled per case (:func:`assemble_baseline`), or one named run.
+
+    * ``run``: the run that supplied the most cases (the report's "baseline run"; what the candidate lacks of
+      it is "missing");
+    * ``sources``: every run that supplied a case, most cases first: its reference (id, commit, branch,
+      status) with ``perf`` and ``accuracy``, how many of the candidate's cases it supplied;
+    * ``run_of``: case key -> id of the run that supplied it (perf and gating accuracy alike; a named run
+      supplies every case: empty);
+    * ``document``: one run document of those results (``run`` and ``hardware`` of ``run``), what the rules
+      judge against; built on demand (:func:`baseline_document`).
+    """
+
+    run: dict[str, Any]
+    sources: list[dict[str, Any]]
+    run_of: dict[str, str]
+    document: RunDocument | None = None
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {**_run_ref(self.run), "sources": self.sources}
+
+    def commit_of(self, case: str) -> str | None:
+        """The commit of the run that supplied ``case`` (None: no run did)."""
+        commits = {s["id"]: s["commit"] for s in self.sources}
+        return commits.get(self.run_of.get(case, self.run["id"]))
+
+    def describe(self) -> str:
+        """The report's line: which runs supplied the baseline, how many cases each."""
+        parts = [f"run {s['id'][:8]} (commit {s['commit'][:12]}): {s['perf']} perf + {s['accuracy']} accuracy"
+                 for s in self.sources]
+        return (f"baseline assembled per case from {len(self.sources)} run{'s' if len(self.sources) != 1 else ''} "
+                f"(each case's newest earlier result): " + "; ".join(parts))
+
+
+def assemble_baseline(engine: Engine, candidate: RunDocument, branch: str | None,
+                      now: dt.datetime | None = None) -> Baseline | None:
+    """The baseline rule, one for ``gate --baseline BRANCH``, Triage and Compare: for each of the candidate's
+    kernel-timed and gating accuracy cases, the newest earlier result among :func:`eligible_baselines` (so a
+    history cut into partial nights is judged, never refused). None when no eligible run holds any of them
+    (a candidate with no result at all gets the newest eligible run: what it should have measured is its
+    baseline's cases)."""
+    rows = eligible_baselines(engine, candidate, branch, now)
+    if not rows:
+        return None
+    perf, acc = _gating_keys(candidate)
+    ids = [r["id"] for r in rows]
+    have_perf = perf_case_runs(engine, ids, perf)
+    have_acc = accuracy_case_runs(engine, ids, acc)
+    run_of: dict[str, str] = {}
+    supplied: dict[str, dict[str, int]] = {}
+    for suite, keys, have in (("perf", perf, have_perf), ("accuracy", acc, have_acc)):
+        for key in keys:
+            rid = next((i for i in ids if key in have.get(i, ())), None)  # rows are newest first
+            if rid is not None:
+                run_of.setdefault(key, rid)
+                counts = supplied.setdefault(rid, {"perf": 0, "accuracy": 0})
+                counts[suite] += 1
+    if not supplied:
+        supplied = {ids[0]: {"perf": 0, "accuracy": 0}}
+    order = {rid: i for i, rid in enumerate(ids)}
+    by_id = {r["id"]: r for r in rows}
+    ranked = sorted(supplied, key=lambda rid: (-sum(supplied[rid].values()), order[rid]))
+    sources = [{**_run_ref(by_id[rid]), **supplied[rid]} for rid in ranked]
+    return Baseline(run=by_id[ranked[0]], sources=sources, run_of=run_of)
+
+
+def baseline_document(engine: Engine, baseline: Baseline) -> RunDocument:
+    """The results ``baseline`` names as one document: the main run's, each case another run supplied taken
+    (all its implementations) from that run instead."""
+    if baseline.document is not None:
+        return baseline.document
+    main = export_run(engine, baseline.run["id"])
+    others = {s["id"] for s in baseline.sources if s["id"] != baseline.run["id"]}
+    if not others:
+        baseline.document = main
+        return main
+    docs = {rid: export_run(engine, rid) for rid in others}
+    moved = {case for case, rid in baseline.run_of.items() if rid in others}
+    data = to_data(main)
+    data["perf"] = [p for p in data["perf"] if p["case"] not in moved]
+    data["accuracy"] = [a for a in data["accuracy"] if a["case"] not in moved or a["kind"] != "gate"]
+    cases = {c["key"]: c for c in data["cases"]}
+    for rid, doc in docs.items():
+        mine = {case for case in moved if baseline.run_of[case] == rid}
+        theirs = to_data(doc)
+        data["perf"] += [p for p in theirs["perf"] if p["case"] in mine]
+        data["accuracy"] += [a for a in theirs["accuracy"] if a["case"] in mine and a["kind"] == "gate"]
+        cases.update({c["key"]: c for c in theirs["cases"] if c["key"] in mine})
+    data["cases"], data["profiler"] = list(cases.values()), []
+    baseline.document = RunDocument.model_validate(data)
+    return baseline.document
 
 
 def choose_baseline(engine: Engine, candidate: RunDocument, branch: str | None,
                     now: dt.datetime | None = None) -> dict[str, Any] | None:
-    """The baseline rule, one for ``gate --baseline BRANCH``, Triage and Compare.
+    """The run that supplies the most cases of :func:`assemble_baseline`'s baseline (None: there is none)."""
+    found = assemble_baseline(engine, candidate, branch, now)
+    return found.run if found else None
 
-    Among the complete runs on the candidate's hardware (of ``branch``; any branch when None) that are not
-    the candidate, not after it in commit order nor started after it, not dated after ``now``, and hold at
-    least one result: the one sharing the most of the candidate's kernel-timed cases, then the most of its
-    gating accuracy cases, then the newest. None when no such run shares a case (a candidate with no result
-    at all gets the newest such run: what it should have measured is its baseline's cases).
-    """
-    rows = eligible_baselines(engine, candidate, branch, now)
-    return rows[0] if rows else None
+
+def default_baseline(engine: Engine, candidate: RunDocument, branch: str) -> Baseline | None:
+    """Triage's default: the baseline assembled from ``branch`` when the candidate is on another branch and
+    ``branch`` has one, else from every branch."""
+    if candidate.run.commit.branch != branch:
+        found = assemble_baseline(engine, candidate, branch)
+        if found is not None:
+            return found
+    return assemble_baseline(engine, candidate, None)
 
 
 def _describe(run: dict[str, Any]) -> str:
@@ -228,9 +335,12 @@ def _describe(run: dict[str, Any]) -> str:
             f"{run.get('results', 0)} results)")
 
 
-def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str, Any]:
-    """Resolve ``--baseline``: a run id, a unique run-id prefix, or a branch (:func:`choose_baseline`).
-    Never the candidate. Errors say what was searched and what exists, with whole run ids."""
+def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -> Baseline:
+    """Resolve ``--baseline``: a run id, a unique run-id prefix (that run alone), or a branch
+    (:func:`assemble_baseline`). Never the candidate. Errors say what was searched and what exists, with
+    whole run ids. An assembled :class:`Baseline` is taken as it is (Triage's)."""
+    if isinstance(spec, Baseline):
+        return spec
     spec = spec.strip()
     exclude = candidate.run.id
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
@@ -259,16 +369,17 @@ def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str,
             raise GateUndecided(f"baseline run {run['id']} is {run['status']}: it has nothing to compare with")
         if not result_counts(engine, [run["id"]]):
             raise GateUndecided(f"baseline run {run['id']} ({run['status']}) holds no results: nothing to compare with")
-        return _run_ref(run)
+        perf, acc = _gating_keys(candidate)
+        source = {**_run_ref(run), "perf": len(perf_case_runs(engine, [run["id"]], perf).get(run["id"], ())),
+                  "accuracy": len(accuracy_case_runs(engine, [run["id"]], acc).get(run["id"], ()))}
+        return Baseline(run=run, sources=[source], run_of={})
     if not branch:
         listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
         raise GateUndecided(f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
                             f"branches with runs on {device_name}: {listing}")
-    eligible = eligible_baselines(engine, candidate, spec)
-    if eligible:
-        chosen = eligible[0]
-        _check_selection(engine, candidate, spec, chosen, eligible)
-        return _run_ref(chosen)
+    found = assemble_baseline(engine, candidate, spec)
+    if found is not None:
+        return found
     here = [r for r in branch if r["fingerprint"] == fingerprint]
     if not here:
         elsewhere = sorted({f"{r['hardware']} ({r['fingerprint'][:8]})" for r in branch})
@@ -288,25 +399,6 @@ def baseline_run(engine: Engine, spec: str, candidate: RunDocument) -> dict[str,
         newest = {**others[0], "results": result_counts(engine, [others[0]["id"]]).get(others[0]["id"], 0)}
         parts.append("newest: " + _describe(newest))
     raise GateUndecided(f"no complete run of branch {spec!r} to compare with: " + "; ".join(parts))
-
-
-def _check_selection(engine: Engine, candidate: RunDocument, branch: str, chosen: dict[str, Any],
-                     eligible: list[dict[str, Any]]) -> None:
-    """A kernel-timed case the chosen baseline lacks while another eligible run has it would pass as "new":
-    that is a baseline-selection error (exit 2), never a pass."""
-    perf, _ = _gating_keys(candidate)
-    have = perf_case_runs(engine, [r["id"] for r in eligible], perf)
-    lacking = sorted(set(perf) - have.get(chosen["id"], set()))
-    elsewhere = [(r, have[r["id"]] & set(lacking)) for r in eligible if r["id"] != chosen["id"]
-                 and have.get(r["id"], set()) & set(lacking)]
-    if elsewhere:
-        other, cases = elsewhere[0]
-        raise GateUndecided(
-            f"baseline selection: the run of {branch!r} sharing most cases, {_describe(chosen)}, has "
-            f"{chosen['perf_shared']} of the candidate's {len(perf)} kernel timings; {len(cases)} of the "
-            f"{len(lacking)} it lacks (e.g. {sorted(cases)[0]}) are in {_describe(other)}. "
-            f"Searched {len(eligible)} complete runs of {branch} on this hardware up to the candidate: give "
-            "--baseline RUN_ID")
 
 
 # What ``--metric`` compares: (per-run summary column, its samples). gpu: GPU time with the L2 flushed, one
@@ -552,7 +644,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
     return len(compared)
 
 
-def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
+def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline,
            min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
            min_effects: dict[str, float] | None = None, metric: str = "gpu") -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
@@ -566,14 +658,16 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
     if metric not in METRICS:
         raise GateUndecided(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
-    base_ref = baseline_run(engine, baseline_spec, candidate)
-    base = export_run(engine, base_ref["id"])
+    assembled = baseline_run(engine, baseline_spec, candidate)
+    base_ref, base = assembled.ref, baseline_document(engine, assembled)
     cand_run = to_data(candidate)["run"]
     result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr),
-                        metric=metric)
+                        metric=metric, assembled=assembled)
     result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy)
                        if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
+    if assembled.run_of:
+        result.notes.append(assembled.describe())
 
     measured = _judge_accuracy(result, candidate, base, kernel_of)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
@@ -589,8 +683,104 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
         result.undecided = (f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
                             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
                             f"baseline run {base_ref['id']}")
+    mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result))
     acknowledge(engine, result, fingerprint, candidate)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
+# ---------------------------------------------------------------------------------------------
+CONFIRMABLE = ("regression", "unreliable", SUSPECT)  # perf verdicts a same-device re-measurement settles
+UNDECIDED = ("noisy", "machine")  # slowdowns past the minimum effect the statistics could not call
+CLEARS = ("SAME", "FASTER")
+
+
+def _suspect_reasons(v: CaseVerdict, cand: Any, base: Any) -> list[str]:
+    """Why the runs alone cannot decide a slowdown of ``v`` past its minimum effect (empty: they can)."""
+    c = v.comparison
+    why = []
+    if cand.device_uuid != base.device_uuid:
+        why.append(f"its baseline was measured on another GPU ({_short_uuid(base.device_uuid)}; the candidate on "
+                   f"{_short_uuid(cand.device_uuid)}), where a machine's own speed moves it")
+    if v.status in UNDECIDED:
+        why.append(f"the statistics called it {v.status}")
+    if why and c.launch_bound and c.baseline_ms < LAUNCH_BOUND_MS:
+        why.append(f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ "
+                   "this much")
+    return why
+
+
+def mark_suspects(result: GateResult, candidate: RunDocument, base: RunDocument, baseline: Baseline,
+                  confirmations: list[dict[str, Any]]) -> None:
+    """The post-pass over the judged perf cases (after the rules, before acknowledgements).
+
+    A perf case slower by at least its minimum effect becomes "suspect" (failing) when the two runs cannot
+    decide it: candidate and baseline measured on different physical GPUs (a "regression" among them: the
+    machine may be all of it), or a slowdown the statistics called "noisy" (launch-bound outlier runs, the
+    history's noise) or "machine" — whatever the history says about its noise. A same-device "regression"
+    has clear statistics (a launch-bound one is past what outlier runs do) and keeps its verdict, as does
+    every other case. Contaminated samples are already "unreliable" (failing, re-measured by confirm too).
+
+    Then the stored confirmations (``kernelwatch confirm --db``) of the candidate's commit against the commit
+    of the run that supplied the case's baseline decide every confirmable case (newest first): SAME or
+    FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+
+    GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
+    included) is not one it can judge and keeps the rules' verdict.
+    """
+    if result.metric != "gpu":
+        return
+    mine = {p.case: p for p in candidate.perf if p.implementation == KERNEL_IMPL}
+    theirs = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
+    suspects = 0
+    for v in result.verdicts:
+        c = v.comparison
+        if v.suite != "perf" or c is None or v.status not in ("regression", *UNDECIDED) or c.effect < c.min_effect:
+            continue
+        why = _suspect_reasons(v, mine[v.case], theirs[v.case])
+        if why:
+            was, v.status = v.status, SUSPECT
+            v.message = (f"{c.effect:+.1%} slower, at least the minimum effect {c.min_effect:.0%}, and the runs alone "
+                         f"cannot decide: {'; '.join(why)}. Re-measure both commits on one device (kernelwatch "
+                         f"confirm) [the statistics: {was}: {v.message}]")
+            suspects += 1
+    sha = candidate.run.commit.sha
+    newest: dict[str, dict[str, Any]] = {}
+    for row in sorted(confirmations, key=lambda r: r["confirmed_at"]):
+        base_sha = baseline.commit_of(row["case"])
+        if _same_commit(row["candidate_commit"], sha) and base_sha and _same_commit(row["baseline_commit"], base_sha):
+            newest[row["case"]] = row
+    applied = 0
+    for v in result.verdicts:
+        row = newest.get(v.case)
+        if v.suite != "perf" or row is None or v.status not in CONFIRMABLE:
+            continue
+        line, was = Confirmation.model_validate(row).describe(), v.status
+        if row["verdict"] in CLEARS:
+            v.status, v.message = "pass", f"{line}: cleared [the runs: {was}: {v.message}]"
+        elif row["verdict"] == "SLOWER":
+            v.status, v.message = "regression", f"{line} [the runs: {was}: {v.message}]"
+        else:
+            v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
+        applied += 1
+    if suspects:
+        result.notes.append(f"{suspects} suspect{'s' if suspects != 1 else ''}: slower past the minimum effect where "
+                            "the runs alone cannot decide; `kernelwatch confirm` re-measures them on one device and "
+                            "stores its verdict, which the next gate run uses")
+    if applied:
+        result.notes.append(f"{applied} case{'s' if applied != 1 else ''} decided by a stored confirmation "
+                            f"(paired re-measurement of {sha[:12]} against its baseline on one device)")
+
+
+def _same_commit(a: str, b: str) -> bool:
+    return bool(a) and bool(b) and is_commit_sha(a) and is_commit_sha(b) and (a.startswith(b) or b.startswith(a))
+
+
+def stored_confirmations(engine: Engine, fingerprint: str, result: GateResult) -> list[dict[str, Any]]:
+    """The stored confirmations on this hardware of the cases a confirmation could decide."""
+    cases = sorted({v.case for v in result.verdicts if v.suite == "perf" and v.comparison is not None})
+    return confirmations(engine, fingerprint, cases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,7 +796,7 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
     Commits are ordered by commit time, as the runs that measured them recorded it; an ack of the
     candidate's own commit counts even when no run of that commit is stored yet.
     """
-    regressed = [v for v in result.verdicts if v.status == "regression"]
+    regressed = [v for v in result.verdicts if v.status in ("regression", SUSPECT)]
     if not regressed:
         return
     by_case: dict[str, list[dict[str, Any]]] = {}
@@ -641,7 +831,9 @@ def speedups(engine: Engine, candidate: RunDocument, result: GateResult) -> dict
     quick = {case: c for case, c in compared.items() if 1 / c.ratio - 1 > c.min_effect}
     if not quick:
         return {}
-    base_perf = {p.case: p for p in export_run(engine, result.baseline["id"]).perf if p.implementation == KERNEL_IMPL}
+    base = (baseline_document(engine, result.assembled) if result.assembled
+            else export_run(engine, result.baseline["id"]))
+    base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     histories = _histories(engine, hardware_fingerprint(to_data(candidate)["hardware"]), candidate.run.id)
     pairs = [compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
                           [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,

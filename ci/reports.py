@@ -15,7 +15,7 @@ from db.files import replaced_link_note, write_atomic
 from db.schema import printable
 
 ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "unreliable": "❌",
-         "warning": "⚠️", "machine": "🖥️",
+         "suspect": "🔍", "warning": "⚠️", "machine": "🖥️",
          "noisy": "〰️", "pass": "✅", "new": "🆕", "acknowledged": "☑️"}
 # The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
 # brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
@@ -110,7 +110,7 @@ def junit(result: GateResult) -> str:
 
 STATUS_CLASS = {"regression": "bad", "accuracy": "bad", "error": "bad", "missing": "bad", "unmeasured": "bad",
                 "unreliable": "bad", "warning": "warn", "noisy": "warn", "machine": "warn", "acknowledged": "ack",
-                "pass": "ok", "new": "ok"}
+                "pass": "ok", "new": "ok", "suspect": "bad"}
 RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x slower (or faster) reaches the edge
 
 

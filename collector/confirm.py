@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from db.schema import CONFIRM_VERDICTS, Confirmation, format_time
+
 MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
 LOOK_EVERY = 4
 MAX_ROUNDS = 24
@@ -59,7 +61,7 @@ ROUND_MS = 20.0  # device time sampled per measurement
 SETUP_TIMEOUT_S = 600.0  # importing torch, building inputs and compiling every case, per worker
 MEASURE_TIMEOUT_S = 120.0
 SHA = re.compile(r"[0-9a-fA-F]{7,40}")
-VERDICTS = ("SAME", "FASTER", "SLOWER", "UNKNOWN")
+VERDICTS = CONFIRM_VERDICTS
 WORKER = Path(__file__).with_name("confirm_worker.py")
 BACKENDS = Path(__file__).with_name("backends.py")
 REPLY = "KWCONFIRM "
@@ -84,6 +86,7 @@ class CaseConfirm:
     high: float | None = None
     note: str = ""
     timing: str | None = None
+    seconds: float = 0.0  # wall time of this case's measurements, both commits, every round
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,8 +314,10 @@ def confirm(repo: Path, baseline_sha: str, candidate_sha: str, cases: list[str],
                     results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
 
             def measure(side: str, case: str) -> float:
+                start = time.perf_counter()
                 reply = workers[side].ask({"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S)
                 results[case].timing = reply["timing"]
+                results[case].seconds += time.perf_counter() - start
                 return float(reply["median_ms"])
 
             return run_rounds(cases, measure, min_effect, alpha, max_rounds, results)
@@ -326,6 +331,19 @@ class _Key:
 
     def __init__(self, key: str) -> None:
         self.key = key
+
+
+def records(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str, min_effect: float,
+            device_uuid: str | None, when: float | None = None) -> list[Confirmation]:
+    """The verdicts as stored data (``db.schema.Confirmation``), one per case that was measured (a case one of
+    the commits lacks, or whose kernel raised, has no measurement to keep)."""
+    import datetime as dt
+
+    at = format_time(dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc))
+    return [Confirmation(case=r.case, baseline_commit=baseline_sha, candidate_commit=candidate_sha, verdict=r.verdict,
+                         rounds=r.rounds, ratio=r.ratio, low=r.low, high=r.high, min_effect=min_effect,
+                         device_uuid=device_uuid, seconds=round(r.seconds, 3), confirmed_at=at)
+            for r in results.values() if r.rounds and not r.note]
 
 
 def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str) -> str:

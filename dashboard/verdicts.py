@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ci.bisect import bisect_command, rerun_command
-from ci.gate import GateUndecided, choose_baseline, decide, speedups
+from ci.gate import Baseline, GateUndecided, decide, default_baseline, speedups
 from dashboard.data import short_gpu, software_changes
 from db import queries
 from db.export import export_run
@@ -23,12 +23,12 @@ from kernels.names import KERNEL_IMPL
 
 SPARK_RUNS = 30
 # Verdicts, most severe first (the sort order of the triage table).
-SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "accuracy warning", "acknowledged",
-            "slower (within noise)", "machine", "new", "faster", "unchanged")
+SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "suspect (confirm)", "accuracy warning",
+            "acknowledged", "slower (within noise)", "machine", "new", "faster", "unchanged")
 _STATUS = {"accuracy": "accuracy failed", "error": "errored", "missing": "not measured", "unmeasured": "not measured",
            "regression": "slower", "warning": "accuracy warning", "acknowledged": "acknowledged",
            "noisy": "slower (within noise)", "new": "new", "pass": "unchanged", "unreliable": "not measured",
-           "machine": "machine"}
+           "machine": "machine", "suspect": "suspect (confirm)"}
 
 
 @dataclass
@@ -44,14 +44,10 @@ class Triage:
         return asdict(self)
 
 
-def baseline_for(eng: Engine, doc: RunDocument, branch: str) -> dict[str, Any] | None:
-    """The default baseline, by the gate's rule (``ci.gate.choose_baseline``): the run of ``branch`` it
-    picks when the candidate is on another branch and ``branch`` has one, else the one of any branch."""
-    if doc.run.commit.branch != branch:
-        found = choose_baseline(eng, doc, branch)
-        if found is not None:
-            return found
-    return choose_baseline(eng, doc, None)
+def baseline_for(eng: Engine, doc: RunDocument, branch: str) -> Baseline | None:
+    """The default baseline, by the gate's rule (``ci.gate.default_baseline``): assembled per case from
+    ``branch`` when the candidate is on another branch and ``branch`` has runs, else from every branch."""
+    return default_baseline(eng, doc, branch)
 
 
 def _verdict(status: str, faster: bool) -> str:
@@ -66,7 +62,8 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     if cand is None:
         raise LookupError(f"no run {candidate_id}")
     document = export_run(eng, candidate_id)
-    base = queries.run_info(eng, baseline_id) if baseline_id else baseline_for(eng, document, branch)
+    assembled = None if baseline_id else baseline_for(eng, document, branch)
+    base = queries.run_info(eng, baseline_id) if baseline_id else assembled and assembled.run
     doc = to_data(document)
     out = Triage(candidate=cand, baseline=base)
     verdicts, faster = [], {}
@@ -75,7 +72,7 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     else:
         out.software = software_changes(base, cand)
         try:
-            result = decide(eng, document, base["id"])
+            result = decide(eng, document, assembled or base["id"])
         except GateUndecided as exc:
             out.undecided = str(exc)
         else:

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from db import stored
 from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
-from db.schema import SCHEMA, RunDocument, format_time, validate
+from db.queries import confirmations
+from db.schema import SCHEMA, RunDocument, format_time, is_commit_sha, validate
 
 _ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
@@ -122,5 +123,7 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
         "accuracy": accuracy,
         "perf": perf,
         "profiler": profiler,
+        "confirmations": (confirmations(engine, hw.fingerprint, candidate_commit=run.commit_sha)
+                          if is_commit_sha(run.commit_sha) else []),
     }
     return validate(doc)

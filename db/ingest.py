@@ -28,9 +28,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
+from db import schema
 from db.engine import DatabaseError
 from db.journal import load_run
-from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.models import AccuracyResult, Case, Confirmation, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import (
     IDENTITY,
     ArtifactError,
@@ -66,7 +67,10 @@ def _insert_ignore(conn: Connection, model: type, rows: list[dict[str, Any]], co
 
 
 def _hardware_id(conn: Connection, doc: RunDocument) -> int:
-    hw = doc.hardware
+    return _hardware_row(conn, doc.hardware)
+
+
+def _hardware_row(conn: Connection, hw: schema.Hardware) -> int:
     fp = hardware_fingerprint(hw)
     row = {k: getattr(hw, k) for k in IDENTITY}
     row.update(fingerprint=fp, peak_gbps_datasheet=hw.peak_gbps_datasheet,
@@ -136,6 +140,7 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
     if existing is not None:
         if existing != digest:
             raise IngestError(f"{source}: run.id: run {run.id} already exists with different content")
+        _write_confirmations(conn, _hardware_id(conn, doc), doc.confirmations)
         return IngestOutcome(run.id, source, "unchanged", n_results)
 
     hw = doc.hardware
@@ -166,7 +171,30 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
     for model, batch in ((AccuracyResult, rows("accuracy")), (PerfResult, perf), (ProfilerMetric, rows("profiler"))):
         if batch:
             conn.execute(model.__table__.insert(), batch)
+    _write_confirmations(conn, hw_id, doc.confirmations)
     return IngestOutcome(run.id, source, "ingested", n_results)
+
+
+def _write_confirmations(conn: Connection, hw_id: int, items: list[schema.Confirmation]) -> None:
+    """Confirmations not stored yet (one is stored once: same hardware, case, commits and time)."""
+    rows = [{**c.model_dump(exclude={"case", "confirmed_at"}), "case_key": c.case, "hardware_id": hw_id,
+             "confirmed_at": parse_time(c.confirmed_at)} for c in items]
+    _insert_ignore(conn, Confirmation, rows, ["hardware_id", "case_key", "baseline_commit", "candidate_commit",
+                                              "confirmed_at"])
+
+
+def store_confirmations(engine: Engine, hardware: schema.Hardware, items: list[schema.Confirmation]) -> int:
+    """Store ``kernelwatch confirm``'s verdicts, measured on ``hardware``, in one transaction; returns how many."""
+    try:
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_INGEST_LOCK})
+            _write_confirmations(conn, _hardware_row(conn, hardware), items)
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        first = cause[0] if cause else type(exc).__name__
+        raise DatabaseError(printable(f"confirmations not stored: {first}")) from None
+    return len(items)
 
 
 def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]]) -> list[IngestOutcome]:

@@ -213,3 +213,34 @@ class Ack(Base):
     reason: Mapped[str] = mapped_column(Text)
     author: Mapped[str | None] = mapped_column(String(NAME_LEN))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Confirmation(Base):
+    """A case of two commits re-measured on one device (``kernelwatch confirm``; ``db.schema.Confirmation``).
+
+    Kept per hardware fingerprint and commit pair, not per run: the gate uses it for any run of the candidate
+    commit judged against a baseline of the baseline commit on this hardware; a run's export carries those of
+    its commit. ``case_key`` is the case's key as text: a confirmation may name a case no stored run has.
+    """
+
+    __tablename__ = "confirmation"
+    __table_args__ = (
+        UniqueConstraint("hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at",
+                         name="uq_confirmation"),
+        Index("ix_confirmation_hw_case", "hardware_id", "case_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id"))
+    case_key: Mapped[str] = mapped_column(String(KEY_LEN))
+    baseline_commit: Mapped[str] = mapped_column(String(SHORT_LEN))
+    candidate_commit: Mapped[str] = mapped_column(String(SHORT_LEN))
+    verdict: Mapped[str] = mapped_column(String(16))
+    rounds: Mapped[int] = mapped_column(Integer)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    low: Mapped[float | None] = mapped_column(Float)
+    high: Mapped[float | None] = mapped_column(Float)
+    min_effect: Mapped[float | None] = mapped_column(Float)
+    device_uuid: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    seconds: Mapped[float] = mapped_column(Float)
+    confirmed_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, or_, select, union
 from sqlalchemy.orm import Session
 
 from db import stored
-from db.models import AccuracyResult, Ack, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db.models import AccuracyResult, Ack, Case, Confirmation, Hardware, PerfResult, ProfilerMetric, Run
 from db.schema import format_time
 from kernels.names import KERNEL_IMPL
 
@@ -562,6 +562,22 @@ def perf_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> 
     return out
 
 
+def accuracy_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> dict[str, set[str]]:
+    """Per run among ``run_ids``: which of ``case_keys`` it has a gating accuracy result of (runs with none are
+    absent)."""
+    if not run_ids or not case_keys:
+        return {}
+    out: dict[str, set[str]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(case_keys), 500):
+            stmt = (select(AccuracyResult.run_id, Case.key).join(Case, Case.id == AccuracyResult.case_id)
+                    .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate",
+                           Case.key.in_(case_keys[i:i + 500])))
+            for rid, key in conn.execute(stmt):
+                out.setdefault(rid, set()).add(key)
+    return out
+
+
 def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """What each run holds: its kernels (sorted), how many kernel timings (``perf``: Triton rows), gating
     accuracy results (``accuracy``) and profiler metrics (``profiler``) it has, and per kind the kernels that have
@@ -602,3 +618,32 @@ def contents_text(contents: dict[str, Any], device: str | None = None, device_co
     if device_count and word:
         parts.append(f"{device_count} {word}" + ("s" if device_count > 1 else ""))
     return " · ".join(p for p in parts if p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Confirmations (written by kernelwatch confirm, db.ingest.store_confirmations)
+# ---------------------------------------------------------------------------------------------
+CONFIRMATION_FIELDS = ("baseline_commit", "candidate_commit", "verdict", "rounds", "ratio", "low", "high",
+                       "min_effect", "device_uuid", "seconds", "confirmed_at")
+
+
+def confirmations(engine: Engine, fingerprint: str, cases: list[str] | None = None,
+                  candidate_commit: str | None = None) -> list[dict[str, Any]]:
+    """Stored confirmations on one hardware (of ``cases`` when given; of commits ``candidate_commit`` starts or
+    is a prefix of, when given), oldest first, as ``db.schema.Confirmation`` fields (``case`` the key)."""
+    stmt = (select(Confirmation.case_key, *(getattr(Confirmation, f) for f in CONFIRMATION_FIELDS))
+            .join(Hardware, Hardware.id == Confirmation.hardware_id).where(Hardware.fingerprint == fingerprint)
+            .order_by(Confirmation.confirmed_at, Confirmation.id))
+    rows: list[dict[str, Any]] = []
+    with engine.connect() as conn:
+        chunks = [None] if cases is None else [cases[i:i + 500] for i in range(0, len(cases), 500)]
+        for chunk in chunks:
+            query = stmt if chunk is None else stmt.where(Confirmation.case_key.in_(chunk))
+            for r in conn.execute(query).mappings():
+                row = {"case": r["case_key"], **{f: r[f] for f in CONFIRMATION_FIELDS}}
+                row["confirmed_at"] = format_time(row["confirmed_at"])
+                rows.append(row)
+    if candidate_commit is not None:
+        rows = [r for r in rows if r["candidate_commit"].startswith(candidate_commit)
+                or candidate_commit.startswith(r["candidate_commit"])]
+    return sorted(rows, key=lambda r: r["confirmed_at"])

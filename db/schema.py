@@ -394,6 +394,40 @@ class ProfilerMetric(Record):
         "reports it); None in runs from before it was recorded.")
 
 
+CONFIRM_VERDICTS = ("SAME", "FASTER", "SLOWER", "UNKNOWN")
+
+
+class Confirmation(Record):
+    """One case re-measured by ``kernelwatch confirm``: both commits on one device, rounds alternating, until the
+    sign-test interval of the paired ratio (candidate / baseline) says SAME, FASTER or SLOWER, or the round limit
+    leaves it UNKNOWN (``collector/confirm.py``). A verdict about two commits on one hardware, not about a run:
+    a run's artifact carries those of its commit (optional; runs written before hold none)."""
+
+    case: Key
+    baseline_commit: CommitSha
+    candidate_commit: CommitSha
+    verdict: Literal[CONFIRM_VERDICTS]
+    rounds: Count
+    ratio: NonNegative | None = Field(description="exp of the median paired log ratio, candidate / baseline.")
+    low: NonNegative | None = Field(description="The interval of the ratio at the last look (low end).")
+    high: NonNegative | None
+    min_effect: NonNegative | None = Field(description="The gate's minimum effect: SLOWER needs half of it.")
+    device_uuid: _text(NAME_LEN) | None = Field(description="The physical device both commits ran on.")
+    seconds: NonNegative = Field(description="Time the case's measurements took (both commits, every round).")
+    confirmed_at: Timestamp
+
+    def describe(self) -> str:
+        """One line: ``confirmed SLOWER on GPU-1234abcd: ×1.062 [1.055, 1.067], 12 rounds``."""
+        parts = (self.device_uuid or "an unrecorded device").split("-")
+        where = "-".join(parts[:2]) if len(parts) > 2 else "-".join(parts)
+        text = f"confirmed {self.verdict} on {where}"
+        if self.ratio is not None:
+            text += f": ×{self.ratio:.3f}"
+            if self.low is not None and self.high is not None:
+                text += f" [{self.low:.3f}, {self.high:.3f}]"
+        return f"{text}, {self.rounds} rounds"
+
+
 class RunDocument(Record):
     """A whole run: what ``kernelwatch collect --out`` writes and ``kernelwatch ingest`` reads."""
 
@@ -406,6 +440,10 @@ class RunDocument(Record):
     accuracy: list[AccuracyResult] = Field(max_length=100_000)
     perf: list[PerfResult] = Field(max_length=1_000_000)
     profiler: list[ProfilerMetric] = Field(max_length=1_000_000)
+    confirmations: list[Confirmation] = Field(
+        default_factory=list, max_length=100_000,
+        description="Confirmations of this run's commit on this hardware (kernelwatch confirm); not the run's "
+        "content: left out of its hash.")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunDocument:
@@ -423,6 +461,13 @@ class RunDocument(Record):
         self.accuracy.sort(key=lambda r: (r.case, r.kind))
         self.perf.sort(key=lambda r: (r.case, r.implementation))
         self.profiler.sort(key=lambda r: (r.case, r.source, r.name))
+        _unique(self.confirmations, ("case", "baseline_commit", "confirmed_at"), "confirmations")
+        for i, c in enumerate(self.confirmations):
+            sha = self.run.commit.sha
+            if not (c.candidate_commit.startswith(sha) or sha.startswith(c.candidate_commit)):
+                raise FieldError(("confirmations", i, "candidate_commit"), f"{_shown(c.candidate_commit)} is not the "
+                                 f"run's commit {_shown(sha)}")
+        self.confirmations.sort(key=lambda r: (r.case, r.confirmed_at, r.baseline_commit))
         uuids, host = physical_from_notes(self.run.notes)
         for p in self.perf:  # runs from before these were fields: what their notes say
             if p.device_uuid is None and p.device in uuids:
@@ -669,6 +714,8 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     # not something the run measured: an old artifact and its export, which names the ceiling, hash alike.
     for item in data["cases"]:
         item.pop("ceiling", None)
+    # Confirmations are verdicts about the run's commit reached later, not what the run measured.
+    data.pop("confirmations", None)
     # The physical device a run's notes already state is not new content (runs from before the fields
     # existed get them from the notes): an old artifact and its export hash alike.
     uuids, host = physical_from_notes(doc.run.notes)

@@ -9,9 +9,11 @@ and the exit code, with the host clock as the timer (``time_on_cpu``).
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,115 @@ def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:  # noqa:
             assert message in result.output and "Traceback" not in result.output, (args, result.output)
         else:  # a case neither tree has: UNKNOWN, said so
             assert "UNKNOWN (the baseline commit has no perf case nosuch/case)" in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# Suspects go to confirm, confirmations are stored, the next gate uses them
+# ---------------------------------------------------------------------------------------------
+def _run_doc(sha: str, ms: float, uuid: str, hour: int) -> dict:
+    """A stored-run document of CASE alone on this host's CPU hardware (as a collector run here records it):
+    30 samples around ``ms``, measured on the device ``uuid``, committed and started at ``hour``."""
+    import numpy as np
+
+    from collector.metadata import hardware_info
+    from db.schema import SCHEMA
+
+    samples = [ms * (1 + 0.002 * ((i % 7) - 3)) for i in range(30)]
+    q = {k: float(np.quantile(samples, v)) for k, v in (("p20_ms", 0.2), ("median_ms", 0.5), ("p80_ms", 0.8))}
+    when = f"2026-12-02T{hour:02d}:00:00.000000Z"
+    return {
+        "schema": SCHEMA,
+        "run": {"id": f"00000000-0000-4000-8000-{hour:012d}", "commit": {"sha": sha, "branch": "main", "time": when,
+                                                                         "subject": "t", "dirty": False},
+                "trigger": "manual", "ci_job": None, "device": "cpu", "command": None, "versions": {},
+                "started_at": when, "finished_at": when, "status": "complete", "synthetic": False, "notes": None},
+        "hardware": {"peak_gbps": None, "peak_tflops": None, **hardware_info("cpu")},
+        "cases": [{"key": CASE, "kernel": "confirmed", "variant": "v1", "dtype": "fp32", "params": {"shape": [64]}}],
+        "accuracy": [],
+        "perf": [{"case": CASE, "implementation": "triton", **q, "min_ms": min(samples), "samples_ms": samples,
+                  "bytes": 512, "flops": None, "gbps": None, "tflops": None, "pct_peak": None,
+                  "speedup_vs_eager": None, "target": None, "target_met": None, "error": None, "device": "cpu",
+                  "device_uuid": uuid}],
+        "profiler": [],
+    }
+
+
+def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_path: Path):  # noqa: ANN001, ANN202
+    """Ingest ``base``; gate ``cand`` (an artifact) against main; confirm what it sends; gate again."""
+    from db.artifact import dumps
+
+    path = tmp_path / "candidate.json"
+    path.write_text(dumps(cand))
+    (tmp_path / "base.json").write_text(dumps(base))
+    assert cli.invoke(main, ["ingest", "--db", url, str(tmp_path / "base.json")]).exit_code == 0
+    gate = ["gate", "--artifact", str(path), "--baseline", "main", "--db", url, "--report-dir", str(tmp_path / "r")]
+    before = cli.invoke(main, gate)
+    source = ["--artifact", str(path), "--baseline", "main", "--db", url]
+    listed = cli.invoke(main, ["confirm", *source, "--dry-run"])
+    confirmed = cli.invoke(main, ["confirm", *source, "--repo", str(repo), "--device", "cpu", "--extra-kernels",
+                                  "planted_confirm", "--min-effect", "0.2", "--round-ms", "20"])
+    return before, listed, confirmed, cli.invoke(main, gate)
+
+
+def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scratch, tmp_path: Path) -> None:  # noqa: ANN001
+    """Commit 2 does 1.5x the work of commit 1; the runs come from two devices, so the gate cannot decide (suspect,
+    exit 1). confirm --dry-run lists the case; confirm --db measures SLOWER and stores it; the next gate calls it a
+    regression, quoting the confirmation. Defect: confirm taking only "regression" would find nothing here."""
+    repo, (c1, c2, _) = scratch
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    before, listed, confirmed, after = _gate_and_confirm(
+        cli, repo, url, _run_doc(c1, 1.0, "GPU-aaaa1111-0000", 8), _run_doc(c2, 1.5, "GPU-bbbb2222-0000", 9), tmp_path)
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect |" in before.output, before.output
+    assert listed.exit_code == 0 and listed.output.splitlines() == [CASE], listed.output
+    assert confirmed.exit_code == 1 and f"| `{CASE}` | SLOWER |" in confirmed.output, confirmed.output
+    assert "stored 1 confirmation(s)" in confirmed.output
+    assert after.exit_code == 1, after.output
+    line = next(x for x in after.output.splitlines() if x.startswith(f"| `{CASE}`"))
+    assert "| regression |" in line and "confirmed SLOWER on cpu: ×1." in line and "rounds" in line, line
+    from db.engine import open_database
+    from db.queries import confirmations
+    from db.schema import Confirmation, hardware_fingerprint
+
+    fingerprint = hardware_fingerprint(_run_doc(c1, 1.0, "x", 8)["hardware"])
+    rows = confirmations(open_database(url, readonly=True), fingerprint, [CASE])
+    stored = Confirmation.model_validate(rows[0])
+    assert len(rows) == 1 and (stored.baseline_commit, stored.candidate_commit, stored.verdict) == (c1, c2, "SLOWER")
+    assert stored.rounds >= MIN_ROUNDS and 1.3 < stored.ratio < 1.8 and stored.low <= stored.ratio <= stored.high
+    assert stored.seconds > 2 * stored.rounds * 0.02 and stored.device_uuid == "cpu"  # 2 x 20 ms per round at least
+
+
+def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path: Path) -> None:  # noqa: ANN001
+    """Commits 2 and 3 run the same code; the candidate's device happened to be 30% slower: suspect (exit 1), then
+    confirm says SAME and stores it, and the next gate passes the job (exit 0)."""
+    repo, (_, c2, c3) = scratch
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    before, listed, confirmed, after = _gate_and_confirm(
+        cli, repo, url, _run_doc(c2, 1.5, "GPU-aaaa1111-0000", 8), _run_doc(c3, 1.95, "GPU-bbbb2222-0000", 9), tmp_path)
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect |" in before.output, before.output
+    assert confirmed.exit_code == 0 and f"| `{CASE}` | SAME |" in confirmed.output, confirmed.output
+    assert after.exit_code == 0 and "## KernelWatch gate: PASS" in after.output, after.output
+    assert "decided by a stored confirmation" in after.output
+
+
+def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Path) -> None:  # noqa: ANN001
+    """--dry-run must work on a CPU-only host with the database and the artifact alone: no torch imported (so no
+    device code path), no worker, no worktree. Defect: resolving the device first imports torch."""
+    from db.artifact import dumps
+    from db.engine import open_database
+    from db.ingest import ingest_documents
+    from db.schema import RunDocument
+
+    repo, (c1, c2, _) = scratch
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    ingest_documents(open_database(url), [("base", RunDocument.model_validate(_run_doc(c1, 1.0, "GPU-a-0", 8)))])
+    path = tmp_path / "candidate.json"
+    path.write_text(dumps(_run_doc(c2, 1.5, "GPU-b-0", 9)))
+    code = ("import sys\nfrom kernelwatch.cli import main\n"
+            "try:\n    main.main(sys.argv[1:], standalone_mode=False)\nexcept SystemExit as e:\n    code = e.code\n"
+            "print('MODULES', sorted(m for m in ('torch', 'triton') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code, "confirm", "--dry-run", "--artifact", str(path), "--baseline",
+                          "main", "--db", url, "--repo", str(repo)], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [CASE, "MODULES []"], out.stdout
+    assert _git(repo, "worktree", "list").count("\n") == 0

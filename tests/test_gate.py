@@ -326,13 +326,14 @@ def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:  # noqa: 
 # Between-run noise
 # ---------------------------------------------------------------------------------------------
 def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """docs/design.md: 1-3 runs in 30 of a launch-bound case come out 2-6x slower. One such run passes (with a
-    warning); a step beyond what outlier runs do still fails."""
+    """docs/design.md: 1-3 runs in 30 of a launch-bound case come out 2-6x slower. One such run is no regression
+    but a suspect (confirm decides it); a step beyond what outlier runs do is a regression."""
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"  # 5 us
     candidate = _history(db_url, steps=[Step(RUNS, 2.5, case)], base_ms=0.005)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 0, result.output
-    assert f"| `{case}` | noisy |" in result.output
+    # such a run cannot be decided from the runs: a suspect, failing until a confirmation decides it
+    assert result.exit_code == 1, result.output
+    assert f"| `{case}` | suspect |" in result.output and "| regression |" not in result.output
     assert "launch-bound: one run cannot be told from the 2-6x outlier runs" in result.output
     candidate = _history(db_url, steps=[Step(RUNS, 8.0, case)], base_ms=0.005, seed=1)
     result = _gate(cli, db_url, candidate, tmp_path)
@@ -345,8 +346,8 @@ def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.06, case)], base_ms=0.025, noise=0.002)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 0, result.output
-    assert f"| `{case}` | noisy |" in result.output and "within this case's between-run noise" in result.output
+    assert result.exit_code == 1 and "| regression |" not in result.output, result.output  # a suspect
+    assert f"| `{case}` | suspect |" in result.output and "within this case's between-run noise" in result.output
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.25, case)], base_ms=0.025, seed=3)
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 1 and f"| `{case}` | regression |" in result.output
@@ -383,8 +384,11 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     else:
         baseline = "main"
     result = cli.invoke(main, [*gate, "--baseline", baseline])
-    assert result.exit_code == 0, result.output
-    assert "## KernelWatch gate: PASS" in result.output
+    # no regression and nothing else failing; a case 6-11% apart that the statistics call noisy (a
+    # launch-bound MSELoss, the atomic one at 268M elements) is a suspect, which a same-device confirmation decides
+    failing = re.findall(r"^\| `([^`]+)` \| (\w+) \|", result.output, re.M)
+    assert all(status == "suspect" for _, status in failing), result.output
+    assert result.exit_code == (1 if failing else 0) and len(failing) <= 3, result.output  # 3 of 38 at most
 
 
 EVIL = 'mse_loss/x/fp16/n=`1`|2,<a href="http://evil.example/">x</a>,[y](https://evil.example),www.evil.example'

@@ -97,21 +97,23 @@ def test_never_newer_never_future_never_empty(db_url, tmp_path, cli) -> None:  #
     assert empty["run"]["id"] in named_empty.output  # whole ids, never cut
 
 
-def test_a_perf_case_hidden_by_the_chosen_baseline_is_a_selection_error(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_fragmented_branch_is_judged_case_by_case(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+    """A newer run lacking a kernel timing once chose the older run, and with the older run lacking
+    another the gate refused (exit 2, "baseline selection"). Each case now takes its newest earlier result."""
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents()]
     first, second, candidate = docs
     keys = sorted({p["case"] for p in second["perf"] if p["implementation"] == "triton"})
     second["perf"] = [p for p in second["perf"] if p["case"] != keys[0]]  # lacks one kernel timing
+    first["perf"] = [p for p in first["perf"] if p["case"] != keys[1]]  # lacks another
     _ingest(db_url, first, second)
     engine = open_database(db_url, readonly=True)
-    # the rule prefers shared kernel timings: the older run sharing all of them
-    assert choose_baseline(engine, parse_artifact(dumps(candidate)), "synthetic/main")["id"] == first["run"]["id"]
-    first["perf"] = [p for p in first["perf"] if p["case"] != keys[1]]
-    db2 = f"sqlite:///{tmp_path / 'two.db'}"
-    _ingest(db2, first, second)
-    result = _gate(cli, db2, candidate, tmp_path, "synthetic/main")
-    assert result.exit_code == 2, result.output
-    assert "baseline selection" in result.output and first["run"]["id"] in result.output
+    # the run supplying the most cases is the newer one
+    assert choose_baseline(engine, parse_artifact(dumps(candidate)), "synthetic/main")["id"] == second["run"]["id"]
+    result = _gate(cli, db_url, candidate, tmp_path, "synthetic/main")
+    assert result.exit_code == 0, result.output
+    assert "baseline assembled per case from 2 runs" in result.output
+    assert f"run {second['run']['id'][:8]}" in result.output and f"run {first['run']['id'][:8]}" in result.output
+    assert "| missing |" not in result.output and "new: " not in result.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,8 +145,9 @@ def test_a_uniform_slowdown_shared_by_the_references_is_the_machine(db_url, tmp_
     for impl in ("triton", "torch_eager", "torch_compile"):
         everything = _slower(everything, 1.15, impl=impl)
     result = _gate(cli, db_url, everything, tmp_path)
-    assert result.exit_code == 0, result.output
-    assert "| machine |" in result.output and "| regression |" not in result.output
+    # a "machine" slowdown past the minimum effect is a suspect (fails until a confirmation clears it)
+    assert result.exit_code == 1, result.output
+    assert "the statistics: machine" in result.output and "| regression |" not in result.output
     assert "the machine, not the kernel" in result.output
     kernel_only = _slower(to_data(load_artifact(REPEATS[-1])), 1.15)
     result = _gate(cli, db_url, kernel_only, tmp_path)
@@ -228,7 +231,10 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
                      result.output), result.output  # the two GPUs' labels are swapped between the runs
     # the atomic MSELoss differs 7-11% between these two GPUs (docs/design.md): within its class's between-GPU term
     assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
-    assert result.exit_code == 0, result.output
+    # across GPUs a slowdown past the minimum effect is a suspect, sent to confirm: here that atomic case
+    # alone (+10.6%), 1 of 38; nothing is a regression
+    assert result.exit_code == 1 and "🔍 suspect: 1" in result.output and "| regression |" not in result.output
+    assert "| `mse_loss/atomic/fp16/direction=fwd,reduction=mean,shape=268435456` | suspect |" in result.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,8 +271,8 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
                    1.08, lambda p: p["case"] == gemm, impl="cublas_linear")
     result = _gate(cli, db_url, both, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
-    assert "| machine |" in line and "relative to cublas\\_linear in the same runs +0.0%" in line, line
-    assert result.exit_code == 0, result.output
+    assert "| suspect |" in line and "the statistics: machine" in line, line  # confirm decides
+    assert "relative to cublas\\_linear in the same runs +0.0%" in line, line
     # cuBLAS 4.5% slower beside the kernel 9.4% slower: the reference explains half of it, not the machine
     # (a planted +10% step on one of three H200s looked so; benchmarks/cross_machine_aa.py)
     half = _slower(_slower(_later(full), 1.094, lambda p: p["case"] == gemm),
@@ -287,7 +293,7 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
     for p in candidate["perf"]:
         p["timing"] = "graph"
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 0, result.output
+    assert "| regression |" not in result.output, result.output  # launch-bound outlier runs are suspects
     rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
     assert rows and all("timed by graph now, by events (before timing was recorded) in the baseline" in x
                         for x in rows), rows[:2]

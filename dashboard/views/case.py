@@ -7,7 +7,7 @@ import streamlit as st
 from ci.bisect import bisect_command, rerun_command
 from ci.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from ci.detect import change_points
-from dashboard import charts, common, data
+from dashboard import charts, common, confirmations, data
 from dashboard.safe import plot as esc
 from db import queries
 
@@ -69,6 +69,7 @@ if reproduce:
 else:
     c1.caption("No reproduce command: the newest run's commit is not a git sha (recorded outside a checkout).")
 c2.code(bisect_command(case, fp[:12]), language="bash", wrap_lines=True)
+confirmations.show(eng, fp, case=case)
 
 if not perf.empty:
     perf = perf.merge(runs[["run_id", "order", "x", "reproduce"]], on="run_id")

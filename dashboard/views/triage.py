@@ -11,7 +11,7 @@ import os
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, data, verdicts
+from dashboard import common, confirmations, data, verdicts
 from dashboard.safe import md
 from db import queries
 
@@ -112,6 +112,7 @@ for role, candidate, baseline in sections:
     st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray")
     st.caption(md(f"judged: {data.run_label(cand)} on {cand['branch']} ({cand['status']}) — baseline: "
                   + (f"{data.run_label(base)} on {base['branch']}" if base else "none")))
+    confirmations.show(eng, cand["fingerprint"], commit=cand["commit"])
     if cand["synthetic"] or (base and base["synthetic"]):
         common.synthetic_note(True)
     if result["software"]:

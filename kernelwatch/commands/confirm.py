@@ -9,8 +9,6 @@ import click
 
 from kernelwatch.options import clean_errors, db_option, fail
 
-CONFIRMABLE = ("regression", "unreliable")  # the gate's perf verdicts a same-device re-measurement settles
-
 
 @click.command("confirm")
 @click.option("--candidate", default=None, metavar="RUN_ID", help="Gate this stored run and confirm what it flags.")
@@ -36,25 +34,29 @@ CONFIRMABLE = ("regression", "unreliable")  # the gate's perf verdicts a same-de
               help="Device time sampled per case, commit and round.")
 @click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the Markdown report here.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the cases that would be re-measured, one case key per line, and stop (no device used).")
 @click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
               help="Import kernel specs from extra modules of both trees (tests plant kernels so).")
 @db_option
 @clean_errors
 def command(candidate: str | None, artifact: Path | None, baseline: str | None, cases: tuple[str, ...],
             baseline_commit: str | None, candidate_commit: str | None, repo: Path, device: str, max_rounds: int,
-            min_effect: float, round_ms: float, report_file: Path | None, extra_kernels: tuple[str, ...],
-            db_url: str | None) -> None:
+            min_effect: float, round_ms: float, report_file: Path | None, dry_run: bool,
+            extra_kernels: tuple[str, ...], db_url: str | None) -> None:
     """Re-measure the cases a gate flags on one device, baseline and candidate commits interleaved.
 
     Each commit is checked out into a temporary git worktree and imported by its own worker process;
     rounds alternate between them on the same inputs until each case is SAME, SLOWER or FASTER (a
     sequential sign test on the paired ratios; false SLOWER at most 2.5% per confirmation) or the round
     limit says UNKNOWN. From a gate, its other failures (accuracy, errors, missing cases) still fail:
-    this verdict replaces the gate's on the flagged perf cases only. Exit 0: every case SAME or FASTER
-    (or nothing to confirm). Exit 1: a case is SLOWER, or the gate fails on something else. Exit 2: a
-    case is UNKNOWN, or bad options.
+    this verdict replaces the gate's on the flagged perf cases only: every suspect, regression and unreliable
+    case, each against the commit of the run that supplied its baseline. With a database (--db), each
+    case's verdict is stored there, and the next gate run of this commit uses it. Exit 0: every case SAME or
+    FASTER (or nothing to confirm; --dry-run). Exit 1: a case is SLOWER, or the gate fails on something else.
+    Exit 2: a case is UNKNOWN, or bad options.
     """
-    from collector.confirm import ConfirmError, confirm, exit_code, report, resolve_commit
+    from collector.confirm import CaseConfirm, ConfirmError, confirm, exit_code, records, report, resolve_commit
     from kernelwatch.output import terminal
 
     try:
@@ -65,29 +67,42 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
         if cases:
             if not baseline_commit:
                 raise ConfirmError("--case needs --baseline-commit SHA")
-            keys = list(dict.fromkeys(cases))
-            base_sha, cand_sha = baseline_commit, candidate_commit or _head(repo)
+            groups = {baseline_commit: list(dict.fromkeys(cases))}
+            cand_sha = candidate_commit or ("HEAD" if dry_run else _head(repo))
         else:
-            keys, others, base_sha, cand_sha = _from_gate(candidate, artifact, baseline, db_url)
-            base_sha, cand_sha = baseline_commit or base_sha, candidate_commit or cand_sha
+            groups, others, cand_sha = _from_gate(candidate, artifact, baseline, db_url)
+            if baseline_commit:
+                groups = {baseline_commit: [k for keys in groups.values() for k in keys]}
+            cand_sha = candidate_commit or cand_sha
             if others:
                 click.echo(terminal(f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
                                     "re-measurement cannot settle (the job fails whatever is confirmed): "
                                     + "; ".join(others[:5]) + (" ..." if len(others) > 5 else "")), err=True)
-            if not keys:
-                click.echo("kernelwatch confirm: nothing to confirm: the gate flags no performance case")
-                sys.exit(1 if others else 0)
-        base_sha = resolve_commit(repo, base_sha, "the baseline commit")
+        keys = [k for group in groups.values() for k in group]
+        if dry_run:
+            for key in keys:
+                click.echo(terminal(key))
+            sys.exit(0)
+        if not keys:
+            click.echo("kernelwatch confirm: nothing to confirm: the gate flags no performance case")
+            sys.exit(1 if others else 0)
         cand_sha = resolve_commit(repo, cand_sha, "the candidate commit")
+        groups = {resolve_commit(repo, b, "the baseline commit"): ks for b, ks in groups.items()}
         device = _device(device)
-        click.echo(f"kernelwatch confirm: {len(keys)} case(s), {cand_sha[:12]} vs {base_sha[:12]} on {device}, "
-                   f"at most {max_rounds} rounds", err=True)
-        results = confirm(repo, base_sha, cand_sha, keys, device, extra_kernels, min_effect,
-                          max_rounds=max_rounds, round_ms=round_ms,
-                          progress=lambda line: click.echo(terminal(f"kernelwatch confirm: {line}"), err=True))
+        results: dict[str, CaseConfirm] = {}
+        texts, stored = [], []
+        for base_sha, group in groups.items():
+            click.echo(f"kernelwatch confirm: {len(group)} case(s), {cand_sha[:12]} vs {base_sha[:12]} on {device}, "
+                       f"at most {max_rounds} rounds", err=True)
+            found = confirm(repo, base_sha, cand_sha, group, device, extra_kernels, min_effect,
+                            max_rounds=max_rounds, round_ms=round_ms,
+                            progress=lambda line: click.echo(terminal(f"kernelwatch confirm: {line}"), err=True))
+            results.update(found)
+            texts.append(report(found, base_sha, cand_sha))
+            stored.append((base_sha, found))
     except ConfirmError as exc:
         fail(str(exc))
-    text = report(results, base_sha, cand_sha)
+    text = "\n\n".join(texts)
     click.echo(terminal(text))
     if report_file is not None:
         from db.files import replaced_link_note, write_atomic
@@ -98,7 +113,36 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
                 click.echo(terminal(f"kernelwatch confirm: {replaced_link_note(report_file, link)}"), err=True)
         except OSError as exc:
             fail(f"--report-file {report_file}: {exc.strerror or exc}")
+    if db_url is not None:
+        hardware, uuid = _measured_on(device)
+        items = [r for base_sha, found in stored for r in records(found, base_sha, cand_sha, min_effect, uuid)]
+        try:
+            from db.engine import DatabaseError, open_database, redact, resolve_url
+            from db.ingest import store_confirmations
+
+            store_confirmations(open_database(db_url), hardware, items)
+        except DatabaseError as exc:
+            fail(str(exc))
+        click.echo(terminal(f"kernelwatch confirm: stored {len(items)} confirmation(s) in "
+                            f"{redact(resolve_url(db_url))}"), err=True)
     sys.exit(1 if others else exit_code(results))
+
+
+def _measured_on(device: str):  # noqa: ANN202 - (db.schema.Hardware, the physical device's id)
+    """The hardware both commits ran on, as a collector run would record it, and its physical id (the GPU UUID;
+    ``cpu`` for the interpreter)."""
+    from collector.metadata import hardware_info, physical_device
+    from db.schema import Hardware
+
+    info = hardware_info(device)
+    uuid = "cpu"
+    if device == "cuda":
+        import torch
+
+        uuid = (physical_device(torch.cuda.get_device_properties(0)) or "").split(",")[0] or None
+    elif device == "npu":
+        uuid = None
+    return Hardware.model_validate({"peak_gbps": None, "peak_tflops": None, **info}), uuid
 
 
 def _head(repo: Path) -> str:
@@ -122,10 +166,11 @@ def _device(device: str) -> str:
 
 
 def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | None,
-               db_url: str | None) -> tuple[list[str], list[str], str, str]:
-    """(the perf cases the gate flags, its other failures in words, the baseline run's commit, the candidate
-    run's commit)."""
-    from ci.gate import GateUndecided, decide
+               db_url: str | None) -> tuple[dict[str, list[str]], list[str], str]:
+    """({baseline commit: the perf cases the gate sends to confirm, each against the commit of the run that
+    supplied its baseline}, its other failures in words, the candidate run's commit). Reads the database and
+    the artifact only: no device, no torch."""
+    from ci.gate import CONFIRMABLE, GateUndecided, decide
     from collector.confirm import ConfirmError
     from db.artifact import load_artifact
     from db.engine import open_database
@@ -149,6 +194,11 @@ def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | Non
         raise ConfirmError(f"the gate cannot decide: {msg}") from None
     if result.undecided:
         raise ConfirmError(f"the gate cannot decide: {result.undecided}")
-    keys = [v.case for v in result.verdicts if v.suite == "perf" and v.status in CONFIRMABLE]
+    groups: dict[str, list[str]] = {}
+    for v in result.verdicts:
+        if v.suite == "perf" and v.status in CONFIRMABLE:
+            base_sha = result.assembled.commit_of(v.case) if result.assembled else result.baseline["commit"]
+            groups.setdefault(base_sha or result.baseline["commit"], []).append(v.case)
+    keys = {k for ks in groups.values() for k in ks}
     others = [f"{v.case} ({v.suite} {v.status})" for v in result.failed if v.case not in keys]
-    return keys, others, result.baseline["commit"], doc["run"]["commit"]["sha"]
+    return groups, others, doc["run"]["commit"]["sha"]
