@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
-from dashboard import data
+from ci.reports import FINGERPRINT_NOTE
+from dashboard import data, verdicts
 from dashboard.safe import md
 from dashboard.state import Params, read_params, show_problems, write_params
 from db import queries
@@ -32,7 +35,8 @@ def pick_hardware(eng, params: Params, key: str = "hardware", label: str = "Hard
         st.stop()
     default = default if default in options else default_hardware(eng, options)
     chosen = params.choice(key, options, default)
-    return st.selectbox(label, list(options), index=list(options).index(chosen), format_func=options.get, key=key)
+    return st.selectbox(label, list(options), index=list(options).index(chosen), format_func=options.get, key=key,
+                        help=hardware_help())
 
 
 def default_hardware(eng, options: dict[str, str]) -> str:  # noqa: ANN001
@@ -67,3 +71,21 @@ def synthetic_note(any_synthetic: bool) -> None:
 def finish(params: Params, state: dict) -> None:
     show_problems(params)
     write_params(state)
+
+
+@st.cache_data(ttl=300, show_spinner="Judging the run against its baseline…", max_entries=64)
+def _judged(url: str | None, candidate: str, baseline: str | None, acks: int) -> dict:
+    """Triage of one run, cached per (database, candidate, baseline, number of acks): runs never change."""
+    return verdicts.triage(data.engine(), candidate, baseline, data.BASE_BRANCH).as_dict()
+
+
+def judge(candidate: str, baseline: str | None = None) -> dict:
+    """The gate's verdicts on run ``candidate`` (``verdicts.triage``): the one judge of every page."""
+    eng = data.engine()
+    run = queries.run_info(eng, candidate)
+    n_acks = len(queries.acks(eng, run["fingerprint"])) if run else 0
+    return _judged(os.environ.get("KERNELWATCH_DB"), candidate, baseline, n_acks)
+
+
+def hardware_help() -> str:
+    return f"The parenthesis after a device name is {FINGERPRINT_NOTE}."
