@@ -199,6 +199,11 @@ def sparkline(values: list[float] | None, colour: str, width: int = 88, height: 
 # ---------------------------------------------------------------------------------------------
 # Performance across commits, grouped
 # ---------------------------------------------------------------------------------------------
+def _dash(rows: pd.DataFrame) -> str:
+    """A line's dash: its rows' ``dash`` column (another branch's line is dashed), else solid."""
+    return str(rows["dash"].iloc[0]) if "dash" in rows and len(rows) else "solid"
+
+
 def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: str, title: str,
                      targets: dict[str, list[tuple[float, str]]], changes: pd.DataFrame | None = None) -> go.Figure:
     """Two panels sharing the x axis (runs in commit order): the kernel's speedup over eager PyTorch and
@@ -216,7 +221,7 @@ def grouped_speedups(series: pd.DataFrame, palette: dict[str, str], group_by: st
         for row, col in ((1, "vs_eager"), (2, "vs_compile")):
             fig.add_trace(go.Scatter(x=rows["x"], y=rows[col], mode="lines+markers", name=esc(group),
                                      legendgroup=esc(group), showlegend=row == 1, hovertext=rows["hover"],
-                                     hoverinfo="text", line={"color": palette.get(group, "#333")},
+                                     hoverinfo="text", line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
                                      marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
                                              "size": 7}), row=row, col=1)
     if changes is not None and not changes.empty:
@@ -247,7 +252,8 @@ def grouped_metric(series: pd.DataFrame, palette: dict[str, str], group_by: str,
     for group, rows in series.groupby("group", sort=True):
         rows = rows.sort_values("order")
         fig.add_trace(go.Scatter(x=rows["x"], y=rows["value"], mode="lines+markers", name=esc(group),
-                                 hovertext=rows["hover"], hoverinfo="text", line={"color": palette.get(group, "#333")},
+                                 hovertext=rows["hover"], hoverinfo="text",
+                                 line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
                                  marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]],
                                          "size": 7}))
     if reference:

@@ -114,9 +114,10 @@ else:
                   delta_color="off")
     else:
         m2.metric("effect", "-")
-    m3.metric("baseline", f"{base['commit'][:8]}" if base else "none",
+    m3.metric("baseline", f"{base['commit'][:8]} · run {base['id'][:8]}" if base else "none",
               help="The run the gate compares with, by its baseline rule")
-    m4.metric("candidate", f"{cand['commit'][:8]}", help="The newest run of this case on this hardware")
+    m4.metric("candidate", f"{cand['commit'][:8]} · run {cand['id'][:8]}",
+              help="The newest run of this case on this hardware")
     sides = [f"baseline: run {base['id'][:8]} on {base['branch']}, GPU {verdict['before GPU'] or 'not recorded'}"
              if base else "no baseline", f"candidate: run {cand['id'][:8]} on {cand['branch']}, GPU "
              f"{verdict['GPU'] or 'not recorded'}"]
@@ -215,7 +216,7 @@ if not perf.empty:
                      "torch.compile µs": us(data.COMPILE_IMPL),
                      **{f"{charts.impl_label(i)} µs": us(i) for i in extra},
                      "kernel wall µs/call": None if call is None or call != call else call * 1e3,
-                     "GPU": gpu_of.get(r["run_id"]) or "-", "timing": timing_of.get(r["run_id"]) or "-"})
+                     "GPU": gpu_of.get(r["run_id"]) or "-", "timing": data.fmt(timing_of.get(r["run_id"]))})
     peer_cols = [f"{charts.impl_label(i)} µs" for i in extra]
     common.table(pd.DataFrame(rows[::-1]), column_config={
         "run": st.column_config.TextColumn(width=360),
