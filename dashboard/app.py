@@ -12,9 +12,6 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-# A read-only dashboard: no "Deploy" button, no developer menu, wherever it is started from (a
-# .streamlit/config.toml is read from the working directory only).
-st.set_option("client.toolbarMode", "viewer")
 st.set_page_config(page_title="KernelWatch", page_icon="⏱", layout="wide")
 here = Path(__file__).parent / "views"  # not "pages/": that name turns on Streamlit's legacy multipage mode
 pages = [

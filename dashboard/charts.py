@@ -33,7 +33,7 @@ from kernels.names import (
 from kernels.names import label as impl_label
 
 MAX_SERIES = 8
-SYNTHETIC_NOTE = " — includes SYNTHETIC data (generated, not measured)"
+SYNTHETIC_NOTE = "<br><sup>includes SYNTHETIC data (generated, not measured)</sup>"
 # Okabe-Ito's colour-blind-safe set, then darker tones: a label's colour comes from its place among all
 # the labels a parameter can take (not among those shown), so filtering never recolours a line.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
@@ -348,7 +348,12 @@ def case_kernel_time(frame: pd.DataFrame, title: str, points: dict[str, str] | N
                                  marker={"symbol": symbol, "size": 16, "color": mark, "line": {"width": 2}}))
     _marks(fig, marks)
     _run_axis(fig, xs, title="run (commit·run id, commit order)")
-    ys = [*rows["median_us"], *band["p20_us"], *band["p80_us"]]
+    # fitted to the medians; the band widens it by at most half their spread (a run with a wide band is cut at
+    # the edge, its hover still says p20-p80), so a step of the medians fills the panel
+    med = [v for v in rows["median_us"] if v == v]
+    spread = (max(med) - min(med)) or max(med) * 0.01 if med else 0.0
+    ys = [*med, *([max(min(band["p20_us"]), min(med) - spread / 2), min(max(band["p80_us"]), max(med) + spread / 2)]
+                  if med and not band.empty else [])]
     fig.update_yaxes(title="kernel time per call (µs): median, p20-p80", **linear_ticks(ys, pad=0.12))
     _layout(fig, 440)
     fig.update_layout(title=_title(title, bool(frame["synthetic"].any())))

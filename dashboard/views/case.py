@@ -111,12 +111,12 @@ else:
     elif effect is not None:
         m2.metric("effect", f"{effect:+.1f}%", help="candidate / baseline median time - 1 (+ is slower)",
                   delta=None if interval is None else f"95% interval {interval[0]:+.1f}% to {interval[1]:+.1f}%",
-                  delta_color="off")
+                  delta_color="off", delta_arrow="off")
     else:
         m2.metric("effect", "-")
-    m3.metric("baseline", f"{base['commit'][:8]} · run {base['id'][:8]}" if base else "none",
+    m3.metric(f"baseline (run {base['id'][:8]})" if base else "baseline", base["commit"][:8] if base else "none",
               help="The run the gate compares with, by its baseline rule")
-    m4.metric("candidate", f"{cand['commit'][:8]} · run {cand['id'][:8]}",
+    m4.metric(f"candidate (run {cand['id'][:8]})", cand["commit"][:8],
               help="The newest run of this case on this hardware")
     sides = [f"baseline: run {base['id'][:8]} on {base['branch']}, GPU {verdict['before GPU'] or 'not recorded'}"
              if base else "no baseline", f"candidate: run {cand['id'][:8]} on {cand['branch']}, GPU "

@@ -110,7 +110,7 @@ same_hw = run_a["fingerprint"] == run_b["fingerprint"]
 st.caption(md(("Same hardware. " if same_hw else "DIFFERENT hardware: times are not comparable. ")
               + "Most slowed first. gate and p: the merge gate's verdict on B against A, as Triage names it, and its "
               "p-value (samples, the case's history, FDR control); coloured as on Triage; a budget over 1 red. "
-              "The parenthesis after a device name is " + FINGERPRINT_NOTE + "."))
+              "The parenthesis after a device name is " + FINGERPRINT_NOTE + ".", limit=800))
 if frame.empty:
     st.info("These runs share no cases.")
 else:
@@ -118,12 +118,12 @@ else:
     shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
     common.table(highlight(shown), height=min(38 + 35 * len(frame), 740), column_config={
         "kernel": st.column_config.TextColumn(width=150),
-        "case": st.column_config.TextColumn(width=280, help="variant/dtype and the parameters that tell this kernel's "
+        "case": st.column_config.TextColumn(width=400, help="variant/dtype and the parameters that tell this kernel's "
                                             "rows apart (the CSV has every full key)"),
-        "impl": st.column_config.TextColumn(width=120),
+        "impl": st.column_config.TextColumn(width=110),
         "gate": st.column_config.TextColumn(width=130, help="The merge gate's verdict on B against A"),
-        **{c: st.column_config.NumberColumn(format="%.4g", width=80) for c in ("A µs", "B µs")},
-        "B/A time": st.column_config.NumberColumn(format="%.3f", width=80),
+        **{c: st.column_config.NumberColumn(format="%.4g", width=70) for c in ("A µs", "B µs")},
+        "B/A time": st.column_config.NumberColumn(format="%.3f", width=70),
         "p": st.column_config.NumberColumn(format="%.1e", width=70, help="The gate's p-value (for a faster case, "
                                            "its test with the runs swapped)"),
         **{c: st.column_config.NumberColumn(format="%.3g", width=80)

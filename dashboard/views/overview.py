@@ -91,7 +91,7 @@ def summary(fingerprint: str, newest_run: str) -> list[dict]:
         found = verdicts.kernel_summary(eng, fingerprint, kernel, common.judge)
         if not found["runs"]:
             continue
-        runs = " + ".join(dict.fromkeys(f"{r['commit'][:8]} ({r['id'][:8]})" for _, r in found["runs"]))
+        runs = " + ".join(dict.fromkeys(f"{r['commit'][:8]} (run {r['id'][:8]})" for _, r in found["runs"]))
         rows.append({"kernel": kernel, "judged run": runs,
                      **{name: found[name] for name in verdicts.SUMMARY}, "resolved": found["resolved"],
                      **speeds.get(kernel, {}),
@@ -99,34 +99,38 @@ def summary(fingerprint: str, newest_run: str) -> list[dict]:
     return rows
 
 
-COLUMNS = ("kernel", "judged run", *verdicts.SUMMARY, "resolved", "x eager", "x torch.compile", "vs best peer",
-           "targets met", "trend (x eager)", "details")
+COLUMNS = ("kernel", *verdicts.SUMMARY, "resolved", "x eager", "x torch.compile", "vs best peer", "targets met",
+           "trend (x eager)", "details")
+SHORT = {"within noise": "± noise", "accuracy failed": "acc. fail", "accuracy warning": "acc. warn",
+         "errored / not measured": "errored", "unchanged": "same"}
 for run in latest:
     tag = " — SYNTHETIC (generated, not measured)" if run["synthetic"] else ""
     label = data.hardware_options(eng).get(run["fingerprint"], run["hardware"])
     st.subheader(md(label) + tag, divider="gray", help=common.hardware_help())
     rows = summary(run["fingerprint"], run["id"])
     common.table(shortfalls(pd.DataFrame(rows, columns=list(COLUMNS))), column_config={
-        "kernel": st.column_config.TextColumn(width=150),
-        "judged run": st.column_config.TextColumn(width=150, help="The run(s) Triage judges for this kernel: the "
-                                                  "newest with kernel timings and the newest with accuracy"),
-        **{name: st.column_config.NumberColumn(width=64 if len(name) < 10 else 80,
-                                               help="cases: " + " / ".join(labels))
+        "kernel": st.column_config.TextColumn(width=170),
+        **{name: st.column_config.NumberColumn(SHORT.get(name, name), width=62,
+                                               help="cases Triage calls " + " or ".join(f"'{v}'" for v in labels))
            for name, labels in verdicts.SUMMARY.items()},
         "resolved": st.column_config.NumberColumn(width=64, help="slowdowns a newer run measured back: "
                                                   f"'{verdicts.RESOLVED}' in Triage"),
-        "x eager": st.column_config.NumberColumn("geomean x eager", format="%.2f", width=80),
-        "x torch.compile": st.column_config.NumberColumn("geomean x torch.compile", format="%.2f", width=90),
-        "vs best peer": st.column_config.NumberColumn("geomean vs best peer", format="%.2f", width=90,
-                                                      help="t(fastest peer: Liger-Kernel, FlagGems, apex) / "
-                                                           "t(kernel), over the cases a peer was timed in"),
-        "targets met": st.column_config.TextColumn(width=70),
-        "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=100),
+        "x eager": st.column_config.NumberColumn("x eager", format="%.2f", width=70,
+                                                 help="geometric mean of t(eager) / t(kernel) in the newest run"),
+        "x torch.compile": st.column_config.NumberColumn("x compile", format="%.2f", width=76,
+                                                         help="geometric mean of t(torch.compile) / t(kernel)"),
+        "vs best peer": st.column_config.NumberColumn("x peer", format="%.2f", width=64,
+                                                      help="geometric mean of t(fastest peer: Liger-Kernel, FlagGems, "
+                                                           "apex) / t(kernel), over the cases a peer was timed in"),
+        "targets met": st.column_config.TextColumn("targets", width=64),
+        "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=96),
         "details": st.column_config.LinkColumn("details", display_text="triage →", width=70),
     })
+    judged = "; ".join(f"{r['kernel']}: {r['judged run']}" for r in rows)
     started = data.when(run["started"])
-    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · started {started} · counts: the "
-                  "merge gate's verdicts, as Triage shows them; red: slower, accuracy failures, errors or targets "
-                  "missed; amber: accuracy warnings or slower than torch.compile; green: faster; trend: geometric "
-                  "mean over the cases every plotted run holds"))
+    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · started {started} · judged (the "
+                  f"newest with kernel timings and the newest with accuracy, per kernel): {judged}", limit=1200))
+    st.caption(md("counts: the merge gate's verdicts, as Triage shows them with that kernel picked; red: slower, "
+                  "accuracy failures, errors or targets missed; amber: accuracy warnings or slower than torch.compile; "
+                  "green: faster; trend: geometric mean over the cases every plotted run holds", limit=600))
 common.finish(params, {})

@@ -18,7 +18,7 @@ COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", 
 # The key columns (verdict to the trend) fit the 1,120 px a 1,280 px window leaves; GPU and the commands may scroll.
 CONFIG = {
     "verdict": st.column_config.TextColumn("verdict", width=136, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=140),
+    "kernel": st.column_config.TextColumn("kernel", width=168),
     "case": st.column_config.TextColumn("case", width=286, help="variant/dtype and the parameters that tell this "
                                         "kernel's rows apart; click a row to open the case page (full key)"),
     "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
@@ -107,7 +107,7 @@ for role, candidate, baseline in sections:
     cand, base = result["candidate"], result["baseline"]
     title = options.get(cand["fingerprint"], cand["hardware"])
     heading = md(title) + ("" if role == "picked" else f" — newest run with {role}")
-    st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray")
+    st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray", help=common.hardware_help())
     st.caption(md(f"judged: {data.run_label(cand)} on {cand['branch']} ({cand['status']}) — baseline: "
                   + (f"{data.run_label(base)} on {base['branch']}" if base else "none")))
     if cand["synthetic"] or (base and base["synthetic"]):
