@@ -41,10 +41,16 @@ def severity(name: str) -> int:
 
 
 def counts(result: GateResult) -> list[tuple[str, int]]:
-    """(label, cases) most severe first: the totals the reports, Triage and Overview print."""
-    found: dict[str, int] = defaultdict(int)
+    """(label, cases) most severe first: each case counted once, by its most severe verdict (a case with an
+    accuracy and a perf verdict is one case): the totals the reports, Triage and Overview print."""
+    worst: dict[str, str] = {}
     for v in result.verdicts:
-        found[label(v, result)] += 1
+        name = label(v, result)
+        if v.case not in worst or severity(name) < severity(worst[v.case]):
+            worst[v.case] = name
+    found: dict[str, int] = defaultdict(int)
+    for name in worst.values():
+        found[name] += 1
     return sorted(found.items(), key=lambda kv: (severity(kv[0]), kv[0]))
 
 
@@ -105,14 +111,14 @@ def markdown(result: GateResult) -> str:
     lines = [f"## KernelWatch gate: {result.verdict}", "",
              f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
              f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
-             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}); "
+             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}) on {md_text(hardware_text(result))}; "
              + ("wall time per call (calls back to back); " if result.metric == "call" else "")
              + f"minimum effect {result.min_effect:.0%}, "
              f"false discovery rate {result.fdr:.0%}.", ""]
     if result.undecided:
         lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]
     lines += [f"Note: {md_text(n)}" for n in result.notes]
-    lines.append(" · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in counts(result)))
+    lines.append("Cases: " + " · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in counts(result)))
     acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
     for title, rows in (("Failures", result.failed), ("Warnings", result.warnings),
                         ("Acknowledged (expected, not failing)", acknowledged)):
