@@ -115,7 +115,13 @@ if frame.empty:
     st.info("These runs share no cases.")
 else:
     frame["budget delta"] = frame["budget B"] - frame["budget A"]
-    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
+    # labels that tell the timed rows apart, and the accuracy-only rows apart (each set its own: the accuracy
+    # suite's many parameters would lengthen every timed row's label)
+    timed = frame["B/A time"].notna()
+    labels = pd.Series("", index=frame.index, dtype=object)
+    for part in (timed, ~timed):
+        labels[part] = data.case_labels(list(frame.loc[part, "case"]), list(frame.loc[part, "kernel"]))
+    shown = frame.assign(case=labels)
     common.table(highlight(shown), height=min(38 + 35 * len(frame), 740), column_config={
         "kernel": st.column_config.TextColumn(width=150),
         "case": st.column_config.TextColumn(width=400, help="variant/dtype and the parameters that tell this kernel's "

@@ -86,7 +86,7 @@ for fp in hardware:
     runs = queries.recent_runs(eng, fp, last, kernel)
     frame = data.perf_frame(eng, runs, kernel, implementations=(data.KERNEL_IMPL, data.EAGER_IMPL,
                                                                   data.COMPILE_IMPL))
-    st.subheader(options[fp], divider="gray")
+    st.subheader(options[fp], divider="gray", help=common.hardware_help())
     if frame.empty:
         st.info("No timings of this kernel on this hardware.")
         continue

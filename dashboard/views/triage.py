@@ -15,30 +15,31 @@ from db import queries
 
 COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "budget change", "trend us", "GPU",
            "reproduce", "bisect")
-# The key columns (verdict to the trend) fit the 1,120 px a 1,280 px window leaves; GPU and the commands may scroll.
+W = common.TRIAGE_WIDTHS
 CONFIG = {
-    "verdict": st.column_config.TextColumn("verdict", width=136, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=168),
-    "case": st.column_config.TextColumn("case", width=286, help="variant/dtype and the parameters that tell this "
+    "verdict": st.column_config.TextColumn("verdict", width=W["verdict"], help="The gate's verdict on this case"),
+    "kernel": st.column_config.TextColumn("kernel", width=W["kernel"]),
+    "case": st.column_config.TextColumn("case", width=W["case"], help="variant/dtype and the parameters that tell this "
                                         "kernel's rows apart; click a row to open the case page (full key)"),
-    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
+    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=W["effect %"],
                                               help="candidate / baseline median time - 1 (+ is slower); for an "
                                                    "accuracy row, the change of its error budget"),
-    "p": st.column_config.NumberColumn("p", format="%.1e", width=60,
+    "p": st.column_config.NumberColumn("p", format="%.1e", width=W["p"],
                                        help="Evidence for the change (the gate's p-value, before FDR control; for "
                                             "a faster case, the same test with the runs swapped)"),
-    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
-    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=66),
-    "budget change": st.column_config.TextColumn("error budget", width=96,
+    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=W["now us"]),
+    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=W["before us"]),
+    "budget change": st.column_config.TextColumn("error budget", width=W["budget change"],
                                                  help="Accuracy: the error budget before → now (1 = at the "
                                                       "tolerance)"),
-    "trend us": st.column_config.ImageColumn("last 30 runs", width=92,
+    "trend us": st.column_config.ImageColumn("last 30 runs", width=W["trend us"],
                                              help="The kernel's median time in the last 30 runs, coloured by the "
                                                   "verdict: red slower, green faster, amber within noise"),
-    "GPU": st.column_config.TextColumn("GPU", width=100, help="The physical device that measured it now (the "
+    "GPU": st.column_config.TextColumn("GPU", width=W["GPU"], help="The physical device that measured it now (the "
                                        "details say when the baseline came from another one)"),
-    "reproduce": st.column_config.TextColumn("reproduce", width=76, help="Click to show the command to copy"),
-    "bisect": st.column_config.TextColumn("bisect", width=66, help="Click to show the command to copy"),
+    "reproduce": st.column_config.TextColumn("reproduce", width=W["reproduce"],
+                                             help="Click to show the command to copy"),
+    "bisect": st.column_config.TextColumn("bisect", width=W["bisect"], help="Click to show the command to copy"),
 }
 
 
