@@ -454,10 +454,10 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # n
 
     by_label = dict(zip(case_labels(list(gate), [v.kernel for v in gate.values()]), gate.values()))
     triton = frame[frame["impl"] == "kernel (Triton)"]
-    gate_result = decide(engine, export_run(engine, runs[0]["id"]), runs[10]["id"])
-    from ci.reports import label
+    from dashboard.verdicts import triage
 
-    assert list(triton["gate"]) == [label(by_label[c], gate_result) for c in triton["case"]]
+    judged = {r["case"]: r["verdict"] for r in triage(engine, runs[0]["id"], runs[10]["id"]).rows}
+    assert list(triton["gate"]) == [judged[by_label[c].case] for c in triton["case"]]  # Triage's words
     assert "slower" in set(slowed["gate"])
     assert (slowed[slowed["gate"] == "slower"]["p"] < 0.01).all()
 
