@@ -419,3 +419,30 @@ def change_points(values: list[float], min_effect: float = DEFAULT_MIN_EFFECT, a
 
     split(0, len(x))
     return sorted(found, key=lambda c: c.index)
+
+
+def effect_interval(baseline: list[float], candidate: list[float], sigma: float = 0.0, level: float = 0.95,
+                    most: int = 400) -> tuple[float, float] | None:
+    """A ``level`` confidence interval of the effect (candidate / baseline time - 1) of one case.
+
+    Within the runs, the Hodges-Lehmann interval of the shift of log(time): the order statistics of the
+    pairwise differences log(c_i) - log(b_j) at the Mann-Whitney ranks n m / 2 -+ z sqrt(n m (n + m + 1) / 12)
+    (Hollander & Wolfe, Nonparametric Statistical Methods, 4.3). Between the runs, ``sigma`` (the case's
+    between-run noise on the log scale, ``Comparison.sigma`` and its machine term, the sd behind ``p_between``)
+    widens each side: half-width sqrt(within^2 + (z sigma)^2), centred on the log ratio of the medians (the
+    gate's effect). Samples over ``most`` per side are thinned to ``most`` evenly spaced order statistics.
+    None without three positive samples a side.
+    """
+    b = np.sort(np.log(np.asarray([v for v in baseline if v > 0], dtype=float)))
+    c = np.sort(np.log(np.asarray([v for v in candidate if v > 0], dtype=float)))
+    if len(b) < 3 or len(c) < 3:
+        return None
+    b, c = (x[np.linspace(0, len(x) - 1, most).round().astype(int)] if len(x) > most else x for x in (b, c))
+    n, m = len(c), len(b)
+    diffs = np.sort((c[:, None] - b[None, :]).ravel())
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    k = max(0, int(math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12))))
+    lo, hi = float(diffs[k]), float(diffs[len(diffs) - 1 - k])
+    d = float(np.median(c) - np.median(b))
+    down, up = max(d - lo, 0.0), max(hi - d, 0.0)
+    return (math.expm1(d - math.hypot(down, z * sigma)), math.expm1(d + math.hypot(up, z * sigma)))

@@ -132,6 +132,11 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     metric: str = "gpu"  # which time is compared: see METRICS
     assembled: Baseline | None = None  # the baseline's runs, per case (see assemble_baseline)
+    # improvements (:func:`speedups`): the swapped test of every case past the minimum effect faster, and the
+    # cases whose swapped test survives FDR control; filled by :func:`decide`, read by the reports and pages
+    faster_tests: dict[str, Comparison] = field(default_factory=dict)
+    faster: set[str] = field(default_factory=set)
+    hardware: dict[str, Any] = field(default_factory=dict)  # the candidate's: device_name, fingerprint, device_count
 
     @property
     def failed(self) -> list[CaseVerdict]:
@@ -663,6 +668,8 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
     cand_run = to_data(candidate)["run"]
     result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr),
                         metric=metric, assembled=assembled)
+    result.hardware = {"device_name": candidate.hardware.device_name, "fingerprint": fingerprint,
+                       "device_count": candidate.hardware.device_count}
     result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy)
                        if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
@@ -685,6 +692,8 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
                             f"baseline run {base_ref['id']}")
     mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result))
     acknowledge(engine, result, fingerprint, candidate)
+    result.faster_tests = speedup_tests(engine, candidate, result)
+    result.faster = set(speedups(engine, candidate, result, result.faster_tests))
     return result
 
 
@@ -818,15 +827,10 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
                 break
 
 
-def speedups(engine: Engine, candidate: RunDocument, result: GateResult) -> dict[str, Comparison]:
-    """Cases significantly faster than the baseline: the gate's test with the two runs' roles swapped (the
-    baseline's samples judged against the candidate's, the same history and minimum effect), Benjamini-Hochberg
-    at the gate's FDR over every compared case. ``ratio`` is baseline / candidate time. Informational: it
-    never changes a verdict.
-
-    Only cases at least the minimum effect faster are tested; the others enter the FDR control with p = 1,
-    which can only make it stricter.
-    """
+def speedup_tests(engine: Engine, candidate: RunDocument, result: GateResult) -> dict[str, Comparison]:
+    """The gate's test with the two runs' roles swapped (the baseline's samples judged against the candidate's,
+    the same history and minimum effect) for every case at least its minimum effect faster; ``ratio`` is
+    baseline / candidate time. Before FDR control: :func:`speedups` applies it."""
     compared = {v.case: v.comparison for v in result.verdicts if v.comparison is not None}
     quick = {case: c for case, c in compared.items() if 1 / c.ratio - 1 > c.min_effect}
     if not quick:
@@ -835,8 +839,22 @@ def speedups(engine: Engine, candidate: RunDocument, result: GateResult) -> dict
             else export_run(engine, result.baseline["id"]))
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     histories = _histories(engine, hardware_fingerprint(to_data(candidate)["hardware"]), candidate.run.id)
-    pairs = [compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
-                          [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
-                          machine=quick[p.case].machine_sigma)
-             for p in candidate.perf if p.implementation == KERNEL_IMPL and p.case in quick]
-    return {c.case: c for c in regressions(pairs, result.fdr, tested=len(compared))}
+    return {p.case: compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
+                                 [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
+                                 machine=quick[p.case].machine_sigma)
+            for p in candidate.perf if p.implementation == KERNEL_IMPL and p.case in quick}
+
+
+def speedups(engine: Engine, candidate: RunDocument, result: GateResult,
+             tests: dict[str, Comparison] | None = None) -> dict[str, Comparison]:
+    """Cases significantly faster than the baseline: :func:`speedup_tests` (or ``tests``, its result),
+    Benjamini-Hochberg at the gate's FDR over every compared case. Informational: it never changes a verdict.
+
+    Only cases at least the minimum effect faster are tested; the others enter the FDR control with p = 1,
+    which can only make it stricter.
+    """
+    pairs = list((speedup_tests(engine, candidate, result) if tests is None else tests).values())
+    if not pairs:
+        return {}
+    compared = sum(v.comparison is not None for v in result.verdicts)
+    return {c.case: c for c in regressions(pairs, result.fdr, tested=compared)}

@@ -10,13 +10,72 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-from ci.gate import GateResult
+from ci.gate import CaseVerdict, GateResult
 from db.files import replaced_link_note, write_atomic
 from db.schema import printable
 
-ICONS = {"regression": "❌", "accuracy": "❌", "error": "❌", "missing": "❌", "unmeasured": "❌", "unreliable": "❌",
-         "suspect": "🔍", "warning": "⚠️", "machine": "🖥️",
-         "noisy": "〰️", "pass": "✅", "new": "🆕", "acknowledged": "☑️"}
+# What a reader calls each verdict, most severe first: the gate's reports, Triage, Overview, the case page and
+# Compare all name and order a case by :func:`label` (a status not listed, e.g. a newer one, shows its own name).
+LABELS = {"accuracy": "accuracy failed", "error": "errored", "missing": "not measured", "unmeasured": "not measured",
+          "unreliable": "not measured", "regression": "slower", "warning": "accuracy warning",
+          "acknowledged": "acknowledged", "noisy": "slower (within noise)", "machine": "machine", "new": "new",
+          "pass": "unchanged", "suspect": "suspect (confirm)"}
+SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "suspect (confirm)", "accuracy warning",
+            "acknowledged", "slower (within noise)", "machine", "new", "faster", "faster (within noise)", "unchanged")
+# What a hardware label's parenthesis is, wherever one is shown: "NVIDIA H200 (b10424)".
+FINGERPRINT_NOTE = ("the hardware fingerprint: the first characters of a hash of the device model, count, memory "
+                    "and software stack; runs with the same one are compared")
+
+
+def label(v: CaseVerdict, result: GateResult) -> str:
+    """The reader's name of a verdict: a passing case at least its minimum effect faster is "faster" when the
+    swapped test survives FDR control (``result.faster``), else "faster (within noise)"."""
+    if v.status == "pass" and v.comparison is not None and 1 / v.comparison.ratio - 1 > v.comparison.min_effect:
+        return "faster" if v.case in result.faster else "faster (within noise)"
+    return LABELS.get(v.status, v.status)
+
+
+def severity(name: str) -> int:
+    return SEVERITY.index(name) if name in SEVERITY else len(SEVERITY)
+
+
+def counts(result: GateResult) -> list[tuple[str, int]]:
+    """(label, cases) most severe first: each case counted once, by its most severe verdict (a case with an
+    accuracy and a perf verdict is one case): the totals the reports, Triage and Overview print."""
+    worst: dict[str, str] = {}
+    for v in result.verdicts:
+        name = label(v, result)
+        if v.case not in worst or severity(name) < severity(worst[v.case]):
+            worst[v.case] = name
+    found: dict[str, int] = defaultdict(int)
+    for name in worst.values():
+        found[name] += 1
+    return sorted(found.items(), key=lambda kv: (severity(kv[0]), kv[0]))
+
+
+def by_severity(rows: list[CaseVerdict], result: GateResult) -> list[CaseVerdict]:
+    """Most severe first, then the largest effect (slowdown, or budget growth), then the case key."""
+    def size(v: CaseVerdict) -> float:
+        if v.comparison is not None:
+            return abs(math.log(v.comparison.ratio)) if v.comparison.ratio > 0 else 0.0
+        if v.budget and v.baseline_budget:
+            return abs(math.log(v.budget / v.baseline_budget))
+        return v.budget or 0.0
+    return sorted(rows, key=lambda v: (severity(label(v, result)), -size(v), v.case))
+
+
+def hardware_text(result: GateResult) -> str:
+    """"NVIDIA H200 (b10424, 2 devices)": the hardware the candidate and its baseline ran on."""
+    hw = result.hardware
+    if not hw:
+        return "hardware not recorded"
+    count = hw.get("device_count") or 1
+    return (f"{hw.get('device_name') or 'unnamed device'} (hardware fingerprint {str(hw.get('fingerprint'))[:6]}"
+            + (f", {count} devices" if count > 1 else "") + ")")
+
+ICONS = {"accuracy failed": "❌", "errored": "❌", "not measured": "❌", "slower": "❌", "accuracy warning": "⚠️",
+         "machine": "🖥️", "slower (within noise)": "〰️", "faster (within noise)": "〰️", "unchanged": "✅",
+         "faster": "✅", "new": "🆕", "acknowledged": "☑️", "suspect (confirm)": "🔍"}
 # The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
 # brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
 # nothing in the middle of a line, so the text stays readable where the report is printed as it is.
@@ -51,27 +110,25 @@ def markdown(result: GateResult) -> str:
     lines = [f"## KernelWatch gate: {result.verdict}", "",
              f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
              f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
-             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}); "
+             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}) on {md_text(hardware_text(result))}; "
              + ("wall time per call (calls back to back); " if result.metric == "call" else "")
              + f"minimum effect {result.min_effect:.0%}, "
              f"false discovery rate {result.fdr:.0%}.", ""]
     if result.undecided:
         lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]
     lines += [f"Note: {md_text(n)}" for n in result.notes]
-    counts: dict[str, int] = defaultdict(int)
-    for v in result.verdicts:
-        counts[v.status] += 1
-    lines.append(" · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in sorted(counts.items())))
+    lines.append("Cases: " + " · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in counts(result)))
     acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
     for title, rows in (("Failures", result.failed), ("Warnings", result.warnings),
                         ("Acknowledged (expected, not failing)", acknowledged)):
         if rows:
             lines += ["", f"### {title}", "", "| case | what | before | now | details |",
                       "| --- | --- | --- | --- | --- |"]
-            for v in rows:
+            for v in by_severity(rows, result):
                 before, now = ((_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms)) if v.suite == "perf" else
                                tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget)))
-                lines.append(f"| {md_code(v.case)} | {md_text(v.status)} | {before} | {now} | {md_text(v.message)} |")
+                lines.append(f"| {md_code(v.case)} | {md_text(label(v, result))} | {before} | {now} | "
+                             f"{md_text(v.message)} |")
     if result.explored:
         bad = [a for a in result.explored if not a["passed"]]
         budgets = [a["error_budget"] for a in result.explored if a["error_budget"] is not None]
@@ -111,6 +168,8 @@ def junit(result: GateResult) -> str:
 STATUS_CLASS = {"regression": "bad", "accuracy": "bad", "error": "bad", "missing": "bad", "unmeasured": "bad",
                 "unreliable": "bad", "warning": "warn", "noisy": "warn", "machine": "warn", "acknowledged": "ack",
                 "pass": "ok", "new": "ok", "suspect": "bad"}
+LABEL_CLASS = {name: STATUS_CLASS.get(status, "") for status, name in LABELS.items()} | {"faster": "ok",
+                                                                                      "faster (within noise)": "ok"}
 RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x slower (or faster) reaches the edge
 
 
@@ -135,8 +194,9 @@ def _ratio_table(result: GateResult) -> str:
         return "<p>No perf case was compared.</p>"
     lo = f"{1 / RATIO_SPAN:.3g}x"
     body = "".join(
-        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td><td>{_h(v.status)}</td>"
-        f"<td class='n'>{_h(_fmt_ms(v.baseline_ms))}</td><td class='n'>{_h(_fmt_ms(v.time_ms))}</td>"
+        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td>"
+        f"<td>{_h(label(v, result))}</td><td class='n'>{_h(_fmt_ms(v.baseline_ms))}</td>"
+        f"<td class='n'>{_h(_fmt_ms(v.time_ms))}</td>"
         f"<td class='n'>{v.comparison.ratio:.3f}</td><td>{_bar(v.comparison.ratio, v.status)}</td></tr>"
         for v in rows)
     return (f"<table id='ratios' style='--min:{_effect_pos(result):.2f}%'><caption>Time ratio per case (candidate "
@@ -152,13 +212,14 @@ def _effect_pos(result: GateResult) -> float:
     return 50 + min(math.log(1 + result.min_effect) / math.log(RATIO_SPAN), 1.0) * 50
 
 
-def _verdict_table(rows: list, title: str) -> str:
+def _verdict_table(rows: list, title: str, result: GateResult) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td><td>{_h(v.status)}</td>"
+        f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td>"
+        f"<td>{_h(label(v, result))}</td>"
         f"<td class='n'>{_before_now(v)[0]}</td><td class='n'>{_before_now(v)[1]}</td><td>{_h(v.message)}</td></tr>"
-        for v in rows)
+        for v in by_severity(rows, result))
     return (f"<h2>{_h(title)} ({len(rows)})</h2><table><colgroup><col class='c1'><col class='c2'><col class='c3'>"
             "<col class='c3'><col></colgroup><tr><th>case</th><th>verdict</th><th>before</th><th>now</th>"
             f"<th>details</th></tr>{body}</table>")
@@ -194,28 +255,26 @@ def html_report(result: GateResult) -> str:
     """One small file, no script and nothing fetched: the verdict, what was compared, the failures and
     warnings, and every compared perf case's time ratio as a bar centred on 1 (CSS only)."""
     c, b = result.candidate, result.baseline
-    counts: dict[str, int] = defaultdict(int)
-    for v in result.verdicts:
-        counts[v.status] += 1
     meta = (f"Candidate {_h(c['commit']['sha'][:12])} ({_h(c['commit']['branch'])}, run {_h(c['id'][:8])}, "
-            f"{_h(c['status'])}) against baseline {_h(b['commit'][:12])} ({_h(b['branch'])}, run {_h(b['id'][:8])}); "
+            f"{_h(c['status'])}) against baseline {_h(b['commit'][:12])} ({_h(b['branch'])}, run {_h(b['id'][:8])}) "
+            f"on {_h(hardware_text(result))}; "
             + ("wall time per call; " if result.metric == "call" else "GPU time; ")
             + f"minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.")
     notes = "".join(f"<p class='meta'>Note: {_h(n)}</p>" for n in result.notes)
     if result.undecided:
         notes = f"<p class='meta'><b>Cannot decide:</b> {_h(result.undecided)}</p>" + notes
-    badges = "".join(f"<span class='{STATUS_CLASS.get(s, '')}'>{_h(s)}: {n}</span>" for s, n in sorted(counts.items()))
+    badges = "".join(f"<span class='{LABEL_CLASS.get(s, '')}'>{_h(s)}: {n}</span>" for s, n in counts(result))
     acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
     others = sorted((v for v in result.verdicts if v not in result.failed and v not in result.warnings
                      and v.status != "acknowledged"), key=lambda v: (v.status != "new", v.case))
-    rest = _verdict_table(others, "Every other case")
+    rest = _verdict_table(others, "Every other case", result)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             f"<title>KernelWatch gate: {_h(result.verdict)}</title><style>{_CSS}</style></head><body>"
             f"<h1>KernelWatch gate: {_h(result.verdict)}</h1><p class='meta'>{meta}</p>{notes}"
             f"<div class='counts'>{badges}</div>"
-            + _verdict_table(result.failed, "Failures") + _verdict_table(result.warnings, "Warnings")
-            + _verdict_table(acknowledged, "Acknowledged (expected, not failing)")
+            + _verdict_table(result.failed, "Failures", result) + _verdict_table(result.warnings, "Warnings", result)
+            + _verdict_table(acknowledged, "Acknowledged (expected, not failing)", result)
             + f"<h2>Perf: time ratio per case</h2>{_ratio_table(result)}"
             + (f"<details><summary>Every other case ({len(others)})</summary>{rest}</details>" if others else "")
             + "</body></html>")

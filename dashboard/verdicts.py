@@ -1,34 +1,41 @@
-"""Triage: one hardware's newest run against its baseline, one row per case, by the gate's own statistics.
+"""Triage: one hardware's newest run against its baseline, one row per case, by the gate's own verdicts.
 
 ``ci.gate.decide`` judges the candidate (samples, the case's history on this hardware, FDR control,
-acknowledged changes); ``ci.gate.speedups`` runs the same test the other way round for improvements.
-This module turns the verdicts into rows a reviewer reads: what, how much, how sure, the time now and
-before, the last runs, and the commands to reproduce and bisect. No Streamlit here: the page caches it.
+acknowledged changes, improvements); ``ci.reports.label`` names each verdict. This module only turns them
+into rows a reviewer reads: what, how much (with its interval), how sure, the time or error budget now and
+before, the GPU of each side, the last runs, and the commands to reproduce and bisect. Every page that
+shows a verdict (Triage, Overview, the case page, Compare) reads it from here. No Streamlit here: the pages
+cache it.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
 
 from ci.bisect import bisect_command, rerun_command
-from ci.gate import Baseline, GateUndecided, decide, default_baseline, speedups
-from dashboard.data import short_gpu, software_changes
+from ci.detect import DEFAULT_MIN_EFFECT, effect_interval
+from ci.gate import Baseline, CaseVerdict, GateResult, GateUndecided, baseline_document, decide, default_baseline
+from ci.reports import SEVERITY, label, severity
+from dashboard.data import short_gpu, software_changes, triage_runs
 from db import queries
 from db.export import export_run
 from db.schema import RunDocument, to_data
 from kernels.names import KERNEL_IMPL
 
 SPARK_RUNS = 30
-# Verdicts, most severe first (the sort order of the triage table).
-SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "suspect (confirm)", "accuracy warning",
-            "acknowledged", "slower (within noise)", "machine", "new", "faster", "unchanged")
-_STATUS = {"accuracy": "accuracy failed", "error": "errored", "missing": "not measured", "unmeasured": "not measured",
-           "regression": "slower", "warning": "accuracy warning", "acknowledged": "acknowledged",
-           "noisy": "slower (within noise)", "new": "new", "pass": "unchanged", "unreliable": "not measured",
-           "machine": "machine", "suspect": "suspect (confirm)"}
+RESOLVED = "slower (resolved)"  # a slowdown a newer run of the same hardware no longer shows
+SEVERITY = (*SEVERITY[:SEVERITY.index("slower") + 1], RESOLVED, *SEVERITY[SEVERITY.index("slower") + 1:])
+# What Overview counts per kernel (each a set of labels), in its column order.
+SUMMARY = {"slower": ("slower",), "faster": ("faster",), "within noise": ("slower (within noise)",
+                                                                          "faster (within noise)"),
+           "accuracy failed": ("accuracy failed",), "accuracy warning": ("accuracy warning",),
+           "errored / not measured": ("errored", "not measured"), "unchanged": ("unchanged",)}
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Triage:
     undecided: str | None = None  # why the gate could not compare (no baseline, ...)
     software: list[str] = field(default_factory=list)  # software changes since the baseline
     failed: int = 0
+    hardware: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,12 +58,6 @@ def baseline_for(eng: Engine, doc: RunDocument, branch: str) -> Baseline | None:
     return default_baseline(eng, doc, branch)
 
 
-def _verdict(status: str, faster: bool) -> str:
-    if status == "pass" and faster:
-        return "faster"
-    return _STATUS.get(status, status)
-
-
 def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str = "main") -> Triage:
     """Judge run ``candidate_id`` against ``baseline_id`` (None: :func:`baseline_for`)."""
     cand = queries.run_info(eng, candidate_id)
@@ -64,9 +66,8 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     document = export_run(eng, candidate_id)
     assembled = None if baseline_id else baseline_for(eng, document, branch)
     base = queries.run_info(eng, baseline_id) if baseline_id else assembled and assembled.run
-    doc = to_data(document)
-    out = Triage(candidate=cand, baseline=base)
-    verdicts, faster = [], {}
+    out = Triage(candidate=cand, baseline=base, hardware=cand["hardware"])
+    result, base_doc = None, None
     if base is None:
         out.undecided = "no earlier run on this hardware shares a case with this one: nothing to compare with"
     else:
@@ -77,20 +78,29 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
             out.undecided = str(exc)
         else:
             out.undecided = getattr(result, "undecided", None)
-            verdicts = result.verdicts
             out.failed = len(result.failed)
-            if result.verdicts:
-                faster = speedups(eng, document, result)
-    out.rows = _rows(eng, cand, doc, verdicts, faster)
+            base_doc = baseline_document(eng, assembled) if assembled else export_run(eng, base["id"])
+    out.rows = _rows(eng, cand, base, document, base_doc, result)
+    _mark_resolved(eng, cand, out.rows)
     return out
 
 
-def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list, faster: dict) -> list[dict]:
+def _gpu(perf: Any | None) -> str | None:
+    """The physical device of one perf row: its UUID's first group, else its label ("cuda:1, no UUID")."""
+    if perf is None:
+        return None
+    return short_gpu(perf.device_uuid) or (f"{perf.device} (no UUID)" if perf.device else None)
+
+
+def _rows(eng: Engine, cand: dict[str, Any], base: dict[str, Any] | None, document: RunDocument,
+          base_doc: RunDocument | None, result: GateResult | None) -> list[dict]:
+    doc = to_data(document)
     kernel_of = {c["key"]: c["kernel"] for c in doc["cases"]}
-    perf = {p["case"]: p for p in doc["perf"] if p["implementation"] == KERNEL_IMPL}
+    perf = {p.case: p for p in document.perf if p.implementation == KERNEL_IMPL}
+    before_perf = {p.case: p for p in base_doc.perf if p.implementation == KERNEL_IMPL} if base_doc else {}
     acc = {a["case"]: a for a in doc["accuracy"] if a.get("kind", "gate") == "gate"}
-    by_case: dict[str, list] = {}
-    for v in verdicts:
+    by_case: dict[str, list[CaseVerdict]] = {}
+    for v in result.verdicts if result else []:
         by_case.setdefault(v.case, []).append(v)
         kernel_of.setdefault(v.case, v.kernel)
     spark = _sparklines(eng, cand)
@@ -98,44 +108,91 @@ def _rows(eng: Engine, cand: dict[str, Any], doc: dict[str, Any], verdicts: list
     for case in sorted(set(perf) | set(acc) | set(by_case)):
         vs = by_case.get(case, [])
         if vs:
-            worst = min(vs, key=lambda v: SEVERITY.index(_verdict(v.status, case in faster))
-                        if _verdict(v.status, case in faster) in SEVERITY else len(SEVERITY))
-            verdict = _verdict(worst.status, case in faster)
+            worst = min(vs, key=lambda v: severity(label(v, result)))
+            verdict = label(worst, result)
             message = "; ".join(v.message for v in vs if v.message)
         else:  # no baseline to judge against: the candidate's own results are all there is
             a, p = acc.get(case), perf.get(case)
-            if (a and a["error"] and a["error_budget"] is None) or (p and p["error"]):
+            if (a and a["error"] and a["error_budget"] is None) or (p and p.error):
                 verdict = "errored"
             elif a and not a["passed"]:
                 verdict = "accuracy failed"
             else:
                 verdict = "new"
-            message = (a or {}).get("error") or (p or {}).get("error") or ""
+            message = (a or {}).get("error") or (p.error if p else None) or ""
         comparison = next((v.comparison for v in vs if v.comparison is not None), None)
-        effect = p_value = None
-        if case in faster:
-            effect, p_value = 1 / faster[case].ratio - 1, faster[case].p
-        elif comparison is not None:
+        effect = p_value = interval = None
+        now_p, before_p = perf.get(case), before_perf.get(case)
+        if comparison is not None:
             effect, p_value = comparison.effect, comparison.p
-        now = perf.get(case, {}).get("median_ms")
+            swapped = result.faster_tests.get(case)
+            if swapped is not None:  # past the minimum effect faster: the evidence is the swapped test's
+                p_value = swapped.p
+            if now_p is not None and before_p is not None:
+                interval = effect_interval(before_p.samples_ms, now_p.samples_ms,
+                                           math.hypot(comparison.sigma, comparison.machine_sigma))
+        accuracy = next((v for v in vs if v.suite == "accuracy"), None)
+        budget = acc.get(case, {}).get("error_budget")
+        before_budget = accuracy.baseline_budget if accuracy is not None else None
+        if comparison is None and budget and before_budget:
+            effect = budget / before_budget - 1  # an accuracy row's change is its error budget's
+        now = now_p.median_ms if now_p is not None else None
         before = next((v.baseline_ms for v in vs if getattr(v, "baseline_ms", None)), None)
         if before is None and comparison is not None and now:
             before = now / comparison.ratio
-        budget = acc.get(case, {}).get("error_budget")
         suite = "accuracy" if verdict.startswith("accuracy") or (case not in perf and case in acc) else "perf"
         rows.append({
             "verdict": verdict, "kernel": kernel_of[case], "case": case,
             "effect %": None if effect is None else 100 * effect, "p": p_value,
+            "interval %": None if interval is None else [100 * interval[0], 100 * interval[1]],
             "now us": None if now is None else now * 1e3, "before us": None if before is None else before * 1e3,
-            "budget": budget, "trend us": spark.get(case, []),
-            "GPU": short_gpu(perf.get(case, {}).get("device_uuid")),
+            "budget": budget, "before budget": before_budget,
+            "budget change": None if budget is None or before_budget is None else f"{before_budget:.3g} → {budget:.3g}",
+            "trend us": spark.get(case, []),
+            "GPU": _gpu(now_p), "before GPU": _gpu(before_p),
             "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
             "bisect": bisect_command(case, cand["fingerprint"][:12]),
-            "details": message,
+            "details": message, "resolved": None,
         })
-    rows.sort(key=lambda r: (SEVERITY.index(r["verdict"]) if r["verdict"] in SEVERITY else len(SEVERITY),
-                             -abs(r["effect %"] or 0), r["case"]))
+    rows.sort(key=_order)
     return rows
+
+
+def _order(row: dict[str, Any]) -> tuple:
+    return (SEVERITY.index(row["verdict"]) if row["verdict"] in SEVERITY else len(SEVERITY),
+            -abs(row["effect %"] or 0), row["case"])
+
+
+def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """A slowdown whose case a newer run on this hardware measured back within the minimum effect of the
+    baseline's time (a revert, a fix) is "slower (resolved)", its details naming that run."""
+    slow = {r["case"]: r for r in rows if r["verdict"] == "slower" and r["before us"]}
+    if not slow:
+        return
+    runs = queries.recent_runs(eng, cand["fingerprint"], SPARK_RUNS + 20)
+    ids = [r["id"] for r in runs]
+    if cand["id"] not in ids:
+        return
+    newer = runs[ids.index(cand["id"]) + 1:]
+    if not newer:
+        return
+    order = {r["id"]: i for i, r in enumerate(newer)}
+    latest: dict[str, dict] = {}
+    for p in queries.perf_rows(eng, list(order), implementations=(KERNEL_IMPL,), with_params=False):
+        if p["case"] in slow and p["median_ms"] and (p["case"] not in latest
+                                                      or order[p["run_id"]] > order[latest[p["case"]]["run_id"]]):
+            latest[p["case"]] = p
+    run_of = {r["id"]: r for r in newer}
+    for case, p in latest.items():
+        row = slow[case]
+        change = p["median_ms"] * 1e3 / row["before us"] - 1
+        if change <= DEFAULT_MIN_EFFECT:
+            run = run_of[p["run_id"]]
+            row["verdict"] = RESOLVED
+            row["resolved"] = f"{run['commit'][:8]} (run {run['id'][:8]})"
+            row["details"] = (f"resolved: the newer run {run['id'][:8]} (commit {run['commit'][:8]}) measured "
+                              f"{p['median_ms'] * 1e3:.4g} us, {change:+.1%} from the baseline; " + row["details"])
+    rows.sort(key=_order)
 
 
 def _sparklines(eng: Engine, cand: dict[str, Any]) -> dict[str, list[float]]:
@@ -150,3 +207,44 @@ def _sparklines(eng: Engine, cand: dict[str, Any]) -> dict[str, list[float]]:
         if r["median_ms"]:
             points.setdefault(r["case"], []).append((order[r["run_id"]], r["median_ms"] * 1e3))
     return {case: [v for _, v in sorted(p)] for case, p in points.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# What Triage shows for one hardware (and kernel), and what Overview sums from it
+# ---------------------------------------------------------------------------------------------
+Judge = Callable[[str, str | None], dict]  # (candidate run id, baseline id or None) -> Triage.as_dict()
+
+
+def sections(eng: Engine, fingerprint: str, kernel: str | None, judge: Judge) -> list[tuple[str, dict]]:
+    """[(role, judged triage as a dict)] for Triage's default view of one hardware: its newest run with kernel
+    timings and its newest with accuracy (of ``kernel`` when one is picked), each against its baseline; the
+    rows are those of ``kernel`` when one is picked."""
+    out = []
+    for role, run in triage_runs(eng, fingerprint, kernel):
+        judged = dict(judge(run["id"], None))
+        if kernel:
+            judged["rows"] = [r for r in judged["rows"] if r["kernel"] == kernel]
+        out.append((role, judged))
+    return out
+
+
+def counts(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(verdict, cases), most severe first: the line above each Triage table."""
+    found = Counter(r["verdict"] for r in rows)
+    return sorted(found.items(), key=lambda kv: (SEVERITY.index(kv[0]) if kv[0] in SEVERITY else len(SEVERITY),
+                                                 kv[0]))
+
+
+def kernel_summary(eng: Engine, fingerprint: str, kernel: str, judge: Judge) -> dict[str, Any]:
+    """Overview's verdict columns of one kernel on one hardware: Triage's rows for that hardware and kernel,
+    summed over its sections (a case in both the perf and the accuracy section counts in each), by SUMMARY."""
+    found: Counter = Counter()
+    runs = []
+    for role, judged in sections(eng, fingerprint, kernel, judge):
+        found.update(dict(counts(judged["rows"])))
+        runs.append((role, judged["candidate"]))
+    out: dict[str, Any] = {name: sum(found.get(v, 0) for v in labels) for name, labels in SUMMARY.items()}
+    out["resolved"] = found.get(RESOLVED, 0)
+    out["verdicts"] = dict(found)
+    out["runs"] = runs
+    return out

@@ -20,6 +20,17 @@ APEX_IMPL = "apex"  # NVIDIA apex's Megatron fused softmax CUDA extensions
 PEER_IMPLS = (LIGER_IMPL, FLAGGEMS_IMPL, APEX_IMPL)
 PEER_LABELS = {LIGER_IMPL: "peer: Liger-Kernel", FLAGGEMS_IMPL: "peer: FlagGems", APEX_IMPL: "peer: apex (Megatron)"}
 
+# A kernel's own same-run references (not peers: part of its spec, e.g. the GEMM alone), as a page names them.
+REFERENCE_LABELS = {"cublas_linear": "cuBLAS (F.linear)", "torch_rms_norm": "PyTorch F.rms_norm + F.linear"}
+ALL_LABELS = {**LABELS, **PEER_LABELS, **REFERENCE_LABELS}
+
+
+def label(implementation: str) -> str:
+    """What every page and report calls an implementation ("cuBLAS (F.linear)" for ``cublas_linear``); an
+    implementation not listed shows its stored name."""
+    return ALL_LABELS.get(implementation, implementation)
+
+
 VENDORS = {"cuda": "nvidia", "npu": "ascend"}  # torch device type -> hardware vendor; anything else is "cpu"
 
 # Which measured bandwidth is a case's 100%: a copy (bytes read + written, every case's floor) or a

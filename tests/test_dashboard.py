@@ -165,13 +165,17 @@ def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_
     h200 = fingerprint(dash_db, "NVIDIA H200")
     at = page("triage", hardware=h200, show="all cases")
     table = at.dataframe[0].value
-    assert list(table.columns[:8]) == ["verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us"]
+    assert list(table.columns[:9]) == ["verdict", "kernel", "case", "effect %", "p", "now us", "before us",
+                                       "budget change", "trend us"]
     top = table.iloc[0]
     assert top["verdict"] == "slower" and shlex.split(top["bisect"])[-1] == STEP_CASE
     assert top["case"].startswith("persistent/fp32 ") and "shape=33554432" in top["case"]
     assert 25 < top["effect %"] < 35 and top["p"] < 1e-6  # a 30% step on a large, quiet case
     assert top["now us"] / top["before us"] == pytest.approx(1 + top["effect %"] / 100, rel=1e-6)
-    assert len(top["trend us"]) >= 8 and top["trend us"][-1] == pytest.approx(top["now us"])
+    import base64
+
+    spark = base64.b64decode(top["trend us"].split(",", 1)[1]).decode()  # an SVG line, coloured as "slower"
+    assert spark.startswith("<svg") and "stroke='#C00000'" in spark and spark.count(",") >= 8
     assert set(table["verdict"][1:]) == {"unchanged"}  # the other 11 cases of the copied run
     assert "SYNTHETIC" in texts(at)  # the judged run is a labelled synthetic copy
     assert "slower: 1 · unchanged: 11" in [t.value for t in at.text]
@@ -227,18 +231,31 @@ def test_triage_warns_when_software_changed_since_the_baseline(tmp_path, monkeyp
 def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -> None:  # noqa: ANN001
     h200 = fingerprint(dash_db, "NVIDIA H200")
     at = page("case", case=STEP_CASE, hardware=h200)
-    times, speed, floor = specs(at)
+    kernel_panel, speed, floor, times = specs(at)
+    # the kernel alone, on a linear axis fitted to it, with its band and the two runs the verdict compares
+    names = [t.get("name") for t in kernel_panel["data"]]
+    assert "kernel (Triton)" in names and "eager PyTorch" not in names
+    assert kernel_panel["layout"]["yaxis"].get("type", "linear") == "linear"
+    assert sum(t.get("fill") == "tonexty" for t in kernel_panel["data"]) == 1
+    assert any(n and n.startswith("candidate ") for n in names) and any(n and n.startswith("baseline ") for n in names)
+    kernel = next(t for t in kernel_panel["data"] if t.get("name") == "kernel (Triton)")
+    ys = values(kernel["y"])
+    low, high = kernel_panel["layout"]["yaxis"]["range"]
+    assert high - low <= 3 * (max(ys) - min(ys)) and len(kernel_panel["layout"]["yaxis"]["tickvals"]) >= 3
+    # every implementation's absolute time, log axis, one band each (in an expander)
     names = [t.get("name") for t in times["data"]]
     assert {"kernel (Triton)", "eager PyTorch", "torch.compile"} <= set(names)
     assert sum(t.get("fill") == "tonexty" for t in times["data"]) == 3  # one p20-p80 band per implementation
     assert times["layout"]["yaxis"]["type"] == "log" and "µs" in times["layout"]["yaxis"]["title"]["text"]
-    kernel = next(t for t in times["data"] if t.get("name") == "kernel (Triton)")
     hover = kernel["hovertext"][-1]
     assert "SYNTHETIC" in hover and "run " in hover and "kernelwatch collect" in hover and "2026-11-30" in hover
     assert len(set(kernel["x"])) == len(kernel["x"])  # repeats of one commit stay apart
-    assert {"over eager PyTorch", "over torch.compile", "parity (1x)", "target 1.8x eager PyTorch"} <= {
-        t["name"] for t in speed["data"]}
-    assert not speed["layout"].get("annotations")  # reference lines are legend entries, never overlapping text
+    # one speedup panel per other implementation, each with its own axis
+    assert {"eager PyTorch", "torch.compile"} <= {t["name"] for t in speed["data"]}
+    assert {"yaxis", "yaxis2"} <= set(speed["layout"])
+    titles = [a["text"] for a in speed["layout"].get("annotations", [])]
+    assert titles == ["over eager PyTorch (t eager PyTorch / t kernel)",
+                      "over torch.compile (t torch.compile / t kernel)"]
     assert any(t["name"] == "100% = the ceiling" for t in floor["data"])
     assert any("copy rate" in c.value and "over 100% are possible" in c.value for c in at.caption)
     codes = [c.value for c in at.code]
@@ -248,7 +265,7 @@ def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -
 
 def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> None:  # noqa: ANN001
     at = page("case", case=STEP_CASE, hardware=fingerprint(dash_db, "NVIDIA H200"))
-    times = specs(at)[0]
+    times = specs(at)[3]  # every implementation's time, in the expander
     wall = {t["name"]: t for t in times["data"] if "wall time per call" in (t.get("name") or "")}
     assert set(wall) == {"kernel (Triton): wall time per call", "eager PyTorch: wall time per call",
                          "torch.compile: wall time per call"}
@@ -314,7 +331,10 @@ def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(p
     (spec,) = specs(at)
     lines = [t for t in spec["data"] if t.get("showlegend") is not False and t["name"] not in ("change point",)
              and not t["name"].startswith(("parity", "target"))]
-    assert 2 <= len(lines) <= 8 and all("/" not in t["name"] for t in lines)  # short labels, never raw case keys
+    # short labels, never raw case keys; a line per branch (runs of two branches are never joined): "· branch"
+    assert 2 <= len(lines) <= 8 and all("/" not in t["name"].split(" · ")[0] for t in lines)
+    assert {t["name"].split(" · ")[1] for t in lines if " · " in t["name"]} == {"synthetic/step"}
+    assert all(t["line"]["dash"] == "dash" for t in lines if " · " in t["name"])
     assert {a["text"] for a in spec["layout"]["annotations"]} >= {
         "kernel speedup over eager PyTorch (t eager / t kernel)",
         "kernel speedup over torch.compile (t compile / t kernel)"}  # torch.compile has its own panel
@@ -342,7 +362,7 @@ def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -
     assert at.selectbox(key=f"group-{fingerprint(dash_db, 'NVIDIA H200')}").value == "variant/dtype"
     (spec,) = specs(at)
     lines = {t["name"] for t in spec["data"] if t.get("mode") == "lines+markers" and t.get("showlegend") is not False}
-    assert lines and all(len(n.split("/")) == 2 for n in lines)
+    assert lines and all(len(n.split(" · ")[0].split("/")) == 2 for n in lines)
     assert "geometric mean" not in spec["layout"]["title"]["text"]  # nothing mixed: nothing to warn about
 
 
@@ -404,9 +424,11 @@ def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) 
     a, b = at.selectbox(key="a"), at.selectbox(key="b")
     runs = {r["id"]: r for r in list_runs(open_database(dash_db, readonly=True))}
     assert runs[a.value]["fingerprint"] == runs[b.value]["fingerprint"] and a.value != b.value
-    assert not runs[b.value]["synthetic"]  # measured runs first
+    assert b.value == next(iter(runs))  # the newest run (a synthetic one here), against Triage's baseline for it
     frame = at.dataframe[0].value
-    assert len(frame) >= 10 and {"B/A time", "p (B slower)", "budget delta"} <= set(frame.columns)
+    assert len(frame) >= 10 and {"B/A time", "p", "budget delta"} <= set(frame.columns)
+    ratios = list(frame["B/A time"].dropna())
+    assert ratios == sorted(ratios, reverse=True)  # by effect, most slowed first (it was alphabetical)
     assert len(set(a.options)) == len(a.options) == len(runs)  # the four repeats of 653a5717 are told apart
     assert all(" kernel" in o or " · mse_loss" in o or " · scaled" in o or " · fused" in o for o in a.options)
     assert all("perf " in o or "accuracy " in o for o in a.options)  # what each run holds
@@ -431,10 +453,13 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # n
     from dashboard.data import case_labels
 
     by_label = dict(zip(case_labels(list(gate), [v.kernel for v in gate.values()]), gate.values()))
-    triton = frame[frame["impl"] == "triton"]
-    assert list(triton["gate"]) == [by_label[c].status for c in triton["case"]]
-    assert "regression" in set(slowed["gate"])
-    assert (slowed[slowed["gate"] == "regression"]["p (B slower)"] < 0.01).all()
+    triton = frame[frame["impl"] == "kernel (Triton)"]
+    from dashboard.verdicts import triage
+
+    judged = {r["case"]: r["verdict"] for r in triage(engine, runs[0]["id"], runs[10]["id"]).rows}
+    assert list(triton["gate"]) == [judged[by_label[c].case] for c in triton["case"]]  # Triage's words
+    assert "slower" in set(slowed["gate"])
+    assert (slowed[slowed["gate"] == "slower"]["p"] < 0.01).all()
 
 
 def test_profiler_opens_on_a_ratio_metric_with_data(page) -> None:  # noqa: ANN001
@@ -454,7 +479,9 @@ def test_overview_lists_each_hardware_and_missing_cells_read_dash(page) -> None:
     cpu = at.dataframe[next(i for i, h in enumerate(heads) if "CPU interpreter" in h)]
     assert cpu.value.iloc[0]["accuracy failed"] == 1 and cpu.value["x eager"].isna().all()
     h200 = at.dataframe[0].value.set_index("kernel")
-    assert h200.loc["mse_loss", "accuracy passed"] == 192  # from the newest run WITH accuracy results
+    # Triage's counts: the newest run with kernel timings (the stepped copy: 1 slower) and the newest WITH
+    # accuracy results (192 gating cases judged against their baseline)
+    assert h200.loc["mse_loss", "slower"] == 1 and h200.loc["mse_loss", "unchanged"] >= 192
 
 
 @pytest.mark.parametrize("name", VIEWS)
@@ -487,7 +514,7 @@ def test_url_values_never_raise_and_never_render_as_markdown(page, name, query) 
     at = page(name, **query)  # page() asserts no exception
     shown = texts(at)  # Markdown sources: an escaped URL reads "https\:\/\/example\.com"
     assert "https://example.com" not in shown and not raw_markup(shown)
-    assert any(w.value for w in at.warning)  # the bad value is reported, not silently used
+    assert any(w.value for w in [*at.warning, *at.error])  # the bad value is reported, not silently used
 
 
 def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tmp_path) -> None:  # noqa: ANN001
@@ -703,9 +730,10 @@ def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkey
     compare = _page_at(url, "compare", monkeypatch).dataframe[0].value
     perf = _page_at(url, "performance", monkeypatch, kernel="scaled_masked_softmax",
                     hardware=fingerprint(url, "NVIDIA H200")).dataframe[0].value
-    for frame in (compare, perf):
+    timed = compare[compare["B/A time"].notna()]  # the accuracy-only rows are labelled among themselves
+    for frame in (timed, perf):
         assert frame["case"].str.len().max() <= 60, frame["case"].str.len().max()
-    for _, rows in compare.groupby(["kernel", "impl"]):
+    for _, rows in compare.groupby(["kernel", "impl", compare["B/A time"].isna()]):
         assert rows["case"].is_unique
     assert perf["case"].is_unique
 

@@ -131,3 +131,29 @@ def test_html_report_is_small_plain_and_its_bars_are_centred_on_one() -> None:
     assert slower[0] == 50 and slower[1] > 10  # +10.8% grows right from the centre, visibly
     assert faster[0] + faster[1] == pytest.approx(50, abs=0.01) and faster[1] > 10  # -10% grows left to it
     assert by_ratio["3x4096"][1] < 0.5  # +0.0%: no bar to speak of
+
+
+def test_failures_are_sorted_by_severity_then_effect_and_the_hardware_is_named() -> None:
+    """gate.md listed failures by case key (a +40% slowdown under a +6% one) and named no hardware."""
+    result = GateResult(candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
+                        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"},
+                        hardware={"device_name": "NVIDIA H200", "fingerprint": "b104246322b32e20", "device_count": 2})
+    for case, ratio in (("a/small", 1.06), ("b/large", 1.40), ("c/medium", 1.20)):
+        result.verdicts.append(CaseVerdict(case, "k", "regression", f"{ratio - 1:+.0%}", baseline_ms=0.1,
+                                           time_ms=0.1 * ratio,
+                                           comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30)))
+    result.verdicts.append(CaseVerdict("z/acc", "k", "accuracy", "error budget 1.5 > 1", suite="accuracy",
+                                       budget=1.5, baseline_budget=0.5))
+    result.verdicts.append(CaseVerdict("y/quick", "k", "pass", "-20%", baseline_ms=0.1, time_ms=0.08,
+                                       comparison=Comparison("y/quick", 0.8, 1.0, 1.0, 1.0, 0.05, 30)))
+    report = markdown(result)
+    rows = [line.split("`")[1].strip() for line in report.splitlines() if line.startswith("| `")]
+    assert rows[:4] == ["z/acc", "b/large", "c/medium", "a/small"]  # accuracy failed, then slower by effect
+    assert "on NVIDIA H200 (hardware fingerprint b10424, 2 devices)" in report
+    assert "slower: 3" in report and "accuracy failed: 1" in report
+    assert "faster (within noise): 1" in report  # 20% faster, its swapped test not significant (result.faster)
+    result.faster = {"y/quick"}
+    assert "✅ faster: 1" in markdown(result)
+    page = html_report(result)
+    assert page.index("z/acc") < page.index("b/large") < page.index("c/medium") < page.index("a/small")
+    assert "NVIDIA H200 (hardware fingerprint b10424" in page

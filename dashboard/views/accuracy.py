@@ -22,7 +22,7 @@ def budget(row: dict) -> float:
 eng, params = common.start("Accuracy across hardware")
 st.caption("Error budget = max over elements of |out - ref| / (atol + rtol |ref|): 1 is the tolerance. Each cell is "
            "the worst gating budget of that kernel and dtype in the hardware's newest run that has accuracy "
-           "results for the kernel (a newer perf-only run does not hide it).")
+           "results for the kernel (a newer perf-only run does not hide it). " + common.hardware_help())
 options = data.hardware_options(eng)
 sources = queries.latest_accuracy_runs(eng)
 if not sources:

@@ -1,5 +1,10 @@
-"""One case over commits: absolute times with their spread, speedups, % of the floor, change points,
-acknowledged changes, accuracy and profiler counters; the commands to reproduce and bisect it."""
+"""One case over commits. First the verdict the merge gate gives its newest run (Triage's, from
+``dashboard.verdicts``): effect with its interval, p, the baseline and candidate runs and their GPUs, a
+stored confirmation; then the kernel's own time on a linear axis fitted to it (the step visible), its speed
+against eager, torch.compile, peers and references, % of the floor, change points, acknowledged changes,
+accuracy and profiler counters; the commands to reproduce and bisect it."""
+
+import difflib
 
 import pandas as pd
 import streamlit as st
@@ -8,14 +13,31 @@ from ci.bisect import bisect_command, rerun_command
 from ci.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from ci.detect import change_points
 from dashboard import charts, common, confirmations, data
+from dashboard.safe import md
 from dashboard.safe import plot as esc
 from db import queries
+
+
+def closest_keys(eng, key: str, n: int = 3) -> list[str]:  # noqa: ANN001
+    """The known case keys nearest to ``key`` (difflib's ratio), for a stale or mistyped URL."""
+    keys = [k for kernel in queries.kernel_names(eng) for k in queries.case_keys(eng, kernel)]
+    return difflib.get_close_matches(key, keys, n=n, cutoff=0.5)
+
+
+def verdict_row(candidate: str, case: str) -> tuple[dict, dict | None]:
+    """(the judged run, this case's Triage row in it or None): the gate's verdict on the case's newest run."""
+    judged = common.judge(candidate)
+    return judged, next((r for r in judged["rows"] if r["case"] == case), None)
+
 
 eng, params = common.start("Case history")
 key = params.get("case")
 info = queries.case_info(eng, key) if key else None
 if key and info is None:
-    params.problems.append(f"Unknown case {key[:120]!r}: pick one below.")
+    near = closest_keys(eng, key)
+    st.error(md(f"Unknown case {key[:160]!r}: this database has no such key"
+                + (f"; the closest: {', '.join(near)}" if near else "") + ". Showing the case picked below.",
+                limit=900), icon=":material/search_off:")
 c_kernel, c_case, c_hw = st.columns([1.2, 3, 1.4])
 with c_kernel:
     kernel = common.pick_kernel(eng, params, default=info["kernel"] if info else None)
@@ -61,15 +83,46 @@ if runs["synthetic"].any():
     common.synthetic_note(True)
 
 newest = runs.iloc[-1]
-st.caption("Reproduce the newest run's measurement, or find where a change entered this history:")
-c1, c2 = st.columns(2)
-reproduce = rerun_command(newest["commit"], case, suite, vendor)
-if reproduce:
-    c1.code(reproduce, language="bash", wrap_lines=True)
+judged, verdict = verdict_row(newest["run_id"], case)
+base = judged["baseline"]
+cand = judged["candidate"]
+if verdict is None:
+    st.info(md(f"The newest run of this case ({data.run_label(cand)}) has no verdict on it"
+               + (f": {judged['undecided']}" if judged["undecided"] else ".")))
 else:
-    c1.caption("No reproduce command: the newest run's commit is not a git sha (recorded outside a checkout).")
-c2.code(bisect_command(case, fp[:12]), language="bash", wrap_lines=True)
-confirmations.show(eng, fp, case=case)
+    m1, m2, m3, m4 = st.columns([1.3, 1.6, 1.5, 1.5])
+    m1.metric("verdict", verdict["verdict"], help="The merge gate's verdict on the newest run of this case, as "
+              "Triage shows it")
+    effect, interval = verdict["effect %"], verdict["interval %"]
+    if verdict["budget change"] and verdict["now us"] is None:
+        m2.metric("error budget", verdict["budget change"], help="before → now; 1 = at the tolerance")
+    elif effect is not None:
+        m2.metric("effect", f"{effect:+.1f}%", help="candidate / baseline median time - 1 (+ is slower)",
+                  delta=None if interval is None else f"95% interval {interval[0]:+.1f}% to {interval[1]:+.1f}%",
+                  delta_color="off", delta_arrow="off")
+    else:
+        m2.metric("effect", "-")
+    m3.metric(f"baseline (run {base['id'][:8]})" if base else "baseline", base["commit"][:8] if base else "none",
+              help="The run the gate compares with, by its baseline rule")
+    m4.metric(f"candidate (run {cand['id'][:8]})", cand["commit"][:8],
+              help="The newest run of this case on this hardware")
+    sides = [f"baseline: run {base['id'][:8]} on {base['branch']}, GPU {verdict['before GPU'] or 'not recorded'}"
+             if base else "no baseline", f"candidate: run {cand['id'][:8]} on {cand['branch']}, GPU "
+             f"{verdict['GPU'] or 'not recorded'}"]
+    p = verdict["p"]
+    st.caption(md(" · ".join([*sides, *([f"p={p:.2g}"] if p is not None else [])])))
+    if verdict["details"]:
+        st.caption(md(verdict["details"], limit=700))
+    confirmations.show(eng, fp, case=case)
+
+with st.expander("Reproduce the newest run's measurement, or find where a change entered this history"):
+    c1, c2 = st.columns(2)
+    reproduce = rerun_command(newest["commit"], case, suite, vendor)
+    if reproduce:
+        c1.code(reproduce, language="bash", wrap_lines=True)
+    else:
+        c1.caption("No reproduce command: the newest run's commit is not a git sha (recorded outside a checkout).")
+    c2.code(bisect_command(case, fp[:12]), language="bash", wrap_lines=True)
 
 if not perf.empty:
     perf = perf.merge(runs[["run_id", "order", "x", "reproduce"]], on="run_id")
@@ -79,8 +132,9 @@ if not perf.empty:
     for col in ("median", "p20", "p80", "call"):
         perf[f"{col}_us"] = perf[f"{col}_ms"] * 1e3
     perf["hover"] = [
-        f"{esc(impl)}: {m:.4g} us (p20-p80 {lo:.4g}-{hi:.4g})<br>commit {esc(c[:12])} {esc(s or '')}<br>"
-        f"run {esc(r)} · {esc(data.when(w or t))}{' · SYNTHETIC' if syn else ''}<br><i>{esc(cmd or '-')}</i>"
+        f"{esc(charts.impl_label(impl))}: {m:.4g} us (p20-p80 {lo:.4g}-{hi:.4g})<br>commit {esc(c[:12])} "
+        f"{esc(s or '')}<br>run {esc(r)} · {esc(data.when(w or t))}{' · SYNTHETIC' if syn else ''}<br>"
+        f"<i>{esc(cmd or '-')}</i>"
         for impl, m, lo, hi, c, s, r, w, t, syn, cmd in zip(
             perf["implementation"], perf["median_us"], perf["p20_us"].fillna(float("nan")),
             perf["p80_us"].fillna(float("nan")), perf["commit"], perf["subject"], perf["run_id"], perf["commit_time"],
@@ -89,11 +143,11 @@ if not perf.empty:
     marks = []
     series = [v for v in kern["median_ms"] if v and v > 0]
     if len(series) == len(kern) and len(series) >= MIN_HISTORY:
-        for p in change_points(series):
-            row = kern.iloc[p.index]
+        for cp in change_points(series):
+            row = kern.iloc[cp.index]
             marks.append({"x": row["x"], "y": row["median_us"], "kind": "change point",
-                          "hover": f"change point: {p.change:+.1%} from here (p={p.pvalue:.1e})<br>"
-                                   f"{p.before * 1e3:.4g} -> {p.after * 1e3:.4g} us"})
+                          "hover": f"change point: {cp.change:+.1%} from here (p={cp.pvalue:.1e})<br>"
+                                   f"{cp.before * 1e3:.4g} -> {cp.after * 1e3:.4g} us"})
     for a in acks:
         at = runs[runs["commit"].str.startswith(a["commit"])]
         hit = kern[kern["run_id"].isin(at["run_id"])]
@@ -102,8 +156,10 @@ if not perf.empty:
             marks.append({"x": row["x"], "y": row["median_us"], "kind": "acknowledged",
                           "hover": f"acknowledged at {esc(a['commit'][:12])} by {esc(a['author'] or '?')}: "
                                    f"{esc(a['reason'])}"})
-    st.plotly_chart(charts.case_times(perf, f"{case}: time per call", pd.DataFrame(marks)), key="times")
-
+    x_of = dict(zip(runs["run_id"], runs["x"]))
+    points = {role: x_of[r["id"]] for role, r in (("baseline", base), ("candidate", cand)) if r and r["id"] in x_of}
+    st.plotly_chart(charts.case_kernel_time(kern, "the kernel's own time per call", points, pd.DataFrame(marks)),
+                    key="times")
     wide = perf.pivot_table(index="run_id", columns="implementation", values="median_ms", aggfunc="first")
     speed = runs[["run_id", "order", "x", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
     if data.KERNEL_IMPL in speed:
@@ -116,17 +172,25 @@ if not perf.empty:
         floor["pct"] = [p * data.floor_ceiling({"peak_gbps": g, "peak_read_gbps": r}, info["ceiling"])[0]
                         if p is not None and p == p else None
                         for p, g, r in zip(floor["pct_peak"], floor["peak_gbps"], floor["peak_read_gbps"])]
+        others = [i for i in wide.columns if i != data.KERNEL_IMPL]
+        relative = speed.melt(id_vars=["x", "order", "synthetic"], value_vars=others, var_name="implementation",
+                              value_name="time")
+        relative["speedup"] = relative["time"] / relative["x"].map(dict(zip(speed["x"], speed[data.KERNEL_IMPL])))
         s1, s2 = st.columns(2)
-        s1.plotly_chart(charts.case_speedups(speed, "speedup of the kernel", data.targets(target)), key="speedup")
+        s1.plotly_chart(charts.case_relative(relative, "speedup of the kernel over", data.targets(target)),
+                        key="speedup")
         s2.plotly_chart(charts.case_floor(floor, "% of the roofline floor", "% of floor"), key="floor")
         s2.caption(ceiling)
         if target:
             st.text(f"documented target: {target}")
+    with st.expander("Absolute times of every implementation"):
+        st.plotly_chart(charts.case_times(perf, "time per call, every implementation"), key="all-times")
     table = runs[["run_id", "x", "commit", "started", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
     calls = perf.pivot_table(index="run_id", columns="implementation", values="call_ms", aggfunc="first")
     kernel_rows = perf[perf["implementation"] == data.KERNEL_IMPL].set_index("run_id")
     gpu_of = {rid: data.short_gpu(u) for rid, u in kernel_rows["device_uuid"].items()}  # the physical device
     timing_of = kernel_rows["timing"].to_dict()
+    extra = [i for i in wide.columns if i not in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL)]
     rows = []
     for _, r in table.sort_values("x", key=lambda s: s.map(dict(zip(runs["x"], runs["order"])))).iterrows():
         def us(impl: str, r=r) -> float | None:  # noqa: ANN001
@@ -138,10 +202,10 @@ if not perf.empty:
                                             "synthetic": r["synthetic"]}),
                      "kernel µs": us(data.KERNEL_IMPL), "eager µs": us(data.EAGER_IMPL),
                      "torch.compile µs": us(data.COMPILE_IMPL),
-                     **{f"{peer} µs (peer)": us(peer) for peer in data.PEER_IMPLS if peer in table},
+                     **{f"{charts.impl_label(i)} µs": us(i) for i in extra},
                      "kernel wall µs/call": None if call is None or call != call else call * 1e3,
-                     "GPU": gpu_of.get(r["run_id"]) or "-", "timing": timing_of.get(r["run_id"]) or "-"})
-    peer_cols = [f"{peer} µs (peer)" for peer in data.PEER_IMPLS if peer in table]
+                     "GPU": gpu_of.get(r["run_id"]) or "-", "timing": data.fmt(timing_of.get(r["run_id"]))})
+    peer_cols = [f"{charts.impl_label(i)} µs" for i in extra]
     common.table(pd.DataFrame(rows[::-1]), column_config={
         "run": st.column_config.TextColumn(width=360),
         **{c: st.column_config.NumberColumn(format="%.4g") for c in

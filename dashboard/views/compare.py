@@ -1,48 +1,41 @@
 """Compare two runs case by case: time ratio with its significance, accuracy delta.
 
-Opens on the newest run and the baseline the merge gate's rule picks for it (``ci.gate.choose_baseline``).
-The colours are the gate's verdicts (``ci.gate.decide`` of B against A), not statistics of their own.
+Opens on the newest run that has a comparable earlier run and the baseline Triage judges it against
+(``verdicts.baseline_for``, the merge gate's rule), rows by effect, most slowed first. The gate column is
+the gate's verdict on B against A as every page names it (``verdicts.triage``), not statistics of its own.
 """
 
 import pandas as pd
 import streamlit as st
 
-from ci.gate import GateUndecided, choose_baseline, decide
-from dashboard import common, data
+from ci.reports import FINGERPRINT_NOTE
+from dashboard import charts, common, data, verdicts
 from dashboard.safe import md
 from db import queries
 from db.export import export_run
 
-RED, GREEN = "#f8d0d0", "#d3efd9"
+RED = charts.RED_FILL
 TRIES = 6  # newest runs tried for a default pair
 
 
 def default_pair(eng, runs: list[dict]) -> tuple[str, str] | None:  # noqa: ANN001
-    """(A, B): the newest run that has a comparable earlier run, and that run; measured runs first."""
-    for pool in ([r for r in runs if not r["synthetic"]], runs):
-        for run in pool[:TRIES]:
-            base = choose_baseline(eng, export_run(eng, run["id"]), None)
-            if base is not None:
-                return base["id"], run["id"]
+    """(A, B): the newest run (of the newest TRIES) that has a comparable earlier run, and the baseline Triage
+    judges it against."""
+    for run in runs[:TRIES]:
+        base = verdicts.baseline_for(eng, export_run(eng, run["id"]), data.BASE_BRANCH)
+        if base is not None:
+            return base["id"], run["id"]
     return None
 
 
-FAILING_PERF = ("regression", "unreliable")  # the gate's failing perf verdicts
-
-
 def highlight(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
+    """The gate's verdict colours (as on Triage) on the verdict and the ratio; a budget over 1 red."""
     def row_style(row: pd.Series) -> list[str]:
-        slower = row.get("gate") in FAILING_PERF
-        faster = row.get("B/A time") is not None and row["B/A time"] == row["B/A time"] and row["B/A time"] < 1 / 1.05
-        failed = any(row.get(c) is not None and row[c] == row[c] and row[c] > 1 for c in ("budget A", "budget B"))
+        fill = charts.VERDICT_FILL.get(row.get("gate"), "")
         out = []
         for col in row.index:
-            colour = ""
-            if col in ("B/A time", "p (B slower)") and slower:
-                colour = RED
-            elif col == "B/A time" and faster:
-                colour = GREEN
-            elif col in ("budget A", "budget B") and failed and row[col] == row[col] and row[col] and row[col] > 1:
+            colour = fill if col in ("gate", "B/A time", "p") else ""
+            if col in ("budget A", "budget B") and row[col] == row[col] and row[col] is not None and row[col] > 1:
                 colour = RED
             out.append(f"background-color: {colour}" if colour else "")
         return out
@@ -56,7 +49,7 @@ if len(runs) < 2:
     st.info("Two runs are needed.")
     st.stop()
 contents = queries.run_contents(eng, [r["id"] for r in runs])
-labels = {r["id"]: f"{data.run_label(r, contents[r['id']])} · {r['hardware']}" for r in runs}
+labels = {r["id"]: f"{data.run_label(r, contents[r['id']])} · {r['hardware']} ({r['fingerprint'][:6]})" for r in runs}
 pair = default_pair(eng, runs) or (runs[1]["id"], runs[0]["id"])
 
 
@@ -82,47 +75,63 @@ pa = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [a], w
 pb = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [b], with_samples=True)}
 acc_a = {r["case"]: r for r in queries.accuracy_rows(eng, [a]) if r["kind"] == "gate"}
 acc_b = {r["case"]: r for r in queries.accuracy_rows(eng, [b]) if r["kind"] == "gate"}
-verdicts: dict[str, object] = {}
-if run_a["fingerprint"] == run_b["fingerprint"]:
-    try:
-        verdicts = {v.case: v for v in decide(eng, export_run(eng, b), a).verdicts if v.suite == "perf"}
-    except GateUndecided as exc:
-        st.info(md(f"The gate cannot judge B against A: {exc}"))
+judged: dict[str, dict] = {}
+if run_a["fingerprint"] == run_b["fingerprint"] and (run_a["started"] or "") <= (run_b["started"] or ""):
+    result = common.judge(b, a)
+    if result["undecided"]:
+        st.info(md(f"The gate cannot judge B against A: {result['undecided']}"))
+    judged = {r["case"]: r for r in result["rows"]}
+elif run_a["fingerprint"] == run_b["fingerprint"]:
+    st.info("B started before A: the gate judges a run against an earlier one; swap them for its verdicts.")
 rows = []
 for key in sorted(set(pa) & set(pb)):
     ra, rb = pa[key], pb[key]
     if (impl == "triton" and key[1] != "triton") or not ra["samples_ms"] or not rb["samples_ms"]:
         continue
-    v = verdicts.get(key[0]) if key[1] == "triton" else None
-    rows.append({"kernel": ra["kernel"], "case": key[0], "impl": key[1], "A µs": ra["median_ms"] * 1e3,
-                 "B µs": rb["median_ms"] * 1e3,
+    v = judged.get(key[0], {}) if key[1] == "triton" else {}
+    rows.append({"kernel": ra["kernel"], "case": key[0], "impl": charts.impl_label(key[1]),
+                 "A µs": ra["median_ms"] * 1e3, "B µs": rb["median_ms"] * 1e3,
                  "B/A time": rb["median_ms"] / ra["median_ms"] if ra["median_ms"] and rb["median_ms"] else None,
-                 "gate": getattr(v, "status", None), "p (B slower)": getattr(v, "p_value", None),
+                 "gate": v.get("verdict"), "p": v.get("p"),
                  "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
                  "budget B": (acc_b.get(key[0]) or {}).get("error_budget")})
 for case in sorted((set(acc_a) & set(acc_b)) - {r["case"] for r in rows}):
-    rows.append({"kernel": acc_a[case]["kernel"], "case": case, "impl": "triton",
+    rows.append({"kernel": acc_a[case]["kernel"], "case": case, "impl": charts.impl_label("triton"),
+                 "gate": judged.get(case, {}).get("verdict"),
                  "budget A": acc_a[case]["error_budget"], "budget B": acc_b[case]["error_budget"]})
-frame = pd.DataFrame(rows, columns=["kernel", "case", "impl", "A µs", "B µs", "B/A time", "gate", "p (B slower)",
+frame = pd.DataFrame(rows, columns=["kernel", "case", "impl", "gate", "B/A time", "p", "A µs", "B µs",
                                    "budget A", "budget B"])
+# by effect, most slowed first; then the accuracy-only rows, most grown budget first
+frame["timed"] = frame["B/A time"].isna()
+frame["order"] = frame["B/A time"].fillna(frame["budget B"] / frame["budget A"])
+frame = frame.sort_values(["timed", "order", "case"], ascending=[True, False, True], na_position="last")
+frame = frame.drop(columns=["timed", "order"]).reset_index(drop=True)
 same_hw = run_a["fingerprint"] == run_b["fingerprint"]
 st.caption(md(("Same hardware. " if same_hw else "DIFFERENT hardware: times are not comparable. ")
-              + "gate and p: the merge gate's verdict on B against A and its p-value (samples, the case's history, "
-              "FDR control); red: what the gate fails on performance (regression, unreliable), or a budget over 1; "
-              "green: B faster by more than 5%."))
+              + "Most slowed first. gate and p: the merge gate's verdict on B against A, as Triage names it, and its "
+              "p-value (samples, the case's history, FDR control); coloured as on Triage; a budget over 1 red. "
+              "The parenthesis after a device name is " + FINGERPRINT_NOTE + ".", limit=800))
 if frame.empty:
     st.info("These runs share no cases.")
 else:
     frame["budget delta"] = frame["budget B"] - frame["budget A"]
-    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
+    # labels that tell the timed rows apart, and the accuracy-only rows apart (each set its own: the accuracy
+    # suite's many parameters would lengthen every timed row's label)
+    timed = frame["B/A time"].notna()
+    labels = pd.Series("", index=frame.index, dtype=object)
+    for part in (timed, ~timed):
+        labels[part] = data.case_labels(list(frame.loc[part, "case"]), list(frame.loc[part, "kernel"]))
+    shown = frame.assign(case=labels)
     common.table(highlight(shown), height=min(38 + 35 * len(frame), 740), column_config={
-        "kernel": st.column_config.TextColumn(width=170),
-        "case": st.column_config.TextColumn(width=420, help="variant/dtype and the parameters that tell this kernel's "
+        "kernel": st.column_config.TextColumn(width=150),
+        "case": st.column_config.TextColumn(width=400, help="variant/dtype and the parameters that tell this kernel's "
                                             "rows apart (the CSV has every full key)"),
-        "impl": st.column_config.TextColumn(width=70),
-        **{c: st.column_config.NumberColumn(format="%.4g", width=80) for c in ("A µs", "B µs")},
-        "B/A time": st.column_config.NumberColumn(format="%.3f", width=80),
-        "p (B slower)": st.column_config.NumberColumn(format="%.1e", width=90),
+        "impl": st.column_config.TextColumn(width=110),
+        "gate": st.column_config.TextColumn(width=130, help="The merge gate's verdict on B against A"),
+        **{c: st.column_config.NumberColumn(format="%.4g", width=70) for c in ("A µs", "B µs")},
+        "B/A time": st.column_config.NumberColumn(format="%.3f", width=70),
+        "p": st.column_config.NumberColumn(format="%.1e", width=70, help="The gate's p-value (for a faster case, "
+                                           "its test with the runs swapped)"),
         **{c: st.column_config.NumberColumn(format="%.3g", width=80)
            for c in ("budget A", "budget B", "budget delta")}})
     st.download_button("Download CSV", frame.to_csv(index=False), file_name=f"compare-{a[:8]}-{b[:8]}.csv",

@@ -1,4 +1,4 @@
-"""Overview: per hardware, each kernel's newest run: accuracy, speedups, targets, regressions, trend."""
+"""Overview: per hardware, each kernel's verdicts (Triage's, by the merge gate), speedups, targets and trend."""
 
 import os
 from urllib.parse import urlencode
@@ -7,18 +7,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ci.detect import DEFAULT_MIN_EFFECT as MIN_EFFECT
-from ci.detect import change_points
-from dashboard import common, data
+from dashboard import common, data, verdicts
 from dashboard.safe import md
 from db import queries
 
-HISTORY = 20  # runs per hardware behind the trend and the regression count
-RED, AMBER = "#f8d0d0", "#fbeec2"
+HISTORY = 20  # runs per hardware behind the trend
+RED, AMBER, GREEN = "#f8d0d0", "#fbeec2", "#d3efd9"
 
 
 def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
-    """Red: accuracy failures, targets missed; amber: slower than torch.compile, regressions found."""
+    """Red: slower, accuracy failures, errors, targets missed; amber: warnings, slower than torch.compile;
+    green: faster."""
     def missed(v: object) -> bool:
         return isinstance(v, str) and "/" in v and v.split("/")[0] != v.split("/")[1]
 
@@ -26,10 +25,14 @@ def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
         out = []
         for col in row.index:
             v, c = row[col], ""
-            if (col == "accuracy failed" and v) or (col == "targets met" and missed(v)):
+            if (col in ("slower", "accuracy failed", "errored / not measured") and v) or \
+                    (col == "targets met" and missed(v)):
                 c = RED
-            elif (col == "x torch.compile" and v is not None and v == v and v < 1) or (col == "regressions" and v):
+            elif (col == "x torch.compile" and v is not None and v == v and v < 1) or \
+                    (col == "accuracy warning" and v):
                 c = AMBER
+            elif col == "faster" and v:
+                c = GREEN
             out.append(f"background-color: {c}" if c else "")
         return out
 
@@ -43,85 +46,91 @@ if not latest:
             "`kernelwatch ingest ci/history/*.json.gz`.")
     st.stop()
 latest.sort(key=data.hardware_rank)
-acc_sources = queries.latest_accuracy_runs(eng)
-st.caption("Each hardware's newest runs per kernel. For what changed and how to reproduce it, see Triage.")
+st.caption("Each hardware's newest runs per kernel, judged as Triage judges them (the merge gate against each run's "
+           "baseline; the counts are Triage's with that kernel picked). For each case, see Triage.")
+
+
 @st.cache_data(ttl=300, show_spinner=False, max_entries=64)
-def summary(url: str | None, fingerprint: str, newest_run: str, acc_runs: tuple[str, ...]) -> list[dict]:
-    """One row per kernel of one hardware; cached per (database, hardware, newest run, accuracy runs)."""
+def speed(url: str | None, fingerprint: str, newest_run: str) -> dict[str, dict]:
+    """Per kernel of one hardware: speedups, targets and trend of its newest run with kernel timings."""
     eng = data.engine()
     history = queries.recent_runs(eng, fingerprint, HISTORY)
     perf = data.perf_frame(eng, history, None, implementations=("triton", "torch_compile", *data.PEER_IMPLS),
                            with_params=False)
-    sources = {s["kernel"]: s for s in queries.latest_accuracy_runs(eng) if s["fingerprint"] == fingerprint}
     order = {r["id"]: i for i, r in enumerate(history)}
-    commit = {r["id"]: r["commit"] for r in history} | {s["id"]: s["commit"] for s in sources.values()}
-    kernels = sorted(set(sources) | (set(perf["kernel"]) if not perf.empty else set()))
+    out = {}
+    for kernel in sorted(set(perf["kernel"]) if not perf.empty else set()):
+        kp = perf[perf["kernel"] == kernel]
+        newest = max(kp["run_id"], key=order.get)
+        trit = kp[kp["implementation"] == "triton"]
+        now = trit[trit["run_id"] == newest]
+        comp = kp[(kp["implementation"] == "torch_compile") & (kp["run_id"] == newest)].set_index("case")
+        vs_compile = [c / t for case, t in zip(now["case"], now["median_ms"])
+                      if t and case in comp.index and (c := comp.loc[case, "median_ms"])]
+        met = list(now["target_met"].dropna())
+        # the trend: per run, the geometric mean over the cases EVERY plotted run holds (a case joining or
+        # leaving the set is not a change of speed)
+        held = trit.dropna(subset=["speedup_vs_eager"])
+        common_cases = set.intersection(*(set(g["case"]) for _, g in held.groupby("run_id"))) if not held.empty \
+            else set()
+        kept = held[held["case"].isin(common_cases) & (held["speedup_vs_eager"] > 0)]
+        trend = list(np.exp(np.log(kept["speedup_vs_eager"]).groupby(kept["order"]).mean()).dropna())
+        out[kernel] = {"x eager": data.geomean(list(now["speedup_vs_eager"])),
+                       "x torch.compile": data.geomean(vs_compile),
+                       "vs best peer": data.vs_best_peer(kp[kp["run_id"] == newest]),
+                       "targets met": f"{int(sum(met))}/{len(met)}" if met else None,
+                       "trend (x eager)": trend or None}
+    return out
+
+
+def summary(fingerprint: str, newest_run: str) -> list[dict]:
+    """One row per kernel of one hardware: Triage's verdict counts (``verdicts.kernel_summary``), then speed."""
+    speeds = speed(os.environ.get("KERNELWATCH_DB"), fingerprint, newest_run)
     rows = []
-    for kernel in kernels:
-        kp = perf[perf["kernel"] == kernel] if not perf.empty else perf
-        acc_run = sources[kernel]["id"] if kernel in sources else None
-        newest = max(kp["run_id"], key=order.get) if not kp.empty else acc_run
-        ka = [a for a in queries.accuracy_rows(eng, [acc_run], kernel) if a["kind"] == "gate"] if acc_run else []
-        trend, regressions, vs_eager, vs_compile, met, vs_peer = [], 0, None, [], [], None
-        if not kp.empty:
-            vs_peer = data.vs_best_peer(kp[kp["run_id"] == newest])
-            trit = kp[kp["implementation"] == "triton"]
-            now = trit[trit["run_id"] == newest]
-            comp = kp[(kp["implementation"] == "torch_compile") & (kp["run_id"] == newest)].set_index("case")
-            vs_eager = data.geomean(list(now["speedup_vs_eager"]))
-            vs_compile = [c / t for case, t in zip(now["case"], now["median_ms"])
-                          if t and case in comp.index and (c := comp.loc[case, "median_ms"])]
-            met = list(now["target_met"].dropna())
-            logs = np.log(trit["speedup_vs_eager"].where(trit["speedup_vs_eager"] > 0))
-            trend = list(np.exp(logs.groupby(trit["order"]).mean()).dropna())
-            medians = trit.pivot_table(index="case", columns="order", values="median_ms", aggfunc="first")
-            for series in medians.to_numpy():
-                series = series[~np.isnan(series)]
-                # A change point needs two segment medians MIN_EFFECT apart, both inside [min, max]: a series
-                # that never spreads that far has none, and the search is skipped (exactly, not a heuristic).
-                if len(series) >= 6 and (series > 0).all() and series.max() / series.min() - 1 >= MIN_EFFECT:
-                    regressions += sum(1 for p in change_points(list(series), min_effect=MIN_EFFECT)
-                                       if p.change > 0)
-        rows.append({
-            "kernel": kernel,
-            "run": f"{commit[newest][:8]} ({newest[:8]})",
-            "accuracy run": f"{commit[acc_run][:8]} ({acc_run[:8]})" if acc_run else None,
-            "accuracy passed": sum(a["passed"] for a in ka) if ka else None,
-            "accuracy failed": sum(not a["passed"] for a in ka) if ka else None,
-            "x eager": vs_eager,
-            "x torch.compile": data.geomean(vs_compile),
-            "vs best peer": vs_peer,
-            "targets met": f"{int(sum(met))}/{len(met)}" if met else None,
-            "regressions": regressions if not kp.empty else None,
-            "trend (x eager)": [t for t in trend if t is not None] or None,
-            "details": f"performance?{urlencode({'kernel': kernel, 'hardware': fingerprint})}",
-        })
+    for kernel in queries.kernel_names(eng):
+        found = verdicts.kernel_summary(eng, fingerprint, kernel, common.judge)
+        if not found["runs"]:
+            continue
+        runs = " + ".join(dict.fromkeys(f"{r['commit'][:8]} (run {r['id'][:8]})" for _, r in found["runs"]))
+        rows.append({"kernel": kernel, "judged run": runs,
+                     **{name: found[name] for name in verdicts.SUMMARY}, "resolved": found["resolved"],
+                     **speeds.get(kernel, {}),
+                     "details": f"triage?{urlencode({'kernel': kernel, 'hardware': fingerprint})}"})
     return rows
 
 
+COLUMNS = ("kernel", *verdicts.SUMMARY, "resolved", "x eager", "x torch.compile", "vs best peer", "targets met",
+           "trend (x eager)", "details")
+SHORT = {"within noise": "± noise", "accuracy failed": "acc. fail", "accuracy warning": "acc. warn",
+         "errored / not measured": "errored", "unchanged": "same"}
 for run in latest:
     tag = " — SYNTHETIC (generated, not measured)" if run["synthetic"] else ""
-    st.subheader(md(run["hardware"]) + tag, divider="gray")
-    acc_runs = tuple(sorted(s["id"] for s in acc_sources if s["fingerprint"] == run["fingerprint"]))
-    rows = summary(os.environ.get("KERNELWATCH_DB"), run["fingerprint"], run["id"], acc_runs)
-    common.table(shortfalls(pd.DataFrame(rows)), column_config={
-        "kernel": st.column_config.TextColumn(width=160),
-        "run": st.column_config.TextColumn(width=140),
-        "accuracy run": st.column_config.TextColumn(width=140),
-        "accuracy passed": st.column_config.NumberColumn("acc. passed", width=72),
-        "accuracy failed": st.column_config.NumberColumn("acc. failed", width=72),
-        "x eager": st.column_config.NumberColumn("geomean x eager", format="%.2f", width=100),
-        "x torch.compile": st.column_config.NumberColumn("geomean x torch.compile", format="%.2f", width=140),
-        "vs best peer": st.column_config.NumberColumn("geomean vs best peer", format="%.2f", width=120,
-                                                      help="t(fastest peer: Liger-Kernel, FlagGems, apex) / "
-                                                           "t(kernel), over the cases a peer was timed in"),
-        "targets met": st.column_config.TextColumn(width=80),
-        "regressions": st.column_config.NumberColumn(width=80),
-        "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=120),
-        "details": st.column_config.LinkColumn("details", display_text="performance →", width=100),
+    label = data.hardware_options(eng).get(run["fingerprint"], run["hardware"])
+    st.subheader(md(label) + tag, divider="gray", help=common.hardware_help())
+    rows = summary(run["fingerprint"], run["id"])
+    common.table(shortfalls(pd.DataFrame(rows, columns=list(COLUMNS))), column_config={
+        "kernel": st.column_config.TextColumn(width=170),
+        **{name: st.column_config.NumberColumn(SHORT.get(name, name), width=62,
+                                               help="cases Triage calls " + " or ".join(f"'{v}'" for v in labels))
+           for name, labels in verdicts.SUMMARY.items()},
+        "resolved": st.column_config.NumberColumn(width=64, help="slowdowns a newer run measured back: "
+                                                  f"'{verdicts.RESOLVED}' in Triage"),
+        "x eager": st.column_config.NumberColumn("x eager", format="%.2f", width=70,
+                                                 help="geometric mean of t(eager) / t(kernel) in the newest run"),
+        "x torch.compile": st.column_config.NumberColumn("x compile", format="%.2f", width=76,
+                                                         help="geometric mean of t(torch.compile) / t(kernel)"),
+        "vs best peer": st.column_config.NumberColumn("x peer", format="%.2f", width=64,
+                                                      help="geometric mean of t(fastest peer: Liger-Kernel, FlagGems, "
+                                                           "apex) / t(kernel), over the cases a peer was timed in"),
+        "targets met": st.column_config.TextColumn("targets", width=64),
+        "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=96),
+        "details": st.column_config.LinkColumn("details", display_text="triage →", width=70),
     })
+    judged = "; ".join(f"{r['kernel']}: {r['judged run']}" for r in rows)
     started = data.when(run["started"])
-    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · started {started} · "
-                  f"regressions = change points that made a case slower in the last {HISTORY} runs; red: accuracy "
-                  "failures or targets missed; amber: slower than torch.compile or a regression found"))
+    st.caption(md(f"newest run {run['id'][:8]} · commit {run['commit'][:12]} · started {started} · judged (the "
+                  f"newest with kernel timings and the newest with accuracy, per kernel): {judged}", limit=1200))
+    st.caption(md("counts: the merge gate's verdicts, as Triage shows them with that kernel picked; red: slower, "
+                  "accuracy failures, errors or targets missed; amber: accuracy warnings or slower than torch.compile; "
+                  "green: faster; trend: geometric mean over the cases every plotted run holds", limit=600))
 common.finish(params, {})

@@ -86,7 +86,7 @@ for fp in hardware:
     runs = queries.recent_runs(eng, fp, last, kernel)
     frame = data.perf_frame(eng, runs, kernel, implementations=(data.KERNEL_IMPL, data.EAGER_IMPL,
                                                                   data.COMPILE_IMPL))
-    st.subheader(options[fp], divider="gray")
+    st.subheader(options[fp], divider="gray", help=common.hardware_help())
     if frame.empty:
         st.info("No timings of this kernel on this hardware.")
         continue
@@ -103,6 +103,9 @@ for fp in hardware:
                          index=["all", *dtypes].index(params.choice("dtype", ["all", *dtypes], "all")))
     text = f4.text_input("Case contains", params.text("shape") or "", key=f"shape-{fp}")
     palette = charts.colours(data.group_value(c, by) for c in cases)  # fixed per label, whatever is filtered
+    # a branch's line keeps its group's colour (dashed): runs of two branches are never joined into one line
+    palette |= {f"{group} · {b}": colour for group, colour in palette.items()
+                for b in {r["branch"] for r in runs} if b != data.BASE_BRANCH}
     frame["group"] = [data.group_value({"variant": v, "dtype": d, "params": p}, by)
                       for v, d, p in zip(frame["variant"], frame["dtype"], frame["params"])]
     if variant != "all":
@@ -129,27 +132,42 @@ for fp in hardware:
     wide["vs_eager"] = wide.get(data.EAGER_IMPL) / kern if data.EAGER_IMPL in wide else None
     wide["vs_compile"] = wide.get(data.COMPILE_IMPL) / kern if data.COMPILE_IMPL in wide else None
     wide["time_us"] = kern * 1e3
+    order_of = dict(zip(frame["run_id"], frame["order"]))
     points = []
-    for (group, run_id), rows in wide.reset_index().groupby(["group", "run_id"]):
-        first = rows.iloc[0]
-        points.append({"group": group, "run_id": run_id, "x": first["x"], "order": first["order"],
-                       "synthetic": bool(first["synthetic"]), "n": len(rows),
-                       "vs_eager": data.geomean(list(rows["vs_eager"])),
-                       "vs_compile": data.geomean(list(rows["vs_compile"])),
-                       "value": data.geomean(list(rows["time_us"])) if metric == METRICS[1]
-                       else data.geomean(list(rows["pct_peak"])),
-                       "hover": f"{esc(by)} {esc(group)}: geometric mean of {len(rows)} case(s)<br>"
-                                f"commit {esc(first['commit'][:12])} {esc(first['subject'] or '')}<br>"
-                                f"run {esc(run_id[:8])} · {esc(data.when(first['started']))}"
-                                + (" · SYNTHETIC" if first["synthetic"] else "")})
+    branch_of = {r["id"]: r["branch"] for r in runs}
+    several = len({branch_of[r] for r in frame["run_id"].unique()}) > 1
+    for group, cases_of in wide.reset_index().groupby("group"):
+        # a geometric mean over a set of cases that changes from run to run jumps when a case joins or leaves
+        # (the causal 512^3 case joined at be613d2: 4-5x): each line averages the cases every one of its runs
+        # holds, else the newest run's cases, and leaves out the runs that lack one of them
+        held = cases_of.groupby("run_id")["case"].agg(set)
+        shared = set.intersection(*held) or held[max(held.index, key=lambda r: order_of[r])]
+        for run_id, rows in cases_of.groupby("run_id"):
+            if not shared <= set(rows["case"]):
+                continue
+            rows = rows[rows["case"].isin(shared)]
+            first = rows.iloc[0]
+            branch = branch_of[run_id]
+            line = group if not several or branch == data.BASE_BRANCH else f"{group} · {branch}"
+            points.append({"group": line, "colour": group, "dash": "solid" if line == group else "dash",
+                           "run_id": run_id, "x": first["x"], "order": first["order"],
+                           "synthetic": bool(first["synthetic"]), "n": len(rows),
+                           "vs_eager": data.geomean(list(rows["vs_eager"])),
+                           "vs_compile": data.geomean(list(rows["vs_compile"])),
+                           "time": data.geomean(list(rows["time_us"])),
+                           "value": data.geomean(list(rows["time_us"])) if metric == METRICS[1]
+                           else data.geomean(list(rows["pct_peak"])),
+                           "hover": f"{esc(by)} {esc(group)}: geometric mean of the {len(rows)} case(s) every run of "
+                                    f"this line holds<br>commit {esc(first['commit'][:12])} "
+                                    f"{esc(first['subject'] or '')}<br>branch {esc(branch)} · run {esc(run_id[:8])} · "
+                                    f"{esc(data.when(first['started']))}"
+                                    + (" · SYNTHETIC" if first["synthetic"] else "")})
     series_frame = pd.DataFrame(points)
     target_values = line_targets(frame[frame["implementation"] == data.KERNEL_IMPL])
     marks = []
     for group, rows in series_frame.groupby("group"):
         rows = rows.sort_values("order")
-        times = wide.reset_index()
-        times = times[times["group"] == group].groupby("run_id")["time_us"].apply(lambda s: data.geomean(list(s)))
-        series_t = [times.get(r) for r in rows["run_id"]]
+        series_t = list(rows["time"])
         if len(series_t) >= MIN_HISTORY and all(v and v > 0 for v in series_t):
             for p in change_points(series_t):
                 row = rows.iloc[p.index]

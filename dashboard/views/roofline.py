@@ -37,7 +37,7 @@ else:
     table = frame.pivot_table(index="case", columns="implementation", values="pct", aggfunc="first").round(1)
     impls = [i for i in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL) if i in table] + sorted(
         i for i in table if i not in data.NAMES)
-    table = table[impls].rename(columns=lambda i: f"{data.NAMES.get(i, i)} (% of floor)")
+    table = table[impls].rename(columns=lambda i: f"{charts.impl_label(i)} (% of floor)")
     kernels = list(cases["kernel"].reindex(table.index))
     labels = data.case_labels(list(table.index), kernels)
     table = table.reset_index(drop=True)

@@ -6,47 +6,46 @@ run is both), each against its baseline (``verdicts.baseline_for``), judged by t
 command cell shows the command ready to copy.
 """
 
-import os
-
 import pandas as pd
 import streamlit as st
 
-from dashboard import common, confirmations, data, verdicts
+from dashboard import charts, common, confirmations, data, verdicts
 from dashboard.safe import md
 from db import queries
 
-RED, AMBER, GREEN, VIOLET = "#f8d0d0", "#fbeec2", "#d3efd9", "#e7dcf3"
-COLOUR = {"accuracy failed": RED, "errored": RED, "not measured": RED, "slower": RED, "accuracy warning": AMBER,
-          "slower (within noise)": AMBER, "acknowledged": VIOLET, "faster": GREEN}
-COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "trend us", "GPU", "reproduce",
-           "bisect")
+COLUMNS = ("verdict", "kernel", "case", "effect %", "p", "now us", "before us", "budget change", "trend us", "GPU",
+           "reproduce", "bisect")
+W = common.TRIAGE_WIDTHS
 CONFIG = {
-    "verdict": st.column_config.TextColumn("verdict", width=116, help="The gate's verdict on this case"),
-    "kernel": st.column_config.TextColumn("kernel", width=168),
-    "case": st.column_config.TextColumn("case", width=412, help="variant/dtype and the parameters that tell this "
+    "verdict": st.column_config.TextColumn("verdict", width=W["verdict"], help="The gate's verdict on this case"),
+    "kernel": st.column_config.TextColumn("kernel", width=W["kernel"]),
+    "case": st.column_config.TextColumn("case", width=W["case"], help="variant/dtype and the parameters that tell this "
                                         "kernel's rows apart; click a row to open the case page (full key)"),
-    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=62,
-                                              help="candidate / baseline median time - 1 (+ is slower)"),
-    "p": st.column_config.NumberColumn("p", format="%.1e", width=60,
-                                       help="Evidence for the change (the gate's p-value, before FDR control)"),
-    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=62),
-    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=68),
-    "trend us": st.column_config.LineChartColumn("last 30 runs (µs)", width=92),
-    "GPU": st.column_config.TextColumn("GPU", width=100, help="The physical device that measured it now (the "
+    "effect %": st.column_config.NumberColumn("effect %", format="%+.1f", width=W["effect %"],
+                                              help="candidate / baseline median time - 1 (+ is slower); for an "
+                                                   "accuracy row, the change of its error budget"),
+    "p": st.column_config.NumberColumn("p", format="%.1e", width=W["p"],
+                                       help="Evidence for the change (the gate's p-value, before FDR control; for "
+                                            "a faster case, the same test with the runs swapped)"),
+    "now us": st.column_config.NumberColumn("now µs", format="%.4g", width=W["now us"]),
+    "before us": st.column_config.NumberColumn("before µs", format="%.4g", width=W["before us"]),
+    "budget change": st.column_config.TextColumn("error budget", width=W["budget change"],
+                                                 help="Accuracy: the error budget before → now (1 = at the "
+                                                      "tolerance)"),
+    "trend us": st.column_config.ImageColumn("last 30 runs", width=W["trend us"],
+                                             help="The kernel's median time in the last 30 runs, coloured by the "
+                                                  "verdict: red slower, green faster, amber within noise"),
+    "GPU": st.column_config.TextColumn("GPU", width=W["GPU"], help="The physical device that measured it now (the "
                                        "details say when the baseline came from another one)"),
-    "reproduce": st.column_config.TextColumn("reproduce", width=76, help="Click to show the command to copy"),
-    "bisect": st.column_config.TextColumn("bisect", width=66, help="Click to show the command to copy"),
+    "reproduce": st.column_config.TextColumn("reproduce", width=W["reproduce"],
+                                             help="Click to show the command to copy"),
+    "bisect": st.column_config.TextColumn("bisect", width=W["bisect"], help="Click to show the command to copy"),
 }
 
 
-@st.cache_data(ttl=300, show_spinner="Judging the newest run against its baseline…", max_entries=64)
-def judged(url: str | None, candidate: str, baseline: str | None, acks: int) -> dict:
-    """Triage of one run, cached per (database, candidate, baseline, number of acks): runs never change."""
-    return verdicts.triage(data.engine(), candidate, baseline, data.BASE_BRANCH).as_dict()
-
-
 def style(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
-    return frame.style.apply(lambda col: [f"background-color: {COLOUR.get(v, '')}" for v in col], subset=["verdict"])
+    return frame.style.apply(lambda col: [f"background-color: {charts.VERDICT_FILL.get(v, '')}" for v in col],
+                             subset=["verdict"])
 
 
 eng, params = common.start("Triage: what changed in the newest runs")
@@ -63,7 +62,8 @@ c1, c2, c3 = st.columns([2, 2, 1])
 hw_choices = ["all", *[r["fingerprint"] for r in latest]]
 hw_default = params.choice("hardware", hw_choices, "all")
 fp = c1.selectbox("Hardware", hw_choices, index=hw_choices.index(hw_default), key="hardware",
-                  format_func=lambda f: "all hardware" if f == "all" else options.get(f, f))
+                  format_func=lambda f: "all hardware" if f == "all" else options.get(f, f),
+                  help=common.hardware_help())
 kernel = None
 with c2:
     kernel = common.pick_kernel(eng, params, allow_all=True)
@@ -104,12 +104,11 @@ for hw_run in latest if fp == "all" else [r for r in latest if r["fingerprint"] 
     sections.append(("picked", candidate, None if bid == "auto" else bid))
 
 for role, candidate, baseline in sections:
-    n_acks = len(queries.acks(eng, candidate["fingerprint"]))
-    result = judged(os.environ.get("KERNELWATCH_DB"), candidate["id"], baseline, n_acks)
+    result = common.judge(candidate["id"], baseline)
     cand, base = result["candidate"], result["baseline"]
     title = options.get(cand["fingerprint"], cand["hardware"])
     heading = md(title) + ("" if role == "picked" else f" — newest run with {role}")
-    st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray")
+    st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray", help=common.hardware_help())
     st.caption(md(f"judged: {data.run_label(cand)} on {cand['branch']} ({cand['status']}) — baseline: "
                   + (f"{data.run_label(base)} on {base['branch']}" if base else "none")))
     confirmations.show(eng, cand["fingerprint"], commit=cand["commit"])
@@ -123,8 +122,7 @@ for role, candidate, baseline in sections:
     rows = result["rows"]
     if kernel:
         rows = [r for r in rows if r["kernel"] == kernel]
-    counts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
-    st.text(" · ".join(f"{v}: {counts[v]}" for v in verdicts.SEVERITY if v in counts) or "no cases")
+    st.text(" · ".join(f"{v}: {n}" for v, n in verdicts.counts(rows)) or "no cases")
     if show == "changes":  # "new" (no baseline measured the case) is not a change: counted above, listed under "all"
         rows = [r for r in rows if r["verdict"] not in ("unchanged", "new")]
     if not rows:
@@ -132,7 +130,9 @@ for role, candidate, baseline in sections:
                    "(\"Show: all cases\" lists them).")
         continue
     frame = pd.DataFrame(rows)
-    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])))
+    shown = frame.assign(case=data.case_labels(list(frame["case"]), list(frame["kernel"])),
+                         **{"trend us": [charts.sparkline(t, charts.VERDICT_LINE.get(v, charts.NEUTRAL))
+                                         for t, v in zip(frame["trend us"], frame["verdict"])]})
     event = common.table(style(shown[list(COLUMNS)]), column_config=CONFIG, on_select="rerun",
                          selection_mode=["single-row", "single-cell"], key=f"table-{cand['fingerprint']}-{cand['id']}",
                          height=min(38 + 35 * len(shown), 560), row_height=35)
