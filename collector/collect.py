@@ -201,11 +201,15 @@ def _precompile(opts: Options, items: list[WorkItem], replies: dict[int, dict[st
                 notes: list[str]) -> tuple[float, float]:
     """Compile every launch of ``items`` ahead of the suites (:mod:`collector.precompile`), once per kind
     of device among the workers, on the cores the workers leave; the run's notes say how warm the cache was.
+    ``KERNELWATCH_PRECOMPILE=0`` turns it off (a comparison, or a way round a failure of its own).
     Returns (wall seconds, compile seconds summed over the pool)."""
     from kernels.plan import DeviceInfo
 
     start = time.monotonic()
     compile_s = 0.0
+    if os.environ.get("KERNELWATCH_PRECOMPILE", "1").strip().lower() in ("0", "false", "no", "off"):
+        notes.append("precompile off (KERNELWATCH_PRECOMPILE=0): every launch compiled in its worker")
+        return 0.0, 0.0
     devices = {tuple(sorted(r["plan_device"].items())) for r in replies.values() if r.get("plan_device")}
     for fields in sorted(devices):
         info = DeviceInfo(**dict(fields))
