@@ -19,9 +19,10 @@ also import it plainly to be re-run when it changes.
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,11 +143,12 @@ def sources(modules: list[str], root: Path = ROOT) -> set[str]:
 
 def kernel_modules(extra_modules: tuple[str, ...] = ()) -> dict[str, str]:
     """Spec name -> the module that defines its ``SPEC``."""
-    from kernels import discover
+    import kernels
 
-    specs = discover(extra_modules)
-    modules = {id(getattr(m, "SPEC", None)): name for name, m in list(sys.modules.items()) if m is not None}
-    return {name: modules[id(spec)] for name, spec in specs.items() if id(spec) in modules}
+    specs = kernels.discover(extra_modules)
+    names = [f"kernels.{m.name}" for m in pkgutil.iter_modules(kernels.__path__)] + list(extra_modules)
+    by_spec = {id(getattr(importlib.import_module(n), "SPEC", None)): n for n in names}
+    return {name: by_spec[id(spec)] for name, spec in specs.items() if id(spec) in by_spec}
 
 
 def changed_kernels(ref: str, kernels: dict[str, str], root: Path = ROOT) -> Changes:
