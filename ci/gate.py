@@ -52,7 +52,15 @@ from db.queries import (
     run_info,
     runs_by_id_prefix,
 )
-from db.schema import Confirmation, RunDocument, hardware_fingerprint, is_commit_sha, parse_time, to_data
+from db.schema import (
+    Confirmation,
+    RunDocument,
+    hardware_fingerprint,
+    is_commit_sha,
+    parse_time,
+    skipped_from_notes,
+    to_data,
+)
 from kernels.names import EAGER_IMPL, KERNEL_IMPL, TIMING_GRAPH
 
 HISTORY_RUNS = 30
@@ -137,6 +145,7 @@ class GateResult:
     faster_tests: dict[str, Comparison] = field(default_factory=dict)
     faster: set[str] = field(default_factory=set)
     hardware: dict[str, Any] = field(default_factory=dict)  # the candidate's: device_name, fingerprint, device_count
+    carried: list[str] = field(default_factory=list)  # kernels the candidate skipped as unchanged: see carry_over
 
     @property
     def failed(self) -> list[CaseVerdict]:
@@ -463,6 +472,26 @@ def _missing(candidate: RunDocument, base: RunDocument) -> list[tuple[str, str, 
     return out
 
 
+def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) -> RunDocument:
+    """The baseline less the kernels the candidate says it skipped because none of their sources changed
+    (``collect --changed-since``, ``db.schema.skipped_from_notes``): their baseline results stand for this
+    commit, so nothing of theirs is expected of the candidate (never "missing"); they go to ``result.carried``
+    and a note. A kernel the candidate measured anyway is judged as usual."""
+    measured = {c.kernel for c in candidate.cases}
+    skipped = sorted(set(skipped_from_notes(candidate.run.notes)) & {c.kernel for c in base.cases} - measured)
+    if not skipped:
+        return base
+    result.carried = skipped
+    cases = {c.key for c in base.cases if c.kernel in skipped}
+    result.notes.append(f"carried over from baseline run {base.run.id} (unchanged since the candidate's "
+                        f"--changed-since ref, {len(cases)} cases): {', '.join(skipped)}")
+    return base.model_copy(update={
+        "cases": [c for c in base.cases if c.key not in cases],
+        "accuracy": [a for a in base.accuracy if a.case not in cases],
+        "perf": [p for p in base.perf if p.case not in cases],
+        "profiler": [m for m in base.profiler if m.case not in cases]})
+
+
 def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str]) -> int:
     """Accuracy verdicts from what was measured (the error budget and the NaN/Inf mismatches; the stored
     ``passed`` flag can only make a case fail, never pass); returns how many rows were measured."""
@@ -675,6 +704,7 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
     kernel_of = {c.key: c.kernel for c in candidate.cases}
     if assembled.run_of:
         result.notes.append(assembled.describe())
+    base = carry_over(result, candidate, base)
 
     measured = _judge_accuracy(result, candidate, base, kernel_of)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)

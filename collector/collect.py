@@ -13,7 +13,9 @@ Accuracy inputs come from each case's fixed gating seed (``collector.accuracy``)
 judges, and neither an errored nor an unfinished exploration makes the run partial.
 
 ``run.phases_s`` holds where the time went: wall seconds of the parent's phases (``setup``,
-``workers``: their start-up and ceilings, ``suites``, ``stop``, ``journal``, ``total``), worker
+``workers``: their start-up and ceilings, ``precompile``: every launch compiled ahead on the spare
+cores, CUDA only, see :mod:`collector.precompile`, with ``precompile.compile`` its compile seconds summed over
+the pool, ``suites``, ``stop``, ``journal``, ``total``), worker
 seconds summed over workers per phase (``worker.*``), and each device's busy and idle seconds
 during the suites (``busy.<device>``, ``idle.<device>``); :func:`collector.progress.format_phases`
 prints them.
@@ -45,6 +47,7 @@ from collector.pool import (
     stop_all,
     worker_devices,
 )
+from collector.precompile import CacheDirs, precompile, spare_processes, target_of, use_cache_dirs
 from collector.progress import Progress, format_phases
 from collector.records import (
     Tally,
@@ -115,6 +118,7 @@ def run_collection(opts: Options) -> RunDocument:
     run_id = opts.run_id or new_run_id()
     started = dt.datetime.now(dt.timezone.utc)
     commit = git_info()
+    cache = use_cache_dirs() if device == "cuda" else None  # before the workers start: they inherit it
     handles = _handles(opts, device, run_seed)
     journal = JournalWriter(opts.journal) if opts.journal is not None else None
     if journal is not None and journal.replaced_link is not None:
@@ -135,6 +139,8 @@ def run_collection(opts: Options) -> RunDocument:
             replies = start_workers(handles, notes)
             wall["workers"] = time.monotonic() - t_workers
             described = _describe(replies, handles, tally, ceilings, notes)
+            if cache is not None:
+                wall["precompile"], wall["precompile.compile"] = _precompile(opts, items, replies, cache, notes)
             if journal is not None:
                 journal.header(run_info(opts, run_id, device, commit, described, started, None, "running", notes,
                                         None), hardware_of(described), len(items) + len(profiles))
@@ -184,6 +190,7 @@ def run_collection(opts: Options) -> RunDocument:
     if journal is not None and journal.failed:
         notes.append(journal.failed)
     wall["total"] = time.monotonic() - t_start
+    _worker_compiles(tally.worker_phases, notes)
     phases_s = {k: round(v, 3) for k, v in wall.items()}
     phases_s.update({f"worker.{k}": round(v, 3) for k, v in sorted(tally.worker_phases.items())})
     doc = assemble(opts, device, commit, described, started, status,
@@ -191,6 +198,47 @@ def run_collection(opts: Options) -> RunDocument:
     if journal is not None:
         _end_journal(journal, doc)
     return doc
+
+
+def _precompile(opts: Options, items: list[WorkItem], replies: dict[int, dict[str, Any]], cache: CacheDirs,
+                notes: list[str]) -> tuple[float, float]:
+    """Compile every launch of ``items`` ahead of the suites (:mod:`collector.precompile`), once per kind
+    of device among the workers, on the cores the workers leave; the run's notes say how warm the cache was.
+    ``KERNELWATCH_PRECOMPILE=0`` turns it off (a comparison, or a way round a failure of its own).
+    Returns (wall seconds, compile seconds summed over the pool)."""
+    from kernels.plan import DeviceInfo
+
+    start = time.monotonic()
+    compile_s = 0.0
+    if os.environ.get("KERNELWATCH_PRECOMPILE", "1").strip().lower() in ("0", "false", "no", "off"):
+        notes.append("precompile off (KERNELWATCH_PRECOMPILE=0): every launch compiled in its worker")
+        return 0.0, 0.0
+    devices = {tuple(sorted(r["plan_device"].items())) for r in replies.values() if r.get("plan_device")}
+    for fields in sorted(devices):
+        info = DeviceInfo(**dict(fields))
+        if target_of(info) is None:
+            continue
+        if opts.progress:
+            print(f"kernelwatch: compiling the launches of {len(items)} items for {info.name} ahead of the suites",
+                  file=sys.stderr, flush=True)
+        try:
+            outcome = precompile(items, info, spare_processes(len(replies), host_cpus()), opts.extra_modules)
+        except Exception as exc:  # noqa: BLE001 - without it every launch compiles in its worker, as before
+            notes.append(f"precompile failed ({type(exc).__name__}: {str(exc)[:200]}): the workers compiled")
+            continue
+        notes.append(outcome.note(cache.triton))
+        compile_s += outcome.compile_s
+        if opts.progress:
+            print(f"kernelwatch: {outcome.note()}", file=sys.stderr, flush=True)
+    return time.monotonic() - start, compile_s
+
+
+def _worker_compiles(worker_phases: Counter, notes: list[str]) -> None:
+    """The workers' compile counts travel with their phase seconds: into a note, out of the seconds."""
+    cached, missed = worker_phases.pop("compile.cached", 0), worker_phases.pop("compile.missed", 0)
+    if cached or missed:
+        notes.append(f"kernel compilations in the workers: {int(cached)} found in Triton's cache, {int(missed)} "
+                     "compiled there")
 
 
 def _profile_items(opts: Options, device: str, items: list[WorkItem], cases: dict[WorkItem, Any],

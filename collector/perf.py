@@ -8,6 +8,8 @@ Per implementation, in this order:
 3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
 4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
 
+The inputs are made once per case and shared by its implementations; on a GPU or NPU their random values
+are drawn there, from the case's seed (:mod:`collector.inputs`: not the accuracy suite's host-drawn values).
 PyTorch baselines are measured once per baseline key (cases that differ only in the kernel variant
 share them); the collector deals the cases of one key to the same worker so the cache holds.
 % of peak is the achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from collector.backends import Backend
+from collector.inputs import drawn_on
 from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
 
 
@@ -95,7 +98,8 @@ def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, f
               baselines: BaselineCache, seed: int) -> list[dict[str, Any]]:
     """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
     with backend.phase("perf.inputs"):
-        inputs = spec.make_inputs(case, backend.device, seed)
+        with drawn_on(backend.device):  # random inputs born on the device: collector.inputs
+            inputs = spec.make_inputs(case, backend.device, seed)
         impls = spec.implementations(case, inputs)
     results: dict[str, dict[str, Any]] = {KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL])}
     bkey = spec.baseline_key(case)

@@ -27,7 +27,8 @@ MAX_CPU_WORKERS = 4  # --device cpu --devices all: one interpreter worker per co
 
 # A rough cost model that only orders the work (longest first); nothing measured depends on it.
 # A perf item compiles its kernel and times 3-5 implementations (~0.3 s each: warm-up, 100 ms of
-# samples, the per-call batches); its inputs are generated on the host. An accuracy item is
+# samples, the per-call batches) on inputs drawn on the device (collector.inputs); its size still ranks
+# the large cases first. An accuracy item is
 # dominated by its float64 reference on the host.
 PERF_ITEM_S = 3.0
 PROFILE_ITEM_S = 2.0  # a case in its kernel's profiled process (collector.profile_phase)

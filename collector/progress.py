@@ -128,7 +128,8 @@ class Progress:
 
 
 PHASE_NAMES = {
-    "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings", "suites": "suites",
+    "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings",
+    "precompile": "compile ahead (spare cores)", "suites": "suites",
     "stop": "workers stop", "profiling": "profiling (after the suites)", "journal": "journal writes",
     "total": "total",
     "worker.startup": "start-up (imports, device)", "worker.ceilings": "ceilings (copy, read, matmul)",
@@ -140,7 +141,8 @@ PHASE_NAMES = {
 
 def format_phases(phases: dict[str, float], writing_s: float | None = None) -> str:
     """The per-phase time summary printed at the end of ``collect`` (``run.phases_s``: see :mod:`collector.collect`)."""
-    wall = [k for k in ("setup", "workers", "suites", "stop", "profiling", "journal", "total") if k in phases]
+    wall = [k for k in ("setup", "workers", "precompile", "suites", "stop", "profiling", "journal", "total")
+            if k in phases]
     work = [k for k in PHASE_NAMES if k.startswith("worker.") and k in phases]
     work += sorted(k for k in phases if k.startswith("worker.") and k not in PHASE_NAMES)
     devices = sorted(k.removeprefix("busy.") for k in phases if k.startswith("busy."))

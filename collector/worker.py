@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 import warnings
+from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -104,6 +105,8 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
 
     backend = Backend(torch.device(device), label=config["label"], time_on_cpu=config.get("time_on_cpu", False))
     backend.activate()
+    if backend.kind == "cuda":
+        _count_compiles(backend, tuple(config["extra_modules"]))
     specs = discover(tuple(config["extra_modules"]))
     index: dict[WorkItem, Any] = {}
     for spec in specs.values():
@@ -161,10 +164,25 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
         sys.stderr.flush()
 
 
+def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:  # noqa: ANN001
+    """Count the project kernels' compilations in this worker as Triton's cache answered them
+    (``compile.cached`` / ``compile.missed`` in the reply's phases; the parent takes them out of the
+    seconds): after :mod:`collector.precompile`, a miss is a launch it did not predict."""
+    from triton import knobs
+
+    def listen(*, src: Any, cache_hit: bool, **_: Any) -> None:
+        module = getattr(getattr(getattr(src, "fn", None), "fn", None), "__module__", "") or ""
+        if module.startswith("kernels.") or module in extra_modules:
+            backend.phases["compile.cached" if cache_hit else "compile.missed"] += 1
+
+    knobs.compilation.listener = listen
+
+
 def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
     import torch
 
     from collector.metadata import hardware_info, physical_device, software_versions
+    from kernels.device import describe
 
     index = backend.device.index or 0
     hw = hardware_info(backend.kind, index)
@@ -172,4 +190,6 @@ def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
         peaks = backend.measure_peaks()
     hw.update(peaks)
     physical = physical_device(torch.cuda.get_device_properties(index)) if backend.kind == "cuda" else None
-    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical}
+    plans = {k: v for k, v in asdict(describe(backend.device)).items() if not k.startswith("_")}
+    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical,
+            "plan_device": plans}

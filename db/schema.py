@@ -523,6 +523,23 @@ def physical_from_notes(notes: str | None) -> tuple[dict[str, str], str | None]:
 _DEVICE_ENTRY = re.compile(r"([a-z]+:\d+) = ([^,;\s]+)")
 _HOST_ENTRY = re.compile(r"(?:^|; )host: ([^;]+)")
 
+# ``kernelwatch collect --changed-since REF``: the kernels a run left out because none of their sources changed
+# since REF (collector.changes). The gate carries them over from the baseline (ci.gate.carry_over).
+SKIPPED_NOTE = "kernels skipped, unchanged since "
+_SKIPPED = re.compile(r"(?:^|; )kernels skipped, unchanged since [^:;]*: ([^;]+)")
+
+
+def skipped_note(since: str, kernels: list[str]) -> str:
+    """The notes line naming the kernels a ``--changed-since`` run skipped (read by :func:`skipped_from_notes`)."""
+    since = since.replace(":", " ").replace(";", " ")  # the line ends at ";", its list starts after ":"
+    return f"{SKIPPED_NOTE}{since} (none of their sources changed): {', '.join(sorted(kernels))}"
+
+
+def skipped_from_notes(notes: str | None) -> list[str]:
+    """The kernels a run's notes say it skipped as unchanged (empty where they say nothing)."""
+    match = _SKIPPED.search(notes or "")
+    return [k.strip() for k in match.group(1).split(",") if k.strip()] if match else []
+
 
 def _unique(items: list[Record], fields: tuple[str, ...], section: str) -> None:
     seen: set[tuple[Any, ...]] = set()

@@ -282,17 +282,24 @@ def descriptor(dtype: str, block: tuple[int, ...]) -> str:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Recorder:
+    """``steps``: every step launched. With ``dry``, nothing starts: ``calls`` gets each concrete launch with
+    its arguments instead (every candidate of an autotuned step), which is what a compiler ahead of the run
+    needs (:mod:`collector.precompile`)."""
+
     steps: list[Step] = field(default_factory=list)
+    dry: bool = False
+    calls: list[tuple[Launch, tuple]] = field(default_factory=list)
 
 
 _recorder: Recorder | None = None
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Recorder]:
-    """Record every step launched inside the block and check its arguments against its signature."""
+def recording(dry: bool = False) -> Iterator[Recorder]:
+    """Record every step launched inside the block and check its arguments against its signature; with
+    ``dry``, start none of them (see :class:`Recorder`)."""
     global _recorder
-    previous, _recorder = _recorder, Recorder()
+    previous, _recorder = _recorder, Recorder(dry=dry)
     try:
         yield _recorder
     finally:
@@ -333,6 +340,9 @@ def launch(step: Launch, *args: Any) -> None:
     if _recorder is not None:
         check_args(step, args)
         _recorder.steps.append(step)
+        if _recorder.dry:
+            _recorder.calls.append((step, args))
+            return
     fast_launcher(step.fn)(step.grid, args, step._kwargs, step._static)
 
 
@@ -359,6 +369,9 @@ def launch_autotuned(step: Autotuned, tuner: Any, grid: Any, *args: Any, **const
     if _recorder is not None:
         check_args(step.candidates[0], args)
         _recorder.steps.append(step)
+        if _recorder.dry:
+            _recorder.calls.extend((candidate, args) for candidate in step.candidates)
+            return
     held = _CHOSEN.get(id(step))
     if held is not None and held[0] is step:
         chosen = held[1]

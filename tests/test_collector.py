@@ -100,6 +100,75 @@ def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monke
     assert result.exit_code == 0, result.output
     doc = to_data(load_artifact(out))
     assert sorted(_by_variant(doc)) == ["after", "correct", "off_by_one_percent"]
+    phases = doc["run"]["phases_s"]
+    assert sorted(k for k in phases if k.startswith("busy.")) == ["busy.cpu:0", "busy.cpu:1", "busy.cpu:2"]
+    assert all(phases[f"busy.cpu:{i}"] > 0 for i in range(3)), phases  # three cases, three workers, one each
+    # Nothing compiles in the interpreter: no compile-ahead phase, no cache note, no compile counts.
+    assert "precompile" not in phases and "Triton cache" not in doc["run"]["notes"]
+    assert "kernel compilations" not in doc["run"]["notes"]
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3, 8])
+def test_devices_all_deals_every_item_once_over_any_number_of_devices(devices: int, monkeypatch) -> None:  # noqa: ANN001
+    """One worker per device, whatever their number (8 GPUs: cuda:0..cuda:7), and the dealing loop gives each
+    item to exactly one of them, the items of a group to one worker, every worker some work."""
+    from collector.pool import worker_devices
+
+    monkeypatch.setattr("collector.backends.device_count", lambda kind: devices)
+    labels = [label for _, label in worker_devices("cuda", True)]
+    assert labels == [f"cuda:{i}" for i in range(devices)]
+    assert worker_devices("cuda", False) == [("cuda:0", "cuda:0")]
+    items = [(f"g{i % 11}", f"case{i}") for i in range(40)]
+    dispatcher = Dispatcher(items, plan(items, lambda i: i[0], lambda i: 1.0))
+    held: dict[int, list] = {w: [] for w in range(devices)}
+    rng = random.Random(devices)
+    while not dispatcher.finished:
+        idle = [w for w in range(devices) if dispatcher.current(w) is None]
+        for w in idle:
+            item = dispatcher.take(w)
+            if item is not None:
+                held[w].append(item)
+        busy = dispatcher.busy_workers
+        dispatcher.complete(rng.choice(busy), None)  # workers finish in any order
+    dealt = [i for got in held.values() for i in got]
+    assert sorted(dealt) == sorted(items)
+    for group in {i[0] for i in items}:
+        assert sum(any(i[0] == group for i in got) for got in held.values()) == 1, group
+    assert all(held.values()), "every device got work"
+
+
+def test_perf_inputs_are_drawn_on_the_device_with_the_host_stream_untouched() -> None:
+    """collector.inputs on the CPU with ``force`` (no GPU here): each draw of make_inputs' CPU generator went to
+    the stream made for the device (it advanced, the host generator did not), and the inputs keep their shapes,
+    dtypes and strides (strided and transposed layouts included). Without ``force`` the CPU is left alone, and
+    the accuracy suite never enters it: its gating inputs stay the host's, bit for bit."""
+    import inspect
+
+    import torch
+
+    import collector.accuracy
+    from collector.inputs import drawn_on
+    from kernels import discover
+
+    assert "drawn_on" not in inspect.getsource(collector.accuracy)
+    with drawn_on(torch.device("cpu")) as mode:
+        assert mode is None
+    for spec in discover().values():
+        layouts = [c for c in spec.accuracy_cases() if any(k in c.key for k in ("strided", "transposed"))][:1]
+        for case in [spec.perf_cases()[0], *layouts]:
+            plain = spec.make_inputs(case, torch.device("cpu"), 7)
+            with drawn_on(torch.device("cpu"), force=True) as mode:
+                drawn = spec.make_inputs(case, torch.device("cpu"), 7)
+            assert mode.redirected >= 1, case.key
+            for host, stream in mode._streams.values():
+                assert torch.equal(host.get_state(), torch.Generator().manual_seed(7).get_state()), case.key
+                assert not torch.equal(stream.get_state(), host.get_state()), case.key
+            for name, value in plain.items():
+                if isinstance(value, torch.Tensor):
+                    got = drawn[name]
+                    assert (got.shape, got.dtype, got.stride(), got.device) == (
+                        value.shape, value.dtype, value.stride(), value.device), (case.key, name)
+                    assert got.float().abs().sum() > 0, (case.key, name)  # inputs are never all zeros
 
 
 def test_unknown_kernel_and_suite_are_named(cli) -> None:  # noqa: ANN001

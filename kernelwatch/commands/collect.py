@@ -205,6 +205,29 @@ def _summary(doc) -> None:  # noqa: ANN001
     sys.exit({"complete": 0, "partial": 3}.get(doc.run.status, 1))
 
 
+def _only_changed(opts, ref: str):  # noqa: ANN001, ANN202 - collector.selection.Options, imported late
+    """``opts`` for the kernels ``--changed-since REF`` keeps (collector.changes), the others named in the run's
+    notes; when none is left, says so and exits 0 (nothing to measure, nothing stored)."""
+    from dataclasses import replace
+
+    from collector.changes import ChangeError, changed_kernels, kernel_modules
+
+    modules = kernel_modules(opts.extra_modules)
+    asked = {k: modules[k] for k in (opts.kernels or modules)}  # names were checked by check_selection
+    try:
+        changes = changed_kernels(ref, asked)
+    except ChangeError as exc:
+        raise UsageError(str(exc)) from None
+    if not changes.run:
+        click.echo(f"kernelwatch: nothing to run: no kernel's sources changed since {ref} "
+                   f"({len(changes.files)} changed files; skipped: {', '.join(changes.skipped)})", err=True)
+        sys.exit(0)
+    if opts.progress:
+        click.echo(f"kernelwatch: --changed-since {ref}: running {', '.join(changes.run)}"
+                   + (f"; skipped (unchanged): {', '.join(changes.skipped)}" if changes.skipped else ""), err=True)
+    return replace(opts, kernels=tuple(changes.run), notes=[*opts.notes, *changes.notes()])
+
+
 @click.command("collect")
 @click.option("--kernels", "-k", multiple=True, metavar="NAME[,NAME]",
               help="Kernels to run (default: all). Repeat or separate with commas.")
@@ -236,11 +259,15 @@ def _summary(doc) -> None:  # noqa: ANN001
 @click.option("--cpu-perf", is_flag=True, hidden=True,
               help="Run the perf suite on the CPU interpreter too (tests of the perf path; the numbers mean nothing).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (or progress lines, when stderr is not a terminal).")
+@click.option("--changed-since", metavar="REF", default=None,
+              help="Only the kernels whose sources (their module and what it imports) or whose measurement changed "
+                   "since git REF; the run names the others as skipped and the gate carries them over.")
 @db_option
 @clean_errors
 @click.pass_context
 def command(ctx: click.Context, kernels, suites, device, devices, match, case_keys, case_timeout, trigger, ci_job,  # noqa: ANN001
-            explore_seeds, seed, profile, out, resume, extra_kernels, cpu_perf, no_progress, db_url) -> None:
+            explore_seeds, seed, profile, out, resume, extra_kernels, cpu_perf, no_progress, changed_since,
+            db_url) -> None:
     """Run accuracy and perf suites and write one run.
 
     Without --out the run goes to the database; with --out it is written as a kernelwatch.run/1
@@ -300,6 +327,8 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
         raise UsageError(str(exc)) from None
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
+    if changed_since is not None:
+        opts = _only_changed(opts, changed_since)
     try:
         check_run_fields(opts)
     except ValueError as exc:

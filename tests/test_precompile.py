@@ -1,0 +1,77 @@
+"""Compiling a run's launches ahead of its suites (collector.precompile), on the CPU: real Triton compiling for
+sm_90 offline into a temporary cache, as `make compile-check` does; no GPU. A few small launches only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from collector.precompile import CacheDirs, cache_dirs, precompile, spare_processes, target_of
+from kernels.plan import ASCEND_910B, NVIDIA_H200, DeviceInfo
+
+MSE = "mse_loss/persistent/fp32/direction=fwd,reduction="
+
+
+def test_cache_dirs_precedence_kernelwatch_then_triton_then_the_default() -> None:
+    home = Path.home() / ".cache" / "kernelwatch"
+    assert cache_dirs({}) == CacheDirs(home / "triton", home / "inductor", "default")
+    assert cache_dirs({"TRITON_CACHE_DIR": "/t"}) == CacheDirs(Path("/t"), None, "TRITON_CACHE_DIR")
+    both = {"TRITON_CACHE_DIR": "/t", "KERNELWATCH_CACHE_DIR": "/k"}
+    assert cache_dirs(both) == CacheDirs(Path("/k/triton"), Path("/k/inductor"), "KERNELWATCH_CACHE_DIR")
+    assert cache_dirs({**both, "TORCHINDUCTOR_CACHE_DIR": "/i"}).inductor == Path("/i")  # the user's own wins
+    assert cache_dirs({"KERNELWATCH_CACHE_DIR": ""}).source == "default"  # empty is unset
+
+
+def test_only_cuda_devices_are_precompiled_and_the_pool_leaves_a_core_per_worker() -> None:
+    assert target_of(NVIDIA_H200) == ("cuda", 90, 32)
+    interpreter = DeviceInfo("cpu", 2, name="triton-interpreter", interpreter=True)
+    assert target_of(ASCEND_910B) is None and target_of(interpreter) is None
+    with pytest.raises(ValueError, match="only CUDA devices"):
+        precompile([("accuracy", "x")], interpreter, 1)
+    assert spare_processes(1, 16) == 15 and spare_processes(8, 8) == 1 and spare_processes(4, 2) == 1
+
+
+def _mse_items() -> list[tuple[str, str]]:
+    from kernels import discover
+
+    spec = discover()["mse_loss"]
+    perf = [c.key for c in spec.perf_cases() if c.key.startswith(MSE + "mean,shape=")][:2]
+    accuracy = [c.key for c in spec.accuracy_cases() if c.key.startswith(MSE + "none,shape=")][:2]
+    assert len(perf) == 2 and len(accuracy) == 2
+    return [("perf", k) for k in perf] + [("accuracy", k) for k in accuracy] + [("explore", accuracy[0])]
+
+
+def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch(tmp_path: Path,
+                                                                                 monkeypatch) -> None:  # noqa: ANN001
+    """Cold: every distinct launch compiled for sm_90 by two processes; warm (same folder): all found,
+    nothing compiled. A cache key that depended on anything but the launch (the process, the order) would
+    miss the second time."""
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    items = _mse_items()
+    cold = precompile(items, NVIDIA_H200, 2)
+    assert cold.cases == 4  # the exploration of an accuracy case makes that case's launches: counted once
+    assert cold.unpredicted == 0 and cold.failed == 0, cold
+    assert cold.launches >= 2 and cold.compiled == cold.launches and cold.cached == 0, cold
+    assert cold.compile_s > 0 and cold.state == "cold"
+    assert any(p.suffix == ".cubin" for p in cache.rglob("*")), "sm_90 cubins in the run's cache"
+    warm = precompile(items, NVIDIA_H200, 2)
+    assert (warm.launches, warm.cached, warm.compiled, warm.failed) == (cold.launches, cold.launches, 0, 0), warm
+    assert warm.compile_s == 0 and warm.state == "warm"
+    note = warm.note(cache)
+    assert note.startswith(f"Triton cache warm in {cache}: {cold.launches} of {cold.launches} launches for "
+                           "NVIDIA H200 (sm_90) cached") and ";" not in note
+
+
+def test_a_case_that_cannot_run_dry_is_left_to_its_worker(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The planted kernel that raises, and one that starts its kernel itself (not through kernels.plan.launch):
+    neither launch can be worked out ahead, so both cases are counted as not predicted and nothing compiles
+    (the pool sees no device: the direct launch fails instead of running on fake tensors)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("PLANTED_VARIANTS", "correct,raises")
+    items = [("accuracy", f"planted/{v}/fp32/shape=1000") for v in ("correct", "raises")]
+    outcome = precompile(items, NVIDIA_H200, 1, ("tests.planted_kernels",))
+    assert (outcome.cases, outcome.unpredicted, outcome.launches) == (2, 2, 0), outcome
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") != "", "the pool's settings stay in the pool"
