@@ -26,13 +26,21 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ci.detect import (
+    BOUND_CLASSES,
     DEFAULT_FDR,
     DEFAULT_MIN_EFFECT,
+    MACHINE_BOUND,
+    MACHINE_RUN_BOUND,
     Comparison,
+    Shift,
+    between_machine_ratio,
+    bound_class,
     case_class,
     compare_case,
+    machine_bound,
     machine_sigma,
     regressions,
+    run_ratio,
     run_shift,
     segment_start,
 )
@@ -42,9 +50,9 @@ from db.queries import (
     baseline_candidates,
     branch_runs,
     branches_on,
+    judging_runs,
     perf_case_runs,
     perf_rows,
-    recent_runs,
     result_counts,
     run_info,
     runs_by_id_prefix,
@@ -317,18 +325,21 @@ METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples
 REFERENCES = ("cublas_linear", EAGER_IMPL)
 
 
-def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "median_ms"
-               ) -> dict[str, list[tuple[float, str | None]]]:
-    """Per case, (the kernel's median, its GPU UUID) over the last HISTORY_RUNS runs on this hardware, in
-    commit order (one query)."""
-    runs = [r for r in recent_runs(engine, fingerprint, HISTORY_RUNS + 1) if r["id"] != exclude][-HISTORY_RUNS:]
+def _histories(engine: Engine, candidate: RunDocument, branch: str, column: str = "median_ms",
+               now: dt.datetime | None = None) -> tuple[dict[str, list[tuple[float, str | None]]], int]:
+    """(per case, (the kernel's median, its GPU UUID) in commit order; how many runs were read): the history
+    that judges the candidate, from :func:`db.queries.judging_runs` (the last HISTORY_RUNS complete runs of
+    ``branch`` on the candidate's hardware, no PR push, none after the candidate or ``now``; one query)."""
+    fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
+    runs = judging_runs(engine, fingerprint, branch, _times(candidate), now or dt.datetime.now(dt.timezone.utc),
+                        candidate.run.id, HISTORY_RUNS)
     order = {r["id"]: i for i, r in enumerate(runs)}
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float, str | None]]] = {}
     for r in rows:
         if r[column]:
             out.setdefault(r["case"], []).append((order[r["run_id"]], r[column], r["device_uuid"]))
-    return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}
+    return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}, len(runs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +353,7 @@ def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
         return set(), set()
     kernels = {c.kernel for c in candidate.cases}
     suites = {"accuracy"} if any(a.kind == "gate" for a in candidate.accuracy) else set()
-    if any(p.implementation == KERNEL_IMPL for p in candidate.perf):
+    if candidate.perf:  # any implementation: a run that timed eager or cuBLAS set out to time the kernel too
         suites.add("perf")
     return kernels, suites
 
@@ -363,6 +374,15 @@ def _missing(candidate: RunDocument, base: RunDocument) -> list[tuple[str, str, 
                 continue
             if case not in have:
                 out.append((suite, case, kernel))
+    return out
+
+
+def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
+    """Per case, the implementations other than the kernel that the candidate timed."""
+    out: dict[str, list[str]] = {}
+    for p in candidate.perf:
+        if p.implementation != KERNEL_IMPL:
+            out.setdefault(p.case, []).append(p.implementation)
     return out
 
 
@@ -429,15 +449,76 @@ def _reference(candidate: RunDocument, base: RunDocument, case: str, column: str
     return None
 
 
+def _gpu_groups(history: list[tuple[float, str | None]]) -> dict[str, list[float]]:
+    """Per GPU UUID, a case's per-run times in its history's last segment (runs before a step measured other
+    code: GPUs compared across it differ by the step, not by the machine)."""
+    groups: dict[str, list[float]] = {}
+    for m, uuid in history[segment_start([m for m, _ in history]):]:
+        if uuid:
+            groups.setdefault(uuid, []).append(m)
+    return groups
+
+
+@dataclass(frozen=True)
+class MachineBound:
+    """How much slower a machine of this model may run than another: per bound class (``ci.detect.bound_class``)
+    for one case, and for a whole run; the history's estimates where they are larger than the measured defaults."""
+
+    per_class: dict[str, tuple[float, str]]
+    run: float
+    run_source: str
+
+
+def _machine_bounds(compared: list[tuple[CaseVerdict, Comparison, str]], gpu_groups: dict[str, dict[str, list[float]]],
+                    class_of: dict[str, str]) -> MachineBound:
+    estimates: dict[str, float] = {}
+    for v, c, _ in compared:
+        ratio = between_machine_ratio(gpu_groups[v.case])
+        klass = bound_class(class_of[v.case], c.baseline_ms)
+        if ratio is not None:
+            estimates[klass] = max(ratio, estimates.get(klass, ratio))
+    per_class = {klass: machine_bound(estimates.get(klass), klass) for klass in MACHINE_BOUND}
+    whole = run_ratio([gpu_groups[v.case] for v, _, _ in compared])
+    if whole is not None and whole > MACHINE_RUN_BOUND:
+        return MachineBound(per_class, whole, "the largest whole-run ratio between two GPUs in the history")
+    return MachineBound(per_class, MACHINE_RUN_BOUND, "the largest measured between two H200 runs")
+
+
+def _past_machine_bound(v: CaseVerdict, klass: str, shift: Shift | None, bound: MachineBound,
+                        candidate: RunDocument) -> str | None:
+    """Why a slowdown its same-run reference shares is no machine of this model (the run is unmeasured), or None
+    when the machine may explain it: the reference's change within the bound of the case's class (``klass``,
+    :func:`ci.detect.bound_class`) and, for a case of a
+    run-wide shift, the shift within the whole-run bound."""
+    model = candidate.hardware.device_name or "machine of this model"
+    limit, source = bound.per_class[klass]
+    ratio = v.reference_ratio or 1.0
+    if ratio > limit:
+        return (f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x "
+                f"any {model} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
+                "re-run on a healthy runner")
+    if shift is not None and shift.ratio > bound.run:
+        return (f"this machine ran the whole run {shift.ratio:.3g}x slower ({shift.slower} of {shift.n} cases), "
+                f"past the {bound.run:.3g}x any {model} in the history ran slower than another ({bound.run_source}): "
+                "re-run on a healthy runner")
+    return None
+
+
 def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base: RunDocument,
                 kernel_of: dict[str, str], fingerprint: str, min_effects: dict[str, float]) -> int:
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     variant_of = {c.key: c.variant for c in candidate.cases}
-    histories = _histories(engine, fingerprint, candidate.run.id, median)
+    branch = result.baseline["branch"]
+    histories, judges = _histories(engine, candidate, branch, median)
+    result.notes.append(f"history: {judges} complete run{'s' if judges != 1 else ''} of {branch} on this hardware "
+                        "(no other branch, no PR push, none after the candidate or now) judge the noise, steps and "
+                        "between-GPU terms; each row names how many of them measured its case")
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
     other_gpu: set[str] = set()
+    gpu_groups: dict[str, dict[str, list[float]]] = {}  # per case: its history's per-run times per GPU
+    class_of: dict[str, str] = {}
     for p in candidate.perf:
         if p.implementation != KERNEL_IMPL:
             continue
@@ -461,11 +542,9 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             history = histories.get(p.case, [])
             klass = case_class(p.flops, p.bytes, variant_of[p.case])
             note, sigma_m = "", 0.0
+            groups = _gpu_groups(history)
+            gpu_groups[p.case], class_of[p.case] = groups, klass
             if p.device_uuid != b.device_uuid:
-                groups: dict[str, list[float]] = {}
-                for m, uuid in history[segment_start([m for m, _ in history]):]:
-                    if uuid:
-                        groups.setdefault(uuid, []).append(m)
                 sigma_m, source = machine_sigma(groups, klass)
                 where = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
                          f"{_short_uuid(p.device_uuid)})" if b.device_uuid and p.device_uuid else
@@ -503,10 +582,11 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
                             f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
                             "judged as one change, not as each case's noise")
+    bound = _machine_bounds(compared, gpu_groups, class_of)
     for v, c, note in compared:
         evidence = (f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} "
-                    + (f"from {c.history} runs of history" if c.basis == "history"
-                       else f"from the noise floor ({c.history} runs of history, fewer than needed)"))
+                    + (f"from {c.history} runs of {branch}" if c.basis == "history"
+                       else f"from the noise floor ({c.history} runs of {branch}, fewer than needed)"))
         times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
         relative = None if v.reference_ratio is None else c.ratio / v.reference_ratio
         vs_ref = "" if relative is None else (f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
@@ -526,7 +606,11 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             # the minimum effect AND the reference's own change at least REFERENCE_SHARE of the kernel's
             explained = (relative is not None and relative - 1 < c.min_effect
                          and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio))
-            if explained:
+            klass = bound_class(class_of[v.case], c.baseline_ms)
+            past = _past_machine_bound(v, klass, shift if shifted else None, bound, candidate) if explained else None
+            if past is not None:
+                v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
+            elif explained:
                 v.status = "machine"
                 v.message = (f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
                              f"kernel ({why}){tail}")
@@ -578,9 +662,12 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
     measured = _judge_accuracy(result, candidate, base, kernel_of)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
     missing = _missing(candidate, base)
+    references = _reference_rows(candidate)
     for suite, case, kernel in missing:
+        timed = f" (it timed {', '.join(references[case])} but not the kernel)" \
+            if suite == "perf" and case in references else ""
         result.verdicts.append(CaseVerdict(case, kernel, "missing", f"the baseline measured this {suite} case; "
-                                           f"the candidate ({cand_run['status']} run) did not", suite=suite))
+                                           f"the candidate ({cand_run['status']} run) did not{timed}", suite=suite))
     if cand_run["status"] != "complete":
         result.notes.append(f"the candidate run is {cand_run['status']}"
                             + (f": {cand_run['notes']}" if cand_run.get("notes") else ""))
@@ -642,7 +729,7 @@ def speedups(engine: Engine, candidate: RunDocument, result: GateResult) -> dict
     if not quick:
         return {}
     base_perf = {p.case: p for p in export_run(engine, result.baseline["id"]).perf if p.implementation == KERNEL_IMPL}
-    histories = _histories(engine, hardware_fingerprint(to_data(candidate)["hardware"]), candidate.run.id)
+    histories, _ = _histories(engine, candidate, result.baseline["branch"])
     pairs = [compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
                           [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
                           machine=quick[p.case].machine_sigma)

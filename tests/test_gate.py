@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -12,6 +13,7 @@ import pytest
 from db.artifact import dumps, load_artifact, parse_artifact, to_data
 from db.engine import open_database
 from db.ingest import ingest_documents
+from db.schema import format_time, parse_time
 from db.synthetic import Step, SyntheticHistory, stepped_copies
 from kernelwatch.cli import main
 
@@ -376,13 +378,16 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     others = [p for i, p in enumerate(H200_REPEATS) if i != held_out]
     assert cli.invoke(main, ["ingest", "--db", db_url, *map(str, others)]).exit_code == 0
     gate = ["gate", "--artifact", str(H200_REPEATS[held_out]), "--db", db_url, "--report-dir", str(tmp_path / "r")]
-    if held_out == 0:  # every other repeat is newer: never a baseline by the rule, so one is named
+    if held_out == 0:  # every other repeat is newer: never a baseline by the rule
         refused = cli.invoke(main, [*gate, "--baseline", "main"])
         assert refused.exit_code == 2 and "up to the candidate" in refused.output, refused.output
-        baseline = load_artifact(H200_REPEATS[1]).run.id
-    else:
-        baseline = "main"
-    result = cli.invoke(main, [*gate, "--baseline", baseline])
+        # nor its history (issue 32): the same run, started a day after the others, is judged by them
+        doc = to_data(load_artifact(H200_REPEATS[0]))
+        for key in ("started_at", "finished_at"):
+            doc["run"][key] = format_time(parse_time(doc["run"][key]) + dt.timedelta(days=1))
+        (tmp_path / "later.json").write_text(dumps(doc))
+        gate[2] = str(tmp_path / "later.json")
+    result = cli.invoke(main, [*gate, "--baseline", "main"])
     assert result.exit_code == 0, result.output
     assert "## KernelWatch gate: PASS" in result.output
 
