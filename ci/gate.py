@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Engine
 
+from ci.budget import disagreements
 from ci.detect import (
     BOUND_CLASSES,
     DEFAULT_FDR,
@@ -386,8 +389,10 @@ def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
     return out
 
 
-def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str]) -> int:
-    """Accuracy verdicts from what was measured (the error budget and the NaN/Inf mismatches; the stored
+def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str],
+                    tolerances: Mapping[str, tuple[float, float]] | None = None) -> int:
+    """Accuracy verdicts from what was measured (the error budget, the errors it comes from, checked against the
+    baseline's and the spec's tolerance by :func:`ci.budget.disagreements`, and the NaN/Inf mismatches; the stored
     ``passed`` flag can only make a case fail, never pass); returns how many rows were measured."""
     base_acc = {a.case: a for a in base.accuracy if a.kind == "gate"}
     measured = 0
@@ -399,17 +404,20 @@ def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocumen
                         baseline_budget=before)
         unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
         over = a.error_budget is not None and a.error_budget > 1
-        flag = " (the stored 'passed: true' disagrees with the measurement)" if a.passed else ""
+        named = disagreements(a, base_acc.get(a.case), (tolerances or {}).get(a.case))
+        if a.passed and (over or a.nan_mismatches) and not any("passed" in n for n in named):
+            named.append("the stored 'passed: true' disagrees with the measurement")
         if a.error and a.error_budget is None and not a.nan_mismatches:
             v.status, v.message = "error", a.error
         elif unmeasured:
             v.status, v.message = "unmeasured", "no accuracy measurement (no trials or no error budget)"
-        elif a.nan_mismatches or over or not a.passed:
+        elif a.nan_mismatches or over or not a.passed or named:
             v.status = "accuracy"
             why = [f"error budget {a.error_budget:.3g} > 1"] if over else []
             if a.nan_mismatches:
                 why.append(f"{a.nan_mismatches} NaN/Inf mismatches with the reference")
-            v.message = "; ".join(why) + flag if why else (a.error or "marked failed by the collector")
+            why += named
+            v.message = "; ".join(why) if why else (a.error or "marked failed by the collector")
         elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
             v.status = "warning"
             v.message = (f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
@@ -484,24 +492,35 @@ def _machine_bounds(compared: list[tuple[CaseVerdict, Comparison, str]], gpu_gro
     return MachineBound(per_class, MACHINE_RUN_BOUND, "the largest measured between two H200 runs")
 
 
-def _past_machine_bound(v: CaseVerdict, klass: str, shift: Shift | None, bound: MachineBound,
-                        candidate: RunDocument) -> str | None:
-    """Why a slowdown its same-run reference shares is no machine of this model (the run is unmeasured), or None
+def _model(candidate: RunDocument) -> str:
+    return candidate.hardware.device_name or "machine of this model"
+
+
+def _past_machine_bound(v: CaseVerdict, klass: str, bound: MachineBound, candidate: RunDocument) -> str | None:
+    """Why a slowdown its same-run reference shares is no machine of this model (the case is unmeasured), or None
     when the machine may explain it: the reference's change within the bound of the case's class (``klass``,
-    :func:`ci.detect.bound_class`) and, for a case of a
-    run-wide shift, the shift within the whole-run bound."""
-    model = candidate.hardware.device_name or "machine of this model"
+    :func:`ci.detect.bound_class`)."""
     limit, source = bound.per_class[klass]
     ratio = v.reference_ratio or 1.0
-    if ratio > limit:
-        return (f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x "
-                f"any {model} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
-                "re-run on a healthy runner")
-    if shift is not None and shift.ratio > bound.run:
-        return (f"this machine ran the whole run {shift.ratio:.3g}x slower ({shift.slower} of {shift.n} cases), "
-                f"past the {bound.run:.3g}x any {model} in the history ran slower than another ({bound.run_source}): "
-                "re-run on a healthy runner")
-    return None
+    if ratio <= limit:
+        return None
+    return (f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x any "
+            f"{_model(candidate)} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
+            "re-run on a healthy runner")
+
+
+def _broken_machine(shift: Shift | None, compared: list[tuple[CaseVerdict, Comparison, str]], bound: MachineBound,
+                    candidate: RunDocument) -> str | None:
+    """Why the whole run is unmeasured, or None: a run-wide shift of the kernels past the whole-run bound that the
+    same-run references share (their median change past it too): the machine ran slower than any of its model in
+    the history, or the timer broke; nothing it measured can be compared."""
+    refs = [v.reference_ratio for v, _, _ in compared if v.reference_ratio]
+    if shift is None or shift.ratio <= bound.run or not refs or float(np.median(refs)) <= bound.run:
+        return None
+    return (f"this machine ran {float(np.median(refs)):.3g}x slower than the baseline's (its same-run references, "
+            f"median of {len(refs)} cases; the kernels {shift.ratio:.3g}x), past the {bound.run:.3g}x any two "
+            f"{_model(candidate)}s in the history differed by over a run ({bound.run_source}): "
+            "re-run on a healthy runner")
 
 
 def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base: RunDocument,
@@ -607,7 +626,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             explained = (relative is not None and relative - 1 < c.min_effect
                          and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio))
             klass = bound_class(class_of[v.case], c.baseline_ms)
-            past = _past_machine_bound(v, klass, shift if shifted else None, bound, candidate) if explained else None
+            past = _past_machine_bound(v, klass, bound, candidate) if explained else None
             if past is not None:
                 v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
             elif explained:
@@ -633,13 +652,23 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
         else:
             v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}){tail}"
+    broken = _broken_machine(shift, compared, bound, candidate)
+    if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
+        result.notes.append(f"the run is unmeasured: {broken}")
+        for v, _, _ in compared:
+            if v.status in ("pass", "noisy", "machine"):
+                v.status, v.message = "unmeasured", f"{broken}; this case: {v.message}"
     return len(compared)
 
 
 def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
            min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
-           min_effects: dict[str, float] | None = None, metric: str = "gpu") -> GateResult:
+           min_effects: dict[str, float] | None = None, metric: str = "gpu",
+           tolerances: Mapping[str, tuple[float, float]] | None = None) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
+
+    ``tolerances``: the kernels' specs' (rtol, atol) per accuracy case key (the command line passes them; ``ci``
+    imports no kernel): a row stored with a looser one fails.
 
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
     set (exit 2) still lists what errored or is missing.
@@ -659,7 +688,7 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str,
                        if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
 
-    measured = _judge_accuracy(result, candidate, base, kernel_of)
+    measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
     missing = _missing(candidate, base)
     references = _reference_rows(candidate)

@@ -72,10 +72,11 @@ def test_per_kernel_minimum_effect(db_url, tmp_path, cli) -> None:  # noqa: ANN0
 
 def test_an_accuracy_failure_fails_and_budget_growth_warns(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     candidate = _history(db_url)
-    candidate["accuracy"][0].update(passed=False, error_budget=3.5)
+    # the errors the budget comes from move with it (the synthetic rows have max abs = budget x atol)
+    candidate["accuracy"][0].update(passed=False, error_budget=3.5, max_abs_err=3.5e-3, max_rel_err=3.5e-3)
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 1 and "error budget 3.5 > 1" in result.output
-    candidate["accuracy"][0].update(passed=True, error_budget=0.9)
+    candidate["accuracy"][0].update(passed=True, error_budget=0.9, max_abs_err=0.9e-3, max_rel_err=0.9e-3)
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 0 and "Warnings" in result.output and "error budget grew" in result.output
 

@@ -46,6 +46,8 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     from db.artifact import ArtifactError, load_artifact
     from db.engine import DatabaseError, open_database, unreadable
     from db.export import RunNotFound, export_run, find_run_id
+    from kernels import discover
+    from kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
 
     try:
@@ -69,7 +71,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(discover()))
     except (GateUndecided, ArtifactError, DatabaseError, RunNotFound, SQLAlchemyError) as exc:
         msg = exc.args[0] if isinstance(exc, LookupError) else str(exc)
         if isinstance(exc, SQLAlchemyError):
