@@ -3,14 +3,19 @@
 Exit status (``GateResult.exit_code``):
 
 * 0: every gating case was measured and is well;
-* 1: a case fails: an accuracy case over its tolerance, a significant slowdown (unless ``kernelwatch
+* 1: a case fails: an accuracy case over its tolerance or whose stored budget, ``passed`` or tolerance disagrees
+  with its errors, its baseline or its spec (:mod:`ci.budget`), a significant slowdown (unless ``kernelwatch
   ack`` acknowledged it, see :func:`acknowledge`), a case that errored, a case the baseline measured and
-  the candidate did not (missing), or a result without a measurement (a perf row with no samples, an
-  accuracy row with no trials), or a case whose samples absorbed host delay (unreliable: re-measure);
+  the candidate did not (missing; a kernel timing is missing whatever reference rows remain), or a result
+  without a measurement (a perf row with no samples, an accuracy row with no trials), a slowdown the same-run
+  references share past what machines of the model differ by (unmeasured: the machine, not the kernel, is
+  broken; ``ci.detect.MACHINE_BOUND`` / ``MACHINE_RUN_BOUND``), or a case whose samples absorbed host delay
+  (unreliable: re-measure);
 * 2: cannot decide: bad options, no baseline (or a baseline choice that would hide cases), or nothing
   comparable measured at all.
 
-The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too.
+The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too. The
+history that judges a case's noise is the baseline branch's alone (:func:`db.queries.judging_runs`).
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
 ``collector.accuracy``) are reported beside the verdict and never change it.
@@ -88,12 +93,15 @@ class CaseVerdict:
     * ``status``: one of ``STATUSES``. Failing: "regression" (significant slowdown past the minimum
       effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
       case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
-      "unmeasured" (a result row without a measurement), "unreliable" (the samples absorbed host delay:
-      the median moved, the lower quantiles did not, see ``ci.detect.contamination``; re-measure).
+      "unmeasured" (a result row without a measurement, or timed on a machine slower than any of its model
+      in the history: its same-run references moved past ``ci.detect.MACHINE_BOUND``), "unreliable" (the samples
+      absorbed host delay: the median moved, the lower quantiles did not, see ``ci.detect.contamination``;
+      re-measure).
       Not failing: "warning" (accuracy budget grew
       past BUDGET_GROWTH_WARNING x, still within tolerance), "noisy" (slower past the minimum effect but
       not distinguishable from this case's between-run noise), "machine" (slower, and its same-run
-      reference is slower with it: the machine, not the kernel), "acknowledged" (a regression whose change
+      reference is slower with it, within what machines of the model differ by: the machine, not the kernel),
+      "acknowledged" (a regression whose change
       ``kernelwatch ack`` recorded, see :func:`acknowledge`), "pass", "new" (no baseline to compare).
     * ``suite``: "accuracy" or "perf".
     * ``effect``: candidate / baseline median time - 1 (0.087 = 8.7% slower), perf only.
@@ -350,8 +358,9 @@ def _histories(engine: Engine, candidate: RunDocument, branch: str, column: str 
 # ---------------------------------------------------------------------------------------------
 def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
     """(kernels, suites) the candidate set out to measure. A complete run measured what it meant to (a
-    ``--kernels`` or CPU run covers less than the baseline on purpose); a partial or failed run was cut
-    short, so everything the baseline has is expected of it."""
+    ``--kernels`` or CPU run covers less than the baseline on purpose), and one with any perf row (a reference's
+    too) set out to time its kernels; a partial or failed run was cut short, so everything the baseline has is
+    expected of it."""
     if candidate.run.status != "complete":
         return set(), set()
     kernels = {c.kernel for c in candidate.cases}

@@ -300,3 +300,51 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
     rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
     assert rows and all("timed by graph now, by events (before timing was recorded) in the baseline" in x
                         for x in rows), rows[:2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The error budget against the errors it comes from (ci.budget, issue 32)
+# ---------------------------------------------------------------------------------------------
+def _errors(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float]:
+    """(max abs, max rel, budget) by collector.accuracy.compare's formulas."""
+    diff, mag = np.abs(out - ref), np.abs(ref)
+    nz = mag > 0
+    return float(diff.max()), float((diff[nz] / mag[nz]).max()), float((diff / (atol + rtol * mag)).max())
+
+
+def test_the_ceiling_bounds_every_budget_and_is_reached_where_both_errors_meet() -> None:
+    from ci.budget import budget_ceiling
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ref = rng.normal(size=257) * 10.0 ** rng.uniform(-3, 3, size=257)
+        out = ref + rng.normal(size=257) * 10.0 ** rng.uniform(-6, -2)
+        rtol, atol = 10.0 ** rng.uniform(-3, -1), 10.0 ** rng.uniform(-5, -1)
+        a, r, budget = _errors(out, ref, rtol, atol)
+        assert budget <= budget_ceiling(a, r, rtol, atol) * (1 + 1e-12) and budget <= a / atol * (1 + 1e-12)
+    ref, out = np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.0, 4.4])  # one element holds both maxima
+    a, r, budget = _errors(out, ref, 0.01, 0.001)
+    assert budget_ceiling(a, r, 0.01, 0.001) == pytest.approx(budget)
+
+
+def test_a_budget_that_disagrees_with_its_errors_is_named() -> None:
+    """Errors x1000 on the same gating inputs under a budget that barely moved imply far more than the budget."""
+    from types import SimpleNamespace
+
+    from ci.budget import BUDGET_RATIO_SPREAD, disagreements, implied_budget, recomputed_pass
+
+    def row(scale: float, budget: float, **kw) -> SimpleNamespace:  # noqa: ANN003
+        return SimpleNamespace(**{"max_abs_err": 2e-3 * scale, "max_rel_err": 4e-2 * scale, "rtol": 1e-2,
+                                  "atol": 1e-3, "error_budget": budget, "seed": 7, "nan_mismatches": 0,
+                                  "passed": budget <= 1, **kw})
+
+    base = row(1.0, 0.3)
+    assert disagreements(row(1.5, 0.45), base) == []  # an honest growth
+    assert implied_budget(row(1000.0, 0.5), base) == pytest.approx(0.3 * 1000 / BUDGET_RATIO_SPREAD)
+    named = disagreements(row(1000.0, 0.5), base)
+    assert any("disagrees with its errors" in n and "imply at least 25" in n for n in named), named
+    assert any("'passed: true' disagrees" in n for n in named) and recomputed_pass(row(1000.0, 0.5), base) is False
+    assert implied_budget(row(1000.0, 0.5, seed=8), base) is None  # other inputs: nothing to compare
+    assert any("larger than its errors allow" in n for n in disagreements(row(1.0, 2.5)))  # 2e-3 / 1e-3 = 2
+    assert any("looser than the spec's" in n for n in disagreements(row(1.0, 0.3), spec=(1e-3, 1e-3)))
+    assert disagreements(row(1.0, 0.3), spec=(1e-2, 1e-3)) == []
