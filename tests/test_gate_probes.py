@@ -22,10 +22,10 @@ from db.schema import format_time, parse_time
 from kernelwatch.cli import main
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
-# Three full runs of main on the x2 host (62 kernel timings, 234 perf rows, 358 gating accuracy rows each)
-FULL_HISTORY = [HISTORY / "2026-11-30T2030-d0ab6a2c-h200x2-full-2gpu.json.gz",
-                HISTORY / "2026-11-30T2040-6f35a035-h200x2-full-2gpu.json.gz"]
-FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"
+# Three full runs of one commit on the x2 host (62 kernel timings, 234 perf rows, 358 gating accuracy rows each)
+FULL_HISTORY = [HISTORY / "2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json.gz",
+                HISTORY / "2026-11-30T1853-73812d88-h200x2-full-1gpu.json.gz"]
+FULL = HISTORY / "2026-11-30T1856-73812d88-h200x2-full-2gpu.json.gz"
 # 14 repeats of one commit (38 kernel timings each): six are main's history, the seventh the candidate
 REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json.gz"))[:7]
 SLOWED = ("mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456",
