@@ -15,6 +15,8 @@ benchmark share it.
 * :func:`between_machine_sigma` / :func:`machine_sigma`: the between-machine component of a case's noise
   when candidate and baseline ran on different physical GPUs.
 * :func:`run_shift`: when most compared cases moved the same way, the run-wide shift.
+* :func:`machine_bound` / :func:`run_ratio`: how far a machine of the model may be slower than another, past which
+  a shift the references share is no machine's (MACHINE_BOUND, MACHINE_RUN_BOUND).
 """
 
 from __future__ import annotations
@@ -73,6 +75,21 @@ MIN_MACHINES = 3
 # A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
 # ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
 GEMM_INTENSITY = 50.0
+
+# How much slower one machine of a model may run than another: past this, a shift the same-run references share
+# is no machine of that model (a broken runner, a throttled GPU, a broken timer) and the run is unmeasured.
+# Measured by benchmarks/machine_bound.py on ci/history (2026-12-02, H200: 25 GPU groups, 11 of them by UUID;
+# p20 of each implementation's samples, robust to host delay; per-GPU median over runs of one commit):
+# MACHINE_BOUND, per case class, the largest ratio of one case's time on two GPUs (rounded up):
+#   launch (baseline < LAUNCH_BOUND_MS) 144 pairs: p99 1.52, max 1.70 (torch.compile, MSELoss 1M fp32)
+#   memory 477: p99 1.047, max 1.31 (RMSNorm+MatMul bf16 rstd_prepass, the 73812d88 two-GPU session)
+#   atomic  72: p99 1.080, max 1.11 (MSELoss atomic 268M fp16)
+#   gemm   180: p99 1.045, max 1.045 (cuBLAS beside RMSNorm+MatMul, 9b9d362d)
+# MACHINE_RUN_BOUND: a whole run (the median over one class's cases shared by two GPUs of one commit, 10 pairs of
+# 4-231 cases): at most 1.0449 (launch-bound, 9b9d362d), 1.0137 memory, 1.0062 gemm, 1.0054 atomic; 1.05 for all.
+MACHINE_BOUND = {"launch": 1.71, "memory": 1.31, "atomic": 1.11, "gemm": 1.05}
+MACHINE_RUN_BOUND = 1.05
+BOUND_CLASSES = {"launch": "launch-bound", **CLASS_NAMES}
 
 # Contamination: a lower quantile "stays" when it moved by less than this share of the minimum effect.
 STAY_SHARE = 0.5
@@ -170,6 +187,42 @@ def machine_sigma(groups: dict[str, list[float]], klass: str) -> tuple[float, st
     if estimate is not None and estimate > default:
         return estimate, f"estimated from {len(groups)} GPUs"
     return default, f"default for {CLASS_NAMES[klass]} cases"
+
+
+def bound_class(klass: str, baseline_ms: float) -> str:
+    """The case class of MACHINE_BOUND: "launch" below LAUNCH_BOUND_MS, else ``klass`` (:func:`case_class`)."""
+    return "launch" if baseline_ms < LAUNCH_BOUND_MS else klass
+
+
+def between_machine_ratio(groups: dict[str, list[float]]) -> float | None:
+    """The largest ratio between two GPUs' medians of one case's per-run times (``groups``: per GPU); None with
+    fewer than two GPUs."""
+    medians = [float(np.median(v)) for v in ([x for x in values if x and x > 0] for values in groups.values()) if v]
+    return max(medians) / min(medians) if len(medians) >= 2 else None
+
+
+def run_ratio(cases: list[dict[str, list[float]]], min_cases: int = RUN_SHIFT_MIN_CASES) -> float | None:
+    """The largest whole-run difference between two GPUs: for every pair of GPUs sharing at least ``min_cases``
+    of ``cases`` (each: per GPU, per-run times), exp |median over the shared cases of log(ratio of medians)|."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for groups in cases:
+        medians = {g: float(np.median(v)) for g, v in groups.items() if len(v)}
+        names = sorted(medians)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if medians[a] > 0 and medians[b] > 0:
+                    logs.setdefault((a, b), []).append(math.log(medians[a] / medians[b]))
+    shifts = [math.exp(abs(float(np.median(v)))) for v in logs.values() if len(v) >= min_cases]
+    return max(shifts) if shifts else None
+
+
+def machine_bound(estimate: float | None, klass: str) -> tuple[float, str]:
+    """(the bound on one case's machine shift, its source): MACHINE_BOUND[klass], or the history's own larger
+    ``estimate`` (:func:`between_machine_ratio` over its cases of that class)."""
+    default = MACHINE_BOUND[klass]
+    if estimate is not None and estimate > default:
+        return estimate, f"the largest between-GPU ratio of a {BOUND_CLASSES[klass]} case in the history"
+    return default, f"the largest measured between H200s for {BOUND_CLASSES[klass]} cases"
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,19 @@
 Exit status (``GateResult.exit_code``):
 
 * 0: every gating case was measured and is well;
-* 1: a case fails: an accuracy case over its tolerance, a significant slowdown (unless ``kernelwatch
+* 1: a case fails: an accuracy case over its tolerance or whose stored budget, ``passed`` or tolerance disagrees
+  with its errors, its baseline or its spec (:mod:`ci.budget`), a significant slowdown (unless ``kernelwatch
   ack`` acknowledged it, see :func:`acknowledge`), a case that errored, a case the baseline measured and
-  the candidate did not (missing), or a result without a measurement (a perf row with no samples, an
-  accuracy row with no trials), or a case whose samples absorbed host delay (unreliable: re-measure);
+  the candidate did not (missing; a kernel timing is missing whatever reference rows remain), or a result
+  without a measurement (a perf row with no samples, an accuracy row with no trials), a slowdown the same-run
+  references share past what machines of the model differ by (unmeasured: the machine, not the kernel, is
+  broken; ``ci.detect.MACHINE_BOUND`` / ``MACHINE_RUN_BOUND``), or a case whose samples absorbed host delay
+  (unreliable: re-measure);
 * 2: cannot decide: bad options, no baseline (or a baseline choice that would hide cases), or nothing
   comparable measured at all.
 
-The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too.
+The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too. The
+history that judges a case's noise is the baseline branch's alone (:func:`db.queries.judging_runs`).
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
 ``collector.accuracy``) are reported beside the verdict and never change it.
@@ -20,20 +25,31 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Engine
 
+from ci.budget import disagreements
 from ci.detect import (
+    BOUND_CLASSES,
     DEFAULT_FDR,
     DEFAULT_MIN_EFFECT,
     LAUNCH_BOUND_MS,
+    MACHINE_BOUND,
+    MACHINE_RUN_BOUND,
     Comparison,
+    Shift,
+    between_machine_ratio,
+    bound_class,
     case_class,
     compare_case,
+    machine_bound,
     machine_sigma,
     regressions,
+    run_ratio,
     run_shift,
     segment_start,
 )
@@ -45,9 +61,9 @@ from db.queries import (
     branch_runs,
     branches_on,
     confirmations,
+    judging_runs,
     perf_case_runs,
     perf_rows,
-    recent_runs,
     result_counts,
     run_info,
     runs_by_id_prefix,
@@ -89,14 +105,17 @@ class CaseVerdict:
     * ``status``: one of ``STATUSES``. Failing: "regression" (significant slowdown past the minimum
       effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
       case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
-      "unmeasured" (a result row without a measurement), "unreliable" (the samples absorbed host delay:
-      the median moved, the lower quantiles did not, see ``ci.detect.contamination``; re-measure),
+      "unmeasured" (a result row without a measurement, or timed on a machine slower than any of its model
+      in the history: its same-run references moved past ``ci.detect.MACHINE_BOUND``), "unreliable" (the samples
+      absorbed host delay: the median moved, the lower quantiles did not, see ``ci.detect.contamination``;
+      re-measure),
       "suspect" (slower past the minimum effect where the runs alone cannot decide: see :func:`mark_suspects`;
       ``kernelwatch confirm`` re-measures it on one device, and its stored verdict decides).
       Not failing: "warning" (accuracy budget grew
       past BUDGET_GROWTH_WARNING x, still within tolerance), "noisy" (slower past the minimum effect but
       not distinguishable from this case's between-run noise), "machine" (slower, and its same-run
-      reference is slower with it: the machine, not the kernel), "acknowledged" (a regression whose change
+      reference is slower with it, within what machines of the model differ by: the machine, not the kernel),
+      "acknowledged" (a regression whose change
       ``kernelwatch ack`` recorded, see :func:`acknowledge`), "pass", "new" (no baseline to compare).
     * ``suite``: "accuracy" or "perf".
     * ``effect``: candidate / baseline median time - 1 (0.087 = 8.7% slower), perf only.
@@ -423,18 +442,21 @@ METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples
 REFERENCES = ("cublas_linear", EAGER_IMPL)
 
 
-def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "median_ms"
-               ) -> dict[str, list[tuple[float, str | None]]]:
-    """Per case, (the kernel's median, its GPU UUID) over the last HISTORY_RUNS runs on this hardware, in
-    commit order (one query)."""
-    runs = [r for r in recent_runs(engine, fingerprint, HISTORY_RUNS + 1) if r["id"] != exclude][-HISTORY_RUNS:]
+def _histories(engine: Engine, candidate: RunDocument, branch: str, column: str = "median_ms",
+               now: dt.datetime | None = None) -> tuple[dict[str, list[tuple[float, str | None]]], int]:
+    """(per case, (the kernel's median, its GPU UUID) in commit order; how many runs were read): the history
+    that judges the candidate, from :func:`db.queries.judging_runs` (the last HISTORY_RUNS complete runs of
+    ``branch`` on the candidate's hardware, no PR push, none after the candidate or ``now``; one query)."""
+    fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
+    runs = judging_runs(engine, fingerprint, branch, _times(candidate), now or dt.datetime.now(dt.timezone.utc),
+                        candidate.run.id, HISTORY_RUNS)
     order = {r["id"]: i for i, r in enumerate(runs)}
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float, str | None]]] = {}
     for r in rows:
         if r[column]:
             out.setdefault(r["case"], []).append((order[r["run_id"]], r[column], r["device_uuid"]))
-    return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}
+    return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}, len(runs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,13 +464,14 @@ def _histories(engine: Engine, fingerprint: str, exclude: str, column: str = "me
 # ---------------------------------------------------------------------------------------------
 def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
     """(kernels, suites) the candidate set out to measure. A complete run measured what it meant to (a
-    ``--kernels`` or CPU run covers less than the baseline on purpose); a partial or failed run was cut
-    short, so everything the baseline has is expected of it."""
+    ``--kernels`` or CPU run covers less than the baseline on purpose), and one with any perf row (a reference's
+    too) set out to time its kernels; a partial or failed run was cut short, so everything the baseline has is
+    expected of it."""
     if candidate.run.status != "complete":
         return set(), set()
     kernels = {c.kernel for c in candidate.cases}
     suites = {"accuracy"} if any(a.kind == "gate" for a in candidate.accuracy) else set()
-    if any(p.implementation == KERNEL_IMPL for p in candidate.perf):
+    if candidate.perf:  # any implementation: a run that timed eager or cuBLAS set out to time the kernel too
         suites.add("perf")
     return kernels, suites
 
@@ -492,8 +515,19 @@ def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) ->
         "profiler": [m for m in base.profiler if m.case not in cases]})
 
 
-def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str]) -> int:
-    """Accuracy verdicts from what was measured (the error budget and the NaN/Inf mismatches; the stored
+def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
+    """Per case, the implementations other than the kernel that the candidate timed."""
+    out: dict[str, list[str]] = {}
+    for p in candidate.perf:
+        if p.implementation != KERNEL_IMPL:
+            out.setdefault(p.case, []).append(p.implementation)
+    return out
+
+
+def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str],
+                    tolerances: Mapping[str, tuple[float, float]] | None = None) -> int:
+    """Accuracy verdicts from what was measured (the error budget, the errors it comes from, checked against the
+    baseline's and the spec's tolerance by :func:`ci.budget.disagreements`, and the NaN/Inf mismatches; the stored
     ``passed`` flag can only make a case fail, never pass); returns how many rows were measured."""
     base_acc = {a.case: a for a in base.accuracy if a.kind == "gate"}
     measured = 0
@@ -505,17 +539,20 @@ def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocumen
                         baseline_budget=before)
         unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
         over = a.error_budget is not None and a.error_budget > 1
-        flag = " (the stored 'passed: true' disagrees with the measurement)" if a.passed else ""
+        named = disagreements(a, base_acc.get(a.case), (tolerances or {}).get(a.case))
+        if a.passed and (over or a.nan_mismatches) and not any("passed" in n for n in named):
+            named.append("the stored 'passed: true' disagrees with the measurement")
         if a.error and a.error_budget is None and not a.nan_mismatches:
             v.status, v.message = "error", a.error
         elif unmeasured:
             v.status, v.message = "unmeasured", "no accuracy measurement (no trials or no error budget)"
-        elif a.nan_mismatches or over or not a.passed:
+        elif a.nan_mismatches or over or not a.passed or named:
             v.status = "accuracy"
             why = [f"error budget {a.error_budget:.3g} > 1"] if over else []
             if a.nan_mismatches:
                 why.append(f"{a.nan_mismatches} NaN/Inf mismatches with the reference")
-            v.message = "; ".join(why) + flag if why else (a.error or "marked failed by the collector")
+            why += named
+            v.message = "; ".join(why) if why else (a.error or "marked failed by the collector")
         elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
             v.status = "warning"
             v.message = (f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
@@ -555,15 +592,87 @@ def _reference(candidate: RunDocument, base: RunDocument, case: str, column: str
     return None
 
 
+def _gpu_groups(history: list[tuple[float, str | None]]) -> dict[str, list[float]]:
+    """Per GPU UUID, a case's per-run times in its history's last segment (runs before a step measured other
+    code: GPUs compared across it differ by the step, not by the machine)."""
+    groups: dict[str, list[float]] = {}
+    for m, uuid in history[segment_start([m for m, _ in history]):]:
+        if uuid:
+            groups.setdefault(uuid, []).append(m)
+    return groups
+
+
+@dataclass(frozen=True)
+class MachineBound:
+    """How much slower a machine of this model may run than another: per bound class (``ci.detect.bound_class``)
+    for one case, and for a whole run; the history's estimates where they are larger than the measured defaults."""
+
+    per_class: dict[str, tuple[float, str]]
+    run: float
+    run_source: str
+
+
+def _machine_bounds(compared: list[tuple[CaseVerdict, Comparison, str]], gpu_groups: dict[str, dict[str, list[float]]],
+                    class_of: dict[str, str]) -> MachineBound:
+    estimates: dict[str, float] = {}
+    for v, c, _ in compared:
+        ratio = between_machine_ratio(gpu_groups[v.case])
+        klass = bound_class(class_of[v.case], c.baseline_ms)
+        if ratio is not None:
+            estimates[klass] = max(ratio, estimates.get(klass, ratio))
+    per_class = {klass: machine_bound(estimates.get(klass), klass) for klass in MACHINE_BOUND}
+    whole = run_ratio([gpu_groups[v.case] for v, _, _ in compared])
+    if whole is not None and whole > MACHINE_RUN_BOUND:
+        return MachineBound(per_class, whole, "the largest whole-run ratio between two GPUs in the history")
+    return MachineBound(per_class, MACHINE_RUN_BOUND, "the largest measured between two H200 runs")
+
+
+def _model(candidate: RunDocument) -> str:
+    return candidate.hardware.device_name or "machine of this model"
+
+
+def _past_machine_bound(v: CaseVerdict, klass: str, bound: MachineBound, candidate: RunDocument) -> str | None:
+    """Why a slowdown its same-run reference shares is no machine of this model (the case is unmeasured), or None
+    when the machine may explain it: the reference's change within the bound of the case's class (``klass``,
+    :func:`ci.detect.bound_class`)."""
+    limit, source = bound.per_class[klass]
+    ratio = v.reference_ratio or 1.0
+    if ratio <= limit:
+        return None
+    return (f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x any "
+            f"{_model(candidate)} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
+            "re-run on a healthy runner")
+
+
+def _broken_machine(shift: Shift | None, compared: list[tuple[CaseVerdict, Comparison, str]], bound: MachineBound,
+                    candidate: RunDocument) -> str | None:
+    """Why the whole run is unmeasured, or None: a run-wide shift of the kernels past the whole-run bound that the
+    same-run references share (their median change past it too): the machine ran slower than any of its model in
+    the history, or the timer broke; nothing it measured can be compared."""
+    refs = [v.reference_ratio for v, _, _ in compared if v.reference_ratio]
+    if shift is None or shift.ratio <= bound.run or not refs or float(np.median(refs)) <= bound.run:
+        return None
+    return (f"this machine ran {float(np.median(refs)):.3g}x slower than the baseline's (its same-run references, "
+            f"median of {len(refs)} cases; the kernels {shift.ratio:.3g}x), past the {bound.run:.3g}x any two "
+            f"{_model(candidate)}s in the history differed by over a run ({bound.run_source}): "
+            "re-run on a healthy runner")
+
+
 def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base: RunDocument,
                 kernel_of: dict[str, str], fingerprint: str, min_effects: dict[str, float]) -> int:
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     variant_of = {c.key: c.variant for c in candidate.cases}
-    histories = _histories(engine, fingerprint, candidate.run.id, median)
+    branch = result.baseline["branch"]
+    histories, judges = _histories(engine, candidate, branch, median)
+    result.notes.append(f"history: {judges} complete run{'s' if judges != 1 else ''} of {branch} on this hardware "
+                        "(no other branch, no PR push, none after the candidate or now) judge the noise, steps and "
+                        "between-GPU terms; each row names how many of them measured its case")
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
     other_gpu: set[str] = set()
+    gpu_groups: dict[str, dict[str, list[float]]] = {}  # per case: its history's per-run times per GPU
+    class_of: dict[str, str] = {}
     for p in candidate.perf:
         if p.implementation != KERNEL_IMPL:
             continue
@@ -587,11 +696,9 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             history = histories.get(p.case, [])
             klass = case_class(p.flops, p.bytes, variant_of[p.case])
             note, sigma_m = "", 0.0
+            groups = _gpu_groups(history)
+            gpu_groups[p.case], class_of[p.case] = groups, klass
             if p.device_uuid != b.device_uuid:
-                groups: dict[str, list[float]] = {}
-                for m, uuid in history[segment_start([m for m, _ in history]):]:
-                    if uuid:
-                        groups.setdefault(uuid, []).append(m)
                 sigma_m, source = machine_sigma(groups, klass)
                 where = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
                          f"{_short_uuid(p.device_uuid)})" if b.device_uuid and p.device_uuid else
@@ -629,10 +736,11 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
                             f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
                             "judged as one change, not as each case's noise")
+    bound = _machine_bounds(compared, gpu_groups, class_of)
     for v, c, note in compared:
         evidence = (f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} "
-                    + (f"from {c.history} runs of history" if c.basis == "history"
-                       else f"from the noise floor ({c.history} runs of history, fewer than needed)"))
+                    + (f"from {c.history} runs of {branch}" if c.basis == "history"
+                       else f"from the noise floor ({c.history} runs of {branch}, fewer than needed)"))
         times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
         relative = None if v.reference_ratio is None else c.ratio / v.reference_ratio
         vs_ref = "" if relative is None else (f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
@@ -652,7 +760,11 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             # the minimum effect AND the reference's own change at least REFERENCE_SHARE of the kernel's
             explained = (relative is not None and relative - 1 < c.min_effect
                          and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio))
-            if explained:
+            klass = bound_class(class_of[v.case], c.baseline_ms)
+            past = _past_machine_bound(v, klass, bound, candidate) if explained else None
+            if past is not None:
+                v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
+            elif explained:
                 v.status = "machine"
                 v.message = (f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
                              f"kernel ({why}){tail}")
@@ -675,13 +787,23 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
         else:
             v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}){tail}"
+    broken = _broken_machine(shift, compared, bound, candidate)
+    if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
+        result.notes.append(f"the run is unmeasured: {broken}")
+        for v, _, _ in compared:
+            if v.status in ("pass", "noisy", "machine"):
+                v.status, v.message = "unmeasured", f"{broken}; this case: {v.message}"
     return len(compared)
 
 
 def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline,
            min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
-           min_effects: dict[str, float] | None = None, metric: str = "gpu") -> GateResult:
+           min_effects: dict[str, float] | None = None, metric: str = "gpu",
+           tolerances: Mapping[str, tuple[float, float]] | None = None) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
+
+    ``tolerances``: the kernels' specs' (rtol, atol) per accuracy case key (the command line passes them; ``ci``
+    imports no kernel): a row stored with a looser one fails.
 
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
     set (exit 2) still lists what errored or is missing.
@@ -706,12 +828,15 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
         result.notes.append(assembled.describe())
     base = carry_over(result, candidate, base)
 
-    measured = _judge_accuracy(result, candidate, base, kernel_of)
+    measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
     missing = _missing(candidate, base)
+    references = _reference_rows(candidate)
     for suite, case, kernel in missing:
+        timed = f" (it timed {', '.join(references[case])} but not the kernel)" \
+            if suite == "perf" and case in references else ""
         result.verdicts.append(CaseVerdict(case, kernel, "missing", f"the baseline measured this {suite} case; "
-                                           f"the candidate ({cand_run['status']} run) did not", suite=suite))
+                                           f"the candidate ({cand_run['status']} run) did not{timed}", suite=suite))
     if cand_run["status"] != "complete":
         result.notes.append(f"the candidate run is {cand_run['status']}"
                             + (f": {cand_run['notes']}" if cand_run.get("notes") else ""))
@@ -868,7 +993,7 @@ def speedup_tests(engine: Engine, candidate: RunDocument, result: GateResult) ->
     base = (baseline_document(engine, result.assembled) if result.assembled
             else export_run(engine, result.baseline["id"]))
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
-    histories = _histories(engine, hardware_fingerprint(to_data(candidate)["hardware"]), candidate.run.id)
+    histories, _ = _histories(engine, candidate, result.baseline["branch"])
     return {p.case: compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
                                  [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
                                  machine=quick[p.case].machine_sigma)

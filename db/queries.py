@@ -505,9 +505,9 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
     with ``perf_shared`` (its kernel timings of ``perf_cases``), ``acc_shared`` (its gating accuracy rows of
     ``acc_cases``) and ``results`` (all its rows).
 
-    Eligible: status complete, of ``branch`` when given, not ``exclude``, not after the candidate in commit
-    order nor started after it (``not_after`` = (commit time or start, start)), nothing dated after ``now``,
-    and at least one result. The newest ``lookback`` of them are returned.
+    Eligible: status complete, of ``branch`` when given (and then not a pull-request push), not ``exclude``, not
+    after the candidate in commit order nor started after it (``not_after`` = (commit time or start, start)),
+    nothing dated after ``now``, and at least one result. The newest ``lookback`` of them are returned.
     """
     commit_key = func.coalesce(Run.commit_time, Run.started_at)
     when, started = not_after
@@ -519,8 +519,8 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
                    Run.started_at <= started, Run.started_at <= now,
                    or_(Run.commit_time.is_(None), Run.commit_time <= now), has_results)
             .order_by(*(c.desc() for c in _commit_order()), Run.id).limit(lookback))
-    if branch is not None:
-        stmt = stmt.where(Run.branch == branch)
+    if branch is not None:  # a pull request's push is never its branch's baseline (its head may be named main)
+        stmt = stmt.where(Run.branch == branch, Run.trigger != "pr")
     if exclude:
         stmt = stmt.where(Run.id != exclude)
     with Session(engine) as conn:
@@ -531,6 +531,29 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
     acc_shared = _shared(engine, AccuracyResult, ids, acc_cases, AccuracyResult.kind == "gate")
     return [{**r, "results": counts.get(r["id"], 0), "perf_shared": perf_shared.get(r["id"], 0),
              "acc_shared": acc_shared.get(r["id"], 0)} for r in runs]
+
+
+def judging_runs(engine: Engine, fingerprint: str, branch: str, not_after: tuple[dt.datetime, dt.datetime],
+                 now: dt.datetime, exclude: str | None, last: int) -> list[dict[str, Any]]:
+    """The runs whose results may judge a candidate (its noise, steps and between-GPU terms), oldest first
+    (commit order): the newest ``last`` complete runs of ``branch`` on one hardware that are not pull-request
+    pushes (trigger "pr"), not ``exclude``, not after the candidate in commit order nor started after it
+    (``not_after`` as in :func:`baseline_candidates`), and dated no later than ``now``.
+
+    The database stores no commit ancestry, so "the baseline's branch and its ancestors" is the runs of that
+    branch: a run of another branch, a PR push, a partial run or a clock set ahead never enters."""
+    commit_key = func.coalesce(Run.commit_time, Run.started_at)
+    when, started = not_after
+    stmt = (select(Run, Hardware).join(Hardware)
+            .where(Hardware.fingerprint == fingerprint, Run.branch == branch, Run.status == "complete",
+                   Run.trigger != "pr", commit_key <= when, Run.started_at <= started, Run.started_at <= now,
+                   or_(Run.commit_time.is_(None), Run.commit_time <= now))
+            .order_by(*(c.desc() for c in _commit_order()), Run.id).limit(last))
+    if exclude:
+        stmt = stmt.where(Run.id != exclude)
+    with Session(engine) as conn:
+        rows = [_run_dict(r, h) for r, h in conn.execute(stmt)]
+    return rows[::-1]
 
 
 def _shared(engine: Engine, table, run_ids: list[str], keys: list[str], where) -> dict[str, int]:  # noqa: ANN001

@@ -205,3 +205,9 @@ def numel(shape: tuple[int, ...] | list[int]) -> int:
 
 def element_size(dtype: str) -> int:
     return torch.tensor([], dtype=DTYPES[dtype]).element_size()
+
+
+def tolerances(specs: Mapping[str, KernelSpec]) -> dict[str, tuple[float, float]]:
+    """(rtol, atol) of every accuracy case of ``specs`` (``kernels.discover()``), by case key: what the gate checks
+    a stored accuracy row's tolerance against."""
+    return {c.key: (c.tol.rtol, c.tol.atol) for spec in specs.values() for c in spec.accuracy_cases() if c.tol}

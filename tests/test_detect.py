@@ -267,3 +267,33 @@ def test_gpus_are_compared_within_the_last_segment_of_the_history() -> None:
     assert segment_start(history) == 16 and segment_start(history[:16]) == 0 and segment_start([]) == 0
     assert between_machine_sigma({**old, **new}) > 0.15
     assert between_machine_sigma(new) < 0.01
+
+
+# ---------------------------------------------------------------------------------------------
+# How far a machine may explain a shift (issue 32)
+# ---------------------------------------------------------------------------------------------
+def test_between_machine_ratio_is_the_slowest_gpu_over_the_fastest() -> None:
+    from ci.detect import between_machine_ratio
+
+    assert between_machine_ratio({"a": [1.0, 1.0, 5.0], "b": [1.2, 1.2]}) == pytest.approx(1.2)  # medians, not means
+    assert between_machine_ratio({"a": [1.0]}) is None
+    assert between_machine_ratio({"a": [1.0], "b": []}) is None
+
+
+def test_run_ratio_takes_the_median_over_shared_cases_of_each_gpu_pair() -> None:
+    """One case 40% apart among four 1% apart is a case's noise, not the machine: the whole run is 1.01x."""
+    from ci.detect import run_ratio
+
+    cases = [{"a": [1.0], "b": [1.01]}, {"a": [2.0], "b": [2.02]}, {"a": [3.0], "b": [3.03]},
+             {"a": [4.0], "b": [5.6]}, {"a": [5.0], "b": [5.05], "c": [50.0]}]
+    assert run_ratio(cases) == pytest.approx(1.01)
+    assert run_ratio(cases[:3]) is None  # fewer shared cases than RUN_SHIFT_MIN_CASES
+
+
+def test_machine_bound_takes_the_larger_of_the_measured_default_and_the_history() -> None:
+    from ci.detect import MACHINE_BOUND, bound_class, machine_bound
+
+    assert machine_bound(None, "memory")[0] == MACHINE_BOUND["memory"]
+    assert machine_bound(1.01, "gemm")[0] == MACHINE_BOUND["gemm"]
+    assert machine_bound(2.5, "launch") == (2.5, "the largest between-GPU ratio of a launch-bound case in the history")
+    assert bound_class("memory", 0.005) == "launch" and bound_class("gemm", 0.3) == "gemm"

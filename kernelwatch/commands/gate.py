@@ -45,6 +45,8 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
     from db.artifact import load_artifact
     from db.engine import open_database
     from db.export import export_run, find_run_id
+    from kernels import discover
+    from kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
 
     try:
@@ -68,7 +70,7 @@ def command(candidate: str | None, artifact: Path | None, baseline: str, min_eff
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(discover()))
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
         if message is None:

@@ -1,0 +1,79 @@
+"""How much slower one H200 ran than another in ci/history: the bounds on a "machine" shift (ci.detect.MACHINE_BOUND,
+MACHINE_RUN_BOUND).
+
+    python benchmarks/machine_bound.py
+
+Every implementation's time (kernel, eager, torch.compile, cuBLAS, peers) is grouped by commit and physical GPU (its
+UUID where the run records it, else the run's machine tag, device label and commit, as benchmarks/machine_spread.py
+does); the time is the p20 of the samples, which host delay leaves in place (ci.detect.contamination), and a GPU's
+time of a case is the median over its runs of that commit. Printed:
+
+* per bound class (ci.detect.bound_class: launch-bound below LAUNCH_BOUND_MS, else memory / atomic / GEMM), the
+  ratio of the slowest to the fastest GPU of each (commit, case, implementation) measured on two or more GPUs
+  (ci.detect.between_machine_ratio): count, median, p99, max and the largest;
+* per class and commit, the whole-run ratio (ci.detect.run_ratio: for two GPUs, the median over the class's shared
+  cases of the log ratio).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.detect import between_machine_ratio, bound_class, case_class, run_ratio  # noqa: E402
+from db.artifact import load_artifact  # noqa: E402
+
+HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
+
+
+def groups() -> tuple[dict[tuple[str, str, str], dict[str, list[float]]], dict[tuple[str, str, str], str], int]:
+    """({(commit, case, implementation): {gpu: [p20 per run]}}, the class of each, the number of GPUs)."""
+    times: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    classes: dict[tuple[str, str, str], str] = {}
+    gpus: set[str] = set()
+    for path in sorted(HISTORY.glob("*.json.gz")):
+        doc = load_artifact(path)
+        tag = path.name.split("-")[4]
+        variants = {c.key: c.variant for c in doc.cases}
+        for p in doc.perf:
+            if not p.p20_ms:
+                continue
+            gpu = p.device_uuid or f"{tag}:{p.device or 'cuda:0'}:{doc.run.commit.sha[:8]}"
+            gpus.add(gpu)
+            key = (doc.run.commit.sha[:8], p.case, p.implementation)
+            times[key][gpu].append(p.p20_ms)
+            classes[key] = case_class(p.flops, p.bytes, variants[p.case])
+    return times, classes, len(gpus)
+
+
+def main() -> None:
+    times, classes, n_gpus = groups()
+    print(f"{n_gpus} GPU groups in {HISTORY}")
+    per_case: dict[str, list[tuple[float, tuple[str, str, str]]]] = defaultdict(list)
+    per_run: dict[tuple[str, str], list[dict[str, list[float]]]] = defaultdict(list)
+    for key, by_gpu in times.items():
+        ratio = between_machine_ratio(by_gpu)
+        if ratio is None:
+            continue
+        fastest = min(float(np.median(v)) for v in by_gpu.values())
+        klass = bound_class(classes[key], fastest)
+        per_case[klass].append((ratio, key))
+        per_run[(klass, key[0])].append(by_gpu)
+    for klass, rows in sorted(per_case.items()):
+        r = np.array([x for x, _ in rows])
+        worst, (commit, case, impl) = max(rows)
+        print(f"{klass:7s} {len(r):4d} case pairs: median {np.median(r):.4f}, p99 {np.quantile(r, 0.99):.4f}, "
+              f"max {r.max():.4f} ({impl} {case} at {commit})")
+    for (klass, commit), cases in sorted(per_run.items()):
+        ratio = run_ratio(cases)
+        if ratio is not None:
+            print(f"run   {klass:7s} {commit}: {len(cases):4d} cases, largest whole-run ratio {ratio:.4f}")
+
+
+if __name__ == "__main__":
+    main()
