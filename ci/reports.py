@@ -16,15 +16,43 @@ from db.schema import printable
 
 # What a reader calls each verdict, most severe first: the gate's reports, Triage, Overview, the case page and
 # Compare all name and order a case by :func:`label` (a status not listed, e.g. a newer one, shows its own name).
-LABELS = {"accuracy": "accuracy failed", "error": "errored", "missing": "not measured", "unmeasured": "not measured",
-          "unreliable": "not measured", "regression": "slower", "warning": "accuracy warning",
-          "acknowledged": "acknowledged", "noisy": "slower (within noise)", "machine": "machine", "new": "new",
-          "pass": "unchanged", "suspect": "suspect (confirm)"}
-SEVERITY = ("accuracy failed", "errored", "not measured", "slower", "suspect (confirm)", "accuracy warning",
-            "acknowledged", "slower (within noise)", "machine", "new", "faster", "faster (within noise)", "unchanged")
+LABELS = {
+    "accuracy": "accuracy failed",
+    "error": "errored",
+    "missing": "missing",
+    "unmeasured": "unmeasured",
+    "unreliable": "unreliable",
+    "regression": "slower",
+    "warning": "accuracy warning",
+    "acknowledged": "acknowledged",
+    "noisy": "slower (within noise)",
+    "machine": "machine",
+    "new": "new",
+    "pass": "unchanged",
+    "suspect": "suspect (confirm)",
+}
+SEVERITY = (
+    "accuracy failed",
+    "errored",
+    "missing",
+    "unmeasured",
+    "unreliable",
+    "slower",
+    "suspect (confirm)",
+    "accuracy warning",
+    "acknowledged",
+    "slower (within noise)",
+    "machine",
+    "new",
+    "faster",
+    "faster (within noise)",
+    "unchanged",
+)
 # What a hardware label's parenthesis is, wherever one is shown: "NVIDIA H200 (b10424)".
-FINGERPRINT_NOTE = ("the hardware fingerprint: the first characters of a hash of the device model, count, memory "
-                    "and software stack; runs with the same one are compared")
+FINGERPRINT_NOTE = (
+    "the hardware fingerprint: the first characters of a hash of the device model, count, memory "
+    "and software stack; runs with the same one are compared"
+)
 
 
 def label(v: CaseVerdict, result: GateResult) -> str:
@@ -55,27 +83,47 @@ def counts(result: GateResult) -> list[tuple[str, int]]:
 
 def by_severity(rows: list[CaseVerdict], result: GateResult) -> list[CaseVerdict]:
     """Most severe first, then the largest effect (slowdown, or budget growth), then the case key."""
+
     def size(v: CaseVerdict) -> float:
         if v.comparison is not None:
             return abs(math.log(v.comparison.ratio)) if v.comparison.ratio > 0 else 0.0
         if v.budget and v.baseline_budget:
             return abs(math.log(v.budget / v.baseline_budget))
         return v.budget or 0.0
+
     return sorted(rows, key=lambda v: (severity(label(v, result)), -size(v), v.case))
 
 
 def hardware_text(result: GateResult) -> str:
-    """"NVIDIA H200 (b10424, 2 devices)": the hardware the candidate and its baseline ran on."""
+    """ "NVIDIA H200 (b10424, 2 devices)": the hardware the candidate and its baseline ran on."""
     hw = result.hardware
     if not hw:
         return "hardware not recorded"
     count = hw.get("device_count") or 1
-    return (f"{hw.get('device_name') or 'unnamed device'} (hardware fingerprint {str(hw.get('fingerprint'))[:6]}"
-            + (f", {count} devices" if count > 1 else "") + ")")
+    return (
+        f"{hw.get('device_name') or 'unnamed device'} (hardware fingerprint {str(hw.get('fingerprint'))[:6]}"
+        + (f", {count} devices" if count > 1 else "")
+        + ")"
+    )
 
-ICONS = {"accuracy failed": "❌", "errored": "❌", "not measured": "❌", "slower": "❌", "accuracy warning": "⚠️",
-         "machine": "🖥️", "slower (within noise)": "〰️", "faster (within noise)": "〰️", "unchanged": "✅",
-         "faster": "✅", "new": "🆕", "acknowledged": "☑️", "suspect (confirm)": "🔍"}
+
+ICONS = {
+    "accuracy failed": "❌",
+    "errored": "❌",
+    "missing": "❌",
+    "unmeasured": "❌",
+    "unreliable": "❌",
+    "slower": "❌",
+    "accuracy warning": "⚠️",
+    "machine": "🖥️",
+    "slower (within noise)": "〰️",
+    "faster (within noise)": "〰️",
+    "unchanged": "✅",
+    "faster": "✅",
+    "new": "🆕",
+    "acknowledged": "☑️",
+    "suspect (confirm)": "🔍",
+}
 # The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
 # brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
 # nothing in the middle of a line, so the text stays readable where the report is printed as it is.
@@ -107,38 +155,62 @@ def _fmt_ms(value: float | None) -> str:
 
 def markdown(result: GateResult) -> str:
     c, b = result.candidate, result.baseline
-    lines = [f"## KernelWatch gate: {result.verdict}", "",
-             f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
-             f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
-             f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}) on {md_text(hardware_text(result))}; "
-             + ("wall time per call (calls back to back); " if result.metric == "call" else "")
-             + f"minimum effect {result.min_effect:.0%}, "
-             f"false discovery rate {result.fdr:.0%}.", ""]
+    lines = [
+        f"## KernelWatch gate: {result.verdict}",
+        "",
+        f"Candidate {md_code(c['commit']['sha'][:12])} ({md_text(c['commit']['branch'])}, run "
+        f"{md_code(c['id'][:8])}, {md_text(c['status'])}) against baseline {md_code(b['commit'][:12])} "
+        f"({md_text(b['branch'])}, run {md_code(b['id'][:8])}) on {md_text(hardware_text(result))}; "
+        + ("wall time per call (calls back to back); " if result.metric == "call" else "")
+        + f"minimum effect {result.min_effect:.0%}, "
+        f"false discovery rate {result.fdr:.0%}.",
+        "",
+    ]
     if result.undecided:
         lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]
     lines += [f"Note: {md_text(n)}" for n in result.notes]
     lines.append("Cases: " + " · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in counts(result)))
     acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
-    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings),
-                        ("Acknowledged (expected, not failing)", acknowledged)):
+    for title, rows in (
+        ("Failures", result.failed),
+        ("Warnings", result.warnings),
+        ("Acknowledged (expected, not failing)", acknowledged),
+    ):
         if rows:
-            lines += ["", f"### {title}", "", "| case | what | before | now | details |",
-                      "| --- | --- | --- | --- | --- |"]
+            lines += [
+                "",
+                f"### {title}",
+                "",
+                "| case | what | before | now | details |",
+                "| --- | --- | --- | --- | --- |",
+            ]
             for v in by_severity(rows, result):
-                before, now = ((_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms)) if v.suite == "perf" else
-                               tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget)))
-                lines.append(f"| {md_code(v.case)} | {md_text(label(v, result))} | {before} | {now} | "
-                             f"{md_text(v.message)} |")
+                before, now = (
+                    (_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms))
+                    if v.suite == "perf"
+                    else tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget))
+                )
+                lines.append(
+                    f"| {md_code(v.case)} | {md_text(label(v, result))} | {before} | {now} | {md_text(v.message)} |"
+                )
     if result.explored:
         bad = [a for a in result.explored if not a["passed"]]
         budgets = [a["error_budget"] for a in result.explored if a["error_budget"] is not None]
-        lines += ["", "### Exploration (fresh seeds; not part of the verdict)", "",
-                  f"{len(result.explored) - len(bad)} of {len(result.explored)} cases passed"
-                  + (f"; worst budget {max(budgets):.3g}" if budgets else "") + "."]
+        lines += [
+            "",
+            "### Exploration (fresh seeds; not part of the verdict)",
+            "",
+            f"{len(result.explored) - len(bad)} of {len(result.explored)} cases passed"
+            + (f"; worst budget {max(budgets):.3g}" if budgets else "")
+            + ".",
+        ]
         if bad:
             lines += ["", "| case | budget | seed | error |", "| --- | --- | --- | --- |"]
-            lines += [f"| {md_code(a['case'])} | {a['error_budget'] if a['error_budget'] is not None else '-'} | "
-                      f"{a['seed']} | {md_text(a['error'] or '')} |" for a in bad[:50]]
+            lines += [
+                f"| {md_code(a['case'])} | {a['error_budget'] if a['error_budget'] is not None else '-'} | "
+                f"{a['seed']} | {md_text(a['error'] or '')} |"
+                for a in bad[:50]
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -151,8 +223,9 @@ def junit(result: GateResult) -> str:
     for kernel, verdicts in sorted(by_kernel.items()):
         failures = sum(v.failed and v.status != "error" for v in verdicts)
         errors = sum(v.status == "error" for v in verdicts)
-        suite = ET.SubElement(suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures),
-                              errors=str(errors))
+        suite = ET.SubElement(
+            suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures), errors=str(errors)
+        )
         for v in verdicts:
             message = printable(v.message)
             case = ET.SubElement(suite, "testcase", classname=printable(kernel), name=printable(v.case))
@@ -165,11 +238,25 @@ def junit(result: GateResult) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-STATUS_CLASS = {"regression": "bad", "accuracy": "bad", "error": "bad", "missing": "bad", "unmeasured": "bad",
-                "unreliable": "bad", "warning": "warn", "noisy": "warn", "machine": "warn", "acknowledged": "ack",
-                "pass": "ok", "new": "ok", "suspect": "bad"}
-LABEL_CLASS = {name: STATUS_CLASS.get(status, "") for status, name in LABELS.items()} | {"faster": "ok",
-                                                                                      "faster (within noise)": "ok"}
+STATUS_CLASS = {
+    "regression": "bad",
+    "accuracy": "bad",
+    "error": "bad",
+    "missing": "bad",
+    "unmeasured": "bad",
+    "unreliable": "bad",
+    "warning": "warn",
+    "noisy": "warn",
+    "machine": "warn",
+    "acknowledged": "ack",
+    "pass": "ok",
+    "new": "ok",
+    "suspect": "bad",
+}
+LABEL_CLASS = {name: STATUS_CLASS.get(status, "") for status, name in LABELS.items()} | {
+    "faster": "ok",
+    "faster (within noise)": "ok",
+}
 RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x slower (or faster) reaches the edge
 
 
@@ -198,14 +285,17 @@ def _ratio_table(result: GateResult) -> str:
         f"<td>{_h(label(v, result))}</td><td class='n'>{_h(_fmt_ms(v.baseline_ms))}</td>"
         f"<td class='n'>{_h(_fmt_ms(v.time_ms))}</td>"
         f"<td class='n'>{v.comparison.ratio:.3f}</td><td>{_bar(v.comparison.ratio, v.status)}</td></tr>"
-        for v in rows)
-    return (f"<table id='ratios' style='--min:{_effect_pos(result):.2f}%'><caption>Time ratio per case (candidate "
-            f"/ baseline): each bar grows from the grey line at 1 (no change), right = slower, left = faster, on a "
-            f"log scale with edges at {lo} and {RATIO_SPAN:g}x; the red line is the minimum effect "
-            f"(+{result.min_effect:.0%}).</caption><colgroup><col class='c1'><col class='c2'><col class='c3'>"
-            "<col class='c3'><col class='c4'><col class='c5'></colgroup><tr><th>case</th><th>verdict</th>"
-            "<th>before</th><th>now</th><th>ratio</th><th class='axis'>&larr; faster | slower &rarr;</th></tr>"
-            f"{body}</table>")
+        for v in rows
+    )
+    return (
+        f"<table id='ratios' style='--min:{_effect_pos(result):.2f}%'><caption>Time ratio per case (candidate "
+        f"/ baseline): each bar grows from the grey line at 1 (no change), right = slower, left = faster, on a "
+        f"log scale with edges at {lo} and {RATIO_SPAN:g}x; the red line is the minimum effect "
+        f"(+{result.min_effect:.0%}).</caption><colgroup><col class='c1'><col class='c2'><col class='c3'>"
+        "<col class='c3'><col class='c4'><col class='c5'></colgroup><tr><th>case</th><th>verdict</th>"
+        "<th>before</th><th>now</th><th>ratio</th><th class='axis'>&larr; faster | slower &rarr;</th></tr>"
+        f"{body}</table>"
+    )
 
 
 def _effect_pos(result: GateResult) -> float:
@@ -219,10 +309,13 @@ def _verdict_table(rows: list, title: str, result: GateResult) -> str:
         f"<tr class='{STATUS_CLASS.get(v.status, '')}'><td class='case'>{_h(v.case)}</td>"
         f"<td>{_h(label(v, result))}</td>"
         f"<td class='n'>{_before_now(v)[0]}</td><td class='n'>{_before_now(v)[1]}</td><td>{_h(v.message)}</td></tr>"
-        for v in by_severity(rows, result))
-    return (f"<h2>{_h(title)} ({len(rows)})</h2><table><colgroup><col class='c1'><col class='c2'><col class='c3'>"
-            "<col class='c3'><col></colgroup><tr><th>case</th><th>verdict</th><th>before</th><th>now</th>"
-            f"<th>details</th></tr>{body}</table>")
+        for v in by_severity(rows, result)
+    )
+    return (
+        f"<h2>{_h(title)} ({len(rows)})</h2><table><colgroup><col class='c1'><col class='c2'><col class='c3'>"
+        "<col class='c3'><col></colgroup><tr><th>case</th><th>verdict</th><th>before</th><th>now</th>"
+        f"<th>details</th></tr>{body}</table>"
+    )
 
 
 def _before_now(v) -> tuple[str, str]:  # noqa: ANN001 - a CaseVerdict
@@ -231,53 +324,66 @@ def _before_now(v) -> tuple[str, str]:  # noqa: ANN001 - a CaseVerdict
     return tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget))
 
 
-_CSS = ("body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;max-width:1240px;padding:0 16px;color:#222}"
-        "h1{font-size:22px;margin:0 0 8px} h2{font-size:17px;margin:22px 0 6px}"
-        "table{border-collapse:collapse;width:100%;table-layout:fixed;margin-bottom:8px}"
-        "caption{text-align:left;color:#555;padding:4px 0}"
-        "th,td{padding:3px 6px;border-bottom:1px solid #e4e4e4;text-align:left;vertical-align:top}"
-        "td.case{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:12px}"
-        "td.n{text-align:right;white-space:nowrap} col.c1{width:36%} col.c2{width:9%} col.c3{width:8%}"
-        "col.c4{width:7%} col.c5{width:28%}"
-        "tr.bad td{background:#fde0e0} tr.warn td{background:#fff6d5} tr.ack td{background:#eee6f6}"
-        ".counts span{display:inline-block;margin:0 8px 4px 0;padding:1px 8px;border-radius:9px;background:#eee}"
-        ".counts .bad{background:#f6c6c6} .counts .warn{background:#f8e8a8} .counts .ok{background:#d3efd9}"
-        ".track{position:relative;height:12px;background:linear-gradient(90deg,transparent calc(50% - 1px),#888 "
-        "calc(50% - 1px),#888 calc(50% + 1px),transparent calc(50% + 1px)),linear-gradient(90deg,transparent "
-        "var(--min),#d62728 var(--min),#d62728 calc(var(--min) + 1px),transparent calc(var(--min) + 1px))}"
-        ".b{position:absolute;top:1px;height:10px;background:#9ab} .b.bad{background:#d62728}"
-        ".b.faster{background:#2ca02c} .b.clip{border-right:3px double #000}"
-        "th.axis{text-align:center}"
-        "p.meta{color:#444;margin:4px 0}")
+_CSS = (
+    "body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;max-width:1240px;padding:0 16px;color:#222}"
+    "h1{font-size:22px;margin:0 0 8px} h2{font-size:17px;margin:22px 0 6px}"
+    "table{border-collapse:collapse;width:100%;table-layout:fixed;margin-bottom:8px}"
+    "caption{text-align:left;color:#555;padding:4px 0}"
+    "th,td{padding:3px 6px;border-bottom:1px solid #e4e4e4;text-align:left;vertical-align:top}"
+    "td.case{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:12px}"
+    "td.n{text-align:right;white-space:nowrap} col.c1{width:36%} col.c2{width:9%} col.c3{width:8%}"
+    "col.c4{width:7%} col.c5{width:28%}"
+    "tr.bad td{background:#fde0e0} tr.warn td{background:#fff6d5} tr.ack td{background:#eee6f6}"
+    ".counts span{display:inline-block;margin:0 8px 4px 0;padding:1px 8px;border-radius:9px;background:#eee}"
+    ".counts .bad{background:#f6c6c6} .counts .warn{background:#f8e8a8} .counts .ok{background:#d3efd9}"
+    ".track{position:relative;height:12px;background:linear-gradient(90deg,transparent calc(50% - 1px),#888 "
+    "calc(50% - 1px),#888 calc(50% + 1px),transparent calc(50% + 1px)),linear-gradient(90deg,transparent "
+    "var(--min),#d62728 var(--min),#d62728 calc(var(--min) + 1px),transparent calc(var(--min) + 1px))}"
+    ".b{position:absolute;top:1px;height:10px;background:#9ab} .b.bad{background:#d62728}"
+    ".b.faster{background:#2ca02c} .b.clip{border-right:3px double #000}"
+    "th.axis{text-align:center}"
+    "p.meta{color:#444;margin:4px 0}"
+)
 
 
 def html_report(result: GateResult) -> str:
     """One small file, no script and nothing fetched: the verdict, what was compared, the failures and
     warnings, and every compared perf case's time ratio as a bar centred on 1 (CSS only)."""
     c, b = result.candidate, result.baseline
-    meta = (f"Candidate {_h(c['commit']['sha'][:12])} ({_h(c['commit']['branch'])}, run {_h(c['id'][:8])}, "
-            f"{_h(c['status'])}) against baseline {_h(b['commit'][:12])} ({_h(b['branch'])}, run {_h(b['id'][:8])}) "
-            f"on {_h(hardware_text(result))}; "
-            + ("wall time per call; " if result.metric == "call" else "GPU time; ")
-            + f"minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}.")
+    meta = (
+        f"Candidate {_h(c['commit']['sha'][:12])} ({_h(c['commit']['branch'])}, run {_h(c['id'][:8])}, "
+        f"{_h(c['status'])}) against baseline {_h(b['commit'][:12])} ({_h(b['branch'])}, run {_h(b['id'][:8])}) "
+        f"on {_h(hardware_text(result))}; "
+        + ("wall time per call; " if result.metric == "call" else "GPU time; ")
+        + f"minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}."
+    )
     notes = "".join(f"<p class='meta'>Note: {_h(n)}</p>" for n in result.notes)
     if result.undecided:
         notes = f"<p class='meta'><b>Cannot decide:</b> {_h(result.undecided)}</p>" + notes
     badges = "".join(f"<span class='{LABEL_CLASS.get(s, '')}'>{_h(s)}: {n}</span>" for s, n in counts(result))
     acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
-    others = sorted((v for v in result.verdicts if v not in result.failed and v not in result.warnings
-                     and v.status != "acknowledged"), key=lambda v: (v.status != "new", v.case))
+    others = sorted(
+        (
+            v
+            for v in result.verdicts
+            if v not in result.failed and v not in result.warnings and v.status != "acknowledged"
+        ),
+        key=lambda v: (v.status != "new", v.case),
+    )
     rest = _verdict_table(others, "Every other case", result)
-    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>KernelWatch gate: {_h(result.verdict)}</title><style>{_CSS}</style></head><body>"
-            f"<h1>KernelWatch gate: {_h(result.verdict)}</h1><p class='meta'>{meta}</p>{notes}"
-            f"<div class='counts'>{badges}</div>"
-            + _verdict_table(result.failed, "Failures", result) + _verdict_table(result.warnings, "Warnings", result)
-            + _verdict_table(acknowledged, "Acknowledged (expected, not failing)", result)
-            + f"<h2>Perf: time ratio per case</h2>{_ratio_table(result)}"
-            + (f"<details><summary>Every other case ({len(others)})</summary>{rest}</details>" if others else "")
-            + "</body></html>")
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>KernelWatch gate: {_h(result.verdict)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>KernelWatch gate: {_h(result.verdict)}</h1><p class='meta'>{meta}</p>{notes}"
+        f"<div class='counts'>{badges}</div>"
+        + _verdict_table(result.failed, "Failures", result)
+        + _verdict_table(result.warnings, "Warnings", result)
+        + _verdict_table(acknowledged, "Acknowledged (expected, not failing)", result)
+        + f"<h2>Perf: time ratio per case</h2>{_ratio_table(result)}"
+        + (f"<details><summary>Every other case ({len(others)})</summary>{rest}</details>" if others else "")
+        + "</body></html>"
+    )
 
 
 def publish(result: GateResult, folder: Path, summary: str | None = None) -> list[str]:

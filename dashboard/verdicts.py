@@ -35,7 +35,7 @@ SEVERITY = (*SEVERITY[:SEVERITY.index("slower") + 1], RESOLVED, *SEVERITY[SEVERI
 SUMMARY = {"slower": ("slower",), "faster": ("faster",), "within noise": ("slower (within noise)",
                                                                           "faster (within noise)"),
            "accuracy failed": ("accuracy failed",), "accuracy warning": ("accuracy warning",),
-           "errored / not measured": ("errored", "not measured"), "unchanged": ("unchanged",)}
+           "errored / not measured": ("errored", "missing", "unmeasured", "unreliable"), "unchanged": ("unchanged",)}
 
 
 @dataclass

@@ -261,13 +261,13 @@ def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scra
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     before, listed, confirmed, after = _gate_and_confirm(
         cli, repo, url, _run_doc(c1, 1.0, "GPU-aaaa1111-0000", 8), _run_doc(c2, 1.5, "GPU-bbbb2222-0000", 9), tmp_path)
-    assert before.exit_code == 1 and f"| `{CASE}` | suspect |" in before.output, before.output
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
     assert listed.exit_code == 0 and listed.output.splitlines() == [CASE], listed.output
     assert confirmed.exit_code == 1 and f"| `{CASE}` | SLOWER |" in confirmed.output, confirmed.output
     assert "stored 1 confirmation(s)" in confirmed.output
     assert after.exit_code == 1, after.output
     line = next(x for x in after.output.splitlines() if x.startswith(f"| `{CASE}`"))
-    assert "| regression |" in line and "confirmed SLOWER on cpu: ×1." in line and "rounds" in line, line
+    assert "| slower |" in line and "confirmed SLOWER on cpu: ×1." in line and "rounds" in line, line
     from db.engine import open_database
     from db.queries import confirmations
     from db.schema import Confirmation, hardware_fingerprint
@@ -287,7 +287,7 @@ def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     before, listed, confirmed, after = _gate_and_confirm(
         cli, repo, url, _run_doc(c2, 1.5, "GPU-aaaa1111-0000", 8), _run_doc(c3, 1.95, "GPU-bbbb2222-0000", 9), tmp_path)
-    assert before.exit_code == 1 and f"| `{CASE}` | suspect |" in before.output, before.output
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
     assert confirmed.exit_code == 0 and f"| `{CASE}` | SAME |" in confirmed.output, confirmed.output
     assert after.exit_code == 0 and "## KernelWatch gate: PASS" in after.output, after.output
     assert "decided by a stored confirmation" in after.output

@@ -336,11 +336,11 @@ def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, 
     result = _gate(cli, db_url, candidate, tmp_path)
     # such a run cannot be decided from the runs: a suspect, failing until a confirmation decides it
     assert result.exit_code == 1, result.output
-    assert f"| `{case}` | suspect |" in result.output and "| regression |" not in result.output
+    assert f"| `{case}` | suspect (confirm) |" in result.output and "| slower |" not in result.output
     assert "launch-bound: one run cannot be told from the 2-6x outlier runs" in result.output
     candidate = _history(db_url, steps=[Step(RUNS, 8.0, case)], base_ms=0.005, seed=1)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and f"| `{case}` | regression |" in result.output
+    assert result.exit_code == 1 and f"| `{case}` | slower |" in result.output
 
 
 def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -349,11 +349,12 @@ def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.06, case)], base_ms=0.025, noise=0.002)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and "| regression |" not in result.output, result.output  # a suspect
-    assert f"| `{case}` | suspect |" in result.output and "within this case's between-run noise" in result.output
+    assert result.exit_code == 1 and "| slower |" not in result.output, result.output  # a suspect
+    assert f"| `{case}` | suspect (confirm) |" in result.output
+    assert "within this case's between-run noise" in result.output
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.25, case)], base_ms=0.025, seed=3)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and f"| `{case}` | regression |" in result.output
+    assert result.exit_code == 1 and f"| `{case}` | slower |" in result.output
 
 
 def _repeats_by_commit() -> dict[str, list[Path]]:
@@ -392,8 +393,8 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     result = cli.invoke(main, [*gate, "--baseline", "main"])
     # no regression and nothing else failing; a case 6-11% apart that the statistics call noisy (a
     # launch-bound MSELoss, the atomic one at 268M elements) is a suspect, which a same-device confirmation decides
-    failing = re.findall(r"^\| `([^`]+)` \| (\w+) \|", result.output, re.M)
-    assert all(status == "suspect" for _, status in failing), result.output
+    failing = re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|", result.output, re.M)
+    assert all(status == "suspect (confirm)" for _, status in failing), result.output
     assert result.exit_code == (1 if failing else 0) and len(failing) <= 3, result.output  # 3 of 38 at most
 
 
@@ -505,5 +506,5 @@ def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:  # n
         path.write_text(dumps(candidate))
         result = cli.invoke(main, gate)
         assert result.exit_code == code and f"| `{slow}` | {status} |" in result.output, result.output
-    assert result.output.count("| regression |") == 1
+    assert result.output.count("| slower |") == 1
     assert cli.invoke(main, gate[:-4] + ["--artifact", str(path)]).exit_code == 0

@@ -95,9 +95,9 @@ def gate(cli, db_url: str, doc: dict | None, tmp_path: Path, *extra: str):  # no
 
 
 def statuses(output: str) -> dict[str, int]:
-    """{status: rows} of the gate's report tables."""
+    """{verdict label (ci.reports.LABELS): rows} of the gate's report tables."""
     counts: dict[str, int] = {}
-    for status in re.findall(r"^\| `[^`]+` \| (\w+) \|", output, flags=re.M):
+    for status in re.findall(r"^\| `[^`]+` \| ([^|]+?) \|", output, flags=re.M):
         counts[status] = counts.get(status, 0) + 1
     return counts
 
@@ -128,8 +128,8 @@ def _unmeasured(result, factor: float) -> None:  # noqa: ANN001
     """Every kernel timing unmeasured, but the one GEMM case 5.8% slower than its cuBLAS even so (a regression)."""
     counts = statuses(result.output)
     assert result.exit_code == 1, result.output
-    assert "machine" not in counts and "pass" not in counts and "noisy" not in counts, counts
-    assert counts["unmeasured"] >= 60 and counts["unmeasured"] + counts.get("regression", 0) == 62, counts
+    assert "machine" not in counts and "unchanged" not in counts and "slower (within noise)" not in counts, counts
+    assert counts["unmeasured"] >= 60 and counts["unmeasured"] + counts.get("slower", 0) == 62, counts
     note = next(line for line in result.output.splitlines() if "the run is unmeasured" in line)
     assert re.search(r"this machine ran (\d+\.?\d*)x slower", note) and "re-run on a healthy runner" in note, note
     assert abs(float(re.search(r"ran (\d+\.?\d*)x", note).group(1)) / factor - 1) < 0.05, note
@@ -163,10 +163,12 @@ def test_stored_and_gated_by_id(full_main, db_url, tmp_path, cli) -> None:  # no
 def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
     """The kernel alone x10 is 62 regressions; eager alone x10 leaves the kernel's times, which pass."""
     result = gate(cli, db_url, slower(full_main, 10.0), tmp_path)
-    assert result.exit_code == 1 and statuses(result.output).get("regression") == 62, result.output
+    assert result.exit_code == 1 and statuses(result.output).get("slower") == 62, result.output
     result = gate(cli, db_url, slower(full_main, 10.0, ("torch_eager",)), tmp_path)
     counts = statuses(result.output)
-    assert result.exit_code == 0 and set(counts) <= {"pass", "noisy", "warning"}, result.output
+    assert result.exit_code == 0 and set(counts) <= {"unchanged", "slower (within noise)", "accuracy warning"}, (
+        result.output
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,8 +184,8 @@ def repeats_main(db_url: str) -> dict:
 def _regressed(result) -> None:  # noqa: ANN001
     assert result.exit_code == 1, result.output
     for case in SLOWED:
-        assert "| regression |" in rows(result.output, case), rows(result.output, case)
-    assert statuses(result.output).get("regression") == len(SLOWED), result.output
+        assert "| slower |" in rows(result.output, case), rows(result.output, case)
+    assert statuses(result.output).get("slower") == len(SLOWED), result.output
 
 
 def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -249,7 +251,7 @@ def test_a_forged_error_budget_fails(full_main, db_url, tmp_path, cli) -> None: 
     result = gate(cli, db_url, doc, tmp_path)
     assert result.exit_code == 1, result.output
     line = rows(result.output, case)
-    assert "| accuracy |" in line and "disagrees with its errors" in line, line
+    assert "| accuracy failed |" in line and "disagrees with its errors" in line, line
     assert "'passed: true' disagrees" in line
 
 

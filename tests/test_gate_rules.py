@@ -76,7 +76,7 @@ def test_a_newer_accuracy_only_run_never_hides_a_tenfold_slowdown(db_url, tmp_pa
     candidate = _slower(_later(full, 60), 10.0)
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 1, result.output
-    assert result.output.count("| regression |") == 62
+    assert result.output.count("| slower |") == 62
     assert f"run `{full['run']['id'][:8]}`" in result.output
 
 
@@ -127,7 +127,7 @@ def test_accuracy_is_judged_from_the_measurement_not_the_flag(bad, db_url, tmp_p
     candidate["accuracy"][0].update(passed=True, **bad)
     result = _gate(cli, db_url, candidate, tmp_path, "synthetic/main")
     assert result.exit_code == 1, result.output
-    assert "| accuracy |" in result.output and "disagrees with the measurement" in result.output
+    assert "| accuracy failed |" in result.output and "disagrees with the measurement" in result.output
 
 
 def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -136,7 +136,7 @@ def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli)
     candidate = _slower(to_data(load_artifact(REPEATS[-1])), 3.0)
     result = _gate(cli, db_url, candidate, tmp_path, "main", "--metric", "call")
     assert result.exit_code == 1, result.output
-    assert "run-wide shift" in result.output and "| regression |" in result.output
+    assert "run-wide shift" in result.output and "| slower |" in result.output
 
 
 def test_a_uniform_slowdown_shared_by_the_references_is_past_any_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -148,7 +148,7 @@ def test_a_uniform_slowdown_shared_by_the_references_is_past_any_machine(db_url,
         everything = _slower(everything, 1.15, impl=impl)
     result = _gate(cli, db_url, everything, tmp_path)
     assert result.exit_code == 1, result.output
-    assert "| unmeasured |" in result.output and "| regression |" not in result.output
+    assert "| unmeasured |" in result.output and "| slower |" not in result.output
     assert "| machine |" not in result.output and "1.15x slower" in result.output
     assert "re-run on a healthy runner" in result.output
     kernel_only = _slower(to_data(load_artifact(REPEATS[-1])), 1.15)
@@ -208,7 +208,7 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
     assert result.exit_code == 1, result.output
     line = next(x for x in result.output.splitlines() if row["case"] in x and x.startswith("| "))
     assert "| unreliable |" in line and "p20 and min unchanged" in line and "re-measure" in line
-    assert "within" not in line and "| regression |" not in line
+    assert "within" not in line and "| slower |" not in line
     # Replayed from a CUDA graph a sample holds no host time: the same spread is the device's own, judged as
     # a slowdown (on 3 H200s a launch-bound 4,096-element MSELoss was once called unreliable so).
     row["timing"] = "graph"
@@ -235,8 +235,9 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
     assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
     # across GPUs a slowdown past the minimum effect is a suspect, sent to confirm: here that atomic case
     # alone (+10.6%), 1 of 38; nothing is a regression
-    assert result.exit_code == 1 and "🔍 suspect: 1" in result.output and "| regression |" not in result.output
-    assert "| `mse_loss/atomic/fp16/direction=fwd,reduction=mean,shape=268435456` | suspect |" in result.output
+    assert result.exit_code == 1 and "🔍 suspect: 1" in result.output and "| slower |" not in result.output
+    key = "mse_loss/atomic/fp16/direction=fwd,reduction=mean,shape=268435456"
+    assert f"| `{key}` | suspect (confirm) |" in result.output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
     result = _gate(cli, db_url, both, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
     # within the machines' spread: the statistics say machine, a suspect that a same-device confirmation decides
-    assert "| suspect |" in line and "the statistics: machine" in line, line
+    assert "| suspect (confirm) |" in line and "the statistics: machine" in line, line
     assert "relative to cublas\\_linear in the same runs +1.0%" in line, line
     assert result.exit_code == 1, result.output
     past = _slower(_slower(_later(full), 1.08, lambda p: p["case"] == gemm),
@@ -289,11 +290,11 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
                    1.045, lambda p: p["case"] == gemm, impl="cublas_linear")
     result = _gate(cli, db_url, half, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
-    assert result.exit_code == 1 and "| regression |" in line, line
+    assert result.exit_code == 1 and "| slower |" in line, line
     alone = _slower(_later(full), 1.08, lambda p: p["case"] == gemm)
     result = _gate(cli, db_url, alone, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
-    assert result.exit_code == 1 and "| regression |" in line and "cublas\\_linear +0.0%" in line, line
+    assert result.exit_code == 1 and "| slower |" in line and "cublas\\_linear +0.0%" in line, line
 
 
 def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) -> None:  # noqa: ANN001
@@ -303,7 +304,7 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
     for p in candidate["perf"]:
         p["timing"] = "graph"
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert "| regression |" not in result.output, result.output  # launch-bound outlier runs are suspects
+    assert "| slower |" not in result.output, result.output  # launch-bound outlier runs are suspects
     rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
     assert rows and all("timed by graph now, by events (before timing was recorded) in the baseline" in x
                         for x in rows), rows[:2]
