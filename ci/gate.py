@@ -6,11 +6,15 @@ Exit status (``GateResult.exit_code``):
 * 1: a case fails: an accuracy case over its tolerance, a significant slowdown (unless ``kernelwatch
   ack`` acknowledged it, see :func:`acknowledge`), a case that errored, a case the baseline measured and
   the candidate did not (missing), or a result without a measurement (a perf row with no samples, an
-  accuracy row with no trials), or a case whose samples absorbed host delay (unreliable: re-measure);
+  accuracy row with no trials), or a case whose samples absorbed host delay (unreliable: re-measure), or a
+  suspect not yet cleared by a stored confirmation;
 * 2: cannot decide: bad options, no baseline (or a baseline choice that would hide cases), or nothing
   comparable measured at all.
 
-The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too.
+The baseline of ``--baseline BRANCH`` is assembled per case (:func:`assemble_baseline`: each case's newest
+earlier result on the branch and hardware), the rule Triage and Compare use too. A slowdown the runs alone
+cannot decide is a *suspect* (:func:`mark_suspects`): it fails until ``kernelwatch confirm`` re-measures both
+commits on one device and stores its verdict, which the next gate run applies.
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
 ``collector.accuracy``) are reported beside the verdict and never change it.
