@@ -9,13 +9,15 @@ Exit status (``GateResult.exit_code``):
   the candidate did not (missing; a kernel timing is missing whatever reference rows remain), or a result
   without a measurement (a perf row with no samples, an accuracy row with no trials), a slowdown the same-run
   references share past what machines of the model differ by (unmeasured: the machine, not the kernel, is
-  broken; ``ci.detect.MACHINE_BOUND`` / ``MACHINE_RUN_BOUND``), or a case whose samples absorbed host delay
-  (unreliable: re-measure);
-* 2: cannot decide: bad options, no baseline (or a baseline choice that would hide cases), or nothing
-  comparable measured at all.
+  broken; ``ci.detect.MACHINE_BOUND`` / ``MACHINE_RUN_BOUND``), a case whose samples absorbed host delay
+  (unreliable: re-measure), or a suspect not yet cleared by a stored confirmation;
+* 2: cannot decide: bad options, no baseline, or nothing comparable measured at all.
 
-The baseline of ``--baseline BRANCH`` is :func:`choose_baseline`'s, the rule Triage and Compare use too. The
-history that judges a case's noise is the baseline branch's alone (:func:`db.queries.judging_runs`).
+The baseline of ``--baseline BRANCH`` is assembled per case (:func:`assemble_baseline`: each case's newest
+earlier result on the branch and hardware), the rule Triage and Compare use too. The history that judges a
+case's noise is the baseline branch's alone (:func:`db.queries.judging_runs`). A slowdown the runs alone
+cannot decide is a *suspect* (:func:`mark_suspects`): it fails until ``kernelwatch confirm`` re-measures both
+commits on one device and stores its verdict, which the next gate run applies.
 
 Only gating results decide. Exploration results (accuracy rows of kind "explore": fresh seeds, see
 ``collector.accuracy``) are reported beside the verdict and never change it.

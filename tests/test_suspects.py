@@ -18,7 +18,7 @@ from db.artifact import dumps, parse_artifact, to_data
 from db.engine import create_db_engine, open_database, upgrade
 from db.export import export_run
 from db.ingest import ingest_documents, store_confirmations
-from db.schema import Confirmation, Hardware, RunDocument
+from db.schema import Confirmation, Hardware, RunDocument, hardware_fingerprint
 from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
 
@@ -122,6 +122,16 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:  # noqa: ANN001
     assert message[same].startswith("confirmed SAME on GPU-bbbb2222: ×1.003") and "cleared" in message[same]
     assert "still undecided" in message[unknown]
     assert result.exit_code == 1
+    # the dashboard's one line (Triage by commit, the case page by case), newest first
+    from dashboard.confirmations import lines
+
+    engine, fingerprint = open_database(db_url, readonly=True), hardware_fingerprint(candidate["hardware"])
+    b, c = base["run"]["commit"]["sha"][:8], candidate["run"]["commit"]["sha"][:8]
+    assert lines(engine, fingerprint, case=slower) == [
+        f"{c} vs {b}: confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds"]
+    assert lines(engine, fingerprint, case=same)[0].startswith(f"{c} vs {b}: confirmed SAME")
+    by_commit = lines(engine, fingerprint, commit=candidate["run"]["commit"]["sha"])
+    assert f"{slower} (vs {b}): confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds" in by_commit
 
 
 def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:  # noqa: ANN001
