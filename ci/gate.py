@@ -788,7 +788,7 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
                 why = f"within this case's between-run noise (sd {c.sigma:.1%})"
             v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
         else:
-            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}){tail}"
+            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}, {c.history} runs of {branch}){tail}"
     broken = _broken_machine(shift, compared, bound, candidate)
     if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
         result.notes.append(f"the run is unmeasured: {broken}")
