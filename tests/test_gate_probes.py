@@ -166,9 +166,10 @@ def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli
     assert result.exit_code == 1 and statuses(result.output).get("slower") == 62, result.output
     result = gate(cli, db_url, slower(full_main, 10.0, ("torch_eager",)), tmp_path)
     counts = statuses(result.output)
-    assert result.exit_code == 0 and set(counts) <= {"unchanged", "slower (within noise)", "accuracy warning"}, (
-        result.output
-    )
+    # eager's rows moved, the kernel's did not: nothing is slower or unmeasured; a launch-bound case that two GPUs
+    # measured 10% apart is a suspect (kernelwatch confirm decides it), whatever eager did
+    assert set(counts) <= {"unchanged", "slower (within noise)", "accuracy warning", "suspect (confirm)"}, result.output
+    assert result.exit_code == (1 if "suspect (confirm)" in counts else 0), result.output
 
 
 # ---------------------------------------------------------------------------------------------

@@ -235,7 +235,7 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
     assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
     # across GPUs a slowdown past the minimum effect is a suspect, sent to confirm: here that atomic case
     # alone (+10.6%), 1 of 38; nothing is a regression
-    assert result.exit_code == 1 and "🔍 suspect: 1" in result.output and "| slower |" not in result.output
+    assert result.exit_code == 1 and "🔍 suspect (confirm): 1" in result.output and "| slower |" not in result.output
     key = "mse_loss/atomic/fp16/direction=fwd,reduction=mean,shape=268435456"
     assert f"| `{key}` | suspect (confirm) |" in result.output
 
