@@ -71,6 +71,7 @@ if not options:
     st.stop()
 with c_hw:
     fp = common.pick_hardware(eng, params, options=options)
+st.caption(md(f"case key: {case}", limit=400))  # the full key, as text (the picker shows it without its kernel)
 last = params.integer("last", 50, 2, 500)
 state = {"kernel": kernel, "case": case, "hardware": fp, "last": last if last != 50 else None}
 
