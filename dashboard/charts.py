@@ -70,7 +70,8 @@ def _title(text: str, synthetic: bool) -> dict:
     """Left-aligned in the top margin: Plotly's toolbar takes the top right corner, a title never reaches it
     (tests/test_chart_layout.py measures both in Chromium)."""
     return {"text": esc(text) + (SYNTHETIC_NOTE if synthetic else ""), "font": {"size": 15}, "x": 0.005,
-            "xanchor": "left", "xref": "container", "y": 0.985, "yanchor": "top", "yref": "container"}
+            "xanchor": "left", "xref": "container", "yref": "container", "y": 1, "yanchor": "top",
+            "pad": {"t": 12}}
 
 
 def _hline(fig: go.Figure, xs: list[str], y: float, name: str, colour: str, dash: str, row: int | None = None,
@@ -87,7 +88,7 @@ def _hline(fig: go.Figure, xs: list[str], y: float, name: str, colour: str, dash
 
 def _layout(fig: go.Figure, height: int) -> None:
     """The legend goes under the plot, where it can wrap onto more lines without covering the title."""
-    fig.update_layout(height=height, margin={"t": 64, "l": 60, "r": 20, "b": 70}, hovermode="closest",
+    fig.update_layout(height=height, margin={"t": 72, "l": 60, "r": 20, "b": 70}, hovermode="closest",
                       legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.005, "x": 0,
                               "font": {"size": 11}})
     fig.update_xaxes(tickangle=-35, automargin=True)
