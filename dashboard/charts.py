@@ -115,9 +115,10 @@ def _title(text: str, synthetic: bool) -> dict:
         "x": 0.005,
         "xanchor": "left",
         "xref": "container",
-        "y": 0.985,
-        "yanchor": "top",
         "yref": "container",
+        "y": 1,
+        "yanchor": "top",
+        "pad": {"t": 12},
     }
 
 
@@ -153,7 +154,7 @@ def _layout(fig: go.Figure, height: int) -> None:
     """The legend goes under the plot, where it can wrap onto more lines without covering the title."""
     fig.update_layout(
         height=height,
-        margin={"t": 64, "l": 60, "r": 20, "b": 70},
+        margin={"t": 72, "l": 60, "r": 20, "b": 70},
         hovermode="closest",
         legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.005, "x": 0, "font": {"size": 11}},
     )

@@ -18,6 +18,7 @@ from dashboard.charts import IMPL_NAMES
 from db import queries
 from db.engine import open_database
 from kernels.names import (  # noqa: F401 - the views read data.KERNEL_IMPL, data.PEER_IMPLS
+    ALL_LABELS,
     COMPILE_IMPL,
     EAGER_IMPL,
     KERNEL_IMPL,
@@ -231,6 +232,14 @@ def targets(target: str | None) -> dict[str, float]:
     for value, impl in re.findall(r">=([0-9.]+)x (eager|torch\.compile)", target):
         out[EAGER_IMPL if impl == "eager" else COMPILE_IMPL] = float(value)
     return out
+
+
+def target_text(target: str | None) -> str:
+    """A documented target as a page shows it: implementation names as people call them ("<=1.05x time of
+    cuBLAS (F.linear)", stored as "... of cublas_linear"); "-" when there is none."""
+    if not isinstance(target, str):
+        return "-"
+    return re.sub(r"\b[a-z][a-z_]*[a-z]\b", lambda m: ALL_LABELS.get(m.group(0), m.group(0)), target)
 
 
 def floor_ceiling(run: dict[str, Any], ceiling: str | None) -> tuple[float, str]:

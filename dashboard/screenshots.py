@@ -22,7 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 DEFAULT_CASE = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
 
 
-def settle(page, timeout: float = 90) -> None:  # noqa: ANN001
+def settle(page, timeout: float = 180) -> None:  # noqa: ANN001
     """Wait until the page's script run is over: no status widget, no stale or skeleton element, every Plotly
     chart drawn, and the DOM unchanged for two seconds."""
     deadline, last, stable = time.time() + timeout, None, 0

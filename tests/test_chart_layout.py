@@ -41,7 +41,7 @@ LAYOUT = """() => {
     });
     return {title: fl.title && fl.title.text, titleBox: box(gd.querySelector('.gtitle')),
             toolbar: box(gd.querySelector('.modebar')), right: gd.getBoundingClientRect().right, axes,
-            traces: gd.data.map(t => ({name: t.name, y: Array.from(t.y || []), text: t.text || null}))};
+            traces: gd._fullData.map(t => ({name: t.name, y: Array.from(t.y || []), text: t.text || null}))};
   });
   const grids = Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map(el => {
     const sc = el.querySelector('.dvn-scroller') || el;
@@ -88,22 +88,26 @@ def server():  # noqa: ANN201
 
 @pytest.fixture(scope="module")
 def layouts(server):  # noqa: ANN001, ANN201
-    """path -> the rendered layout of that page at 1,280 px (each page opened once)."""
+    """path -> the rendered layout of that page at 1,280 px (each page opened once, when a test first asks)."""
     from playwright.sync_api import sync_playwright
 
-    out = {}
+    found: dict[str, dict] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        for path in PAGES:
-            page = browser.new_page(viewport={"width": WIDTH, "height": 1800})
-            page.goto(f"{server}/{path}", wait_until="domcontentloaded")
-            page.wait_for_selector("h1", timeout=60_000)
-            settle(page, timeout=240)
-            assert page.locator("[data-testid='stException']").count() == 0, page.inner_text("body")[:2000]
-            out[path] = page.evaluate(LAYOUT)
-            page.close()
+
+        def layout(path: str) -> dict:
+            if path not in found:
+                page = browser.new_page(viewport={"width": WIDTH, "height": 1800})
+                page.goto(f"{server}/{path}", wait_until="domcontentloaded")
+                page.wait_for_selector("h1", timeout=60_000)
+                settle(page, timeout=240)
+                assert page.locator("[data-testid='stException']").count() == 0, page.inner_text("body")[:2000]
+                found[path] = page.evaluate(LAYOUT)
+                page.close()
+            return found[path]
+
+        yield layout
         browser.close()
-    return out
 
 
 def _overlap(a: dict | None, b: dict | None) -> bool:
@@ -113,7 +117,7 @@ def _overlap(a: dict | None, b: dict | None) -> bool:
 @pytest.mark.parametrize("path", PAGES)
 def test_every_axis_has_three_labelled_ticks_and_no_title_is_under_the_toolbar(layouts, path) -> None:  # noqa: ANN001
     """A log axis spanning less than a decade showed one tick ("5000"); titles sat under Plotly's toolbar."""
-    found = layouts[path]
+    found = layouts(path)
     for chart in found["charts"]:
         for axis in chart["axes"]:
             if not axis["visible"] or not axis["labels"]:
@@ -127,7 +131,7 @@ def test_every_axis_has_three_labelled_ticks_and_no_title_is_under_the_toolbar(l
 
 @pytest.mark.parametrize("path", PAGES)
 def test_nothing_is_wider_than_the_window_and_there_is_no_deploy_button(layouts, path) -> None:  # noqa: ANN001
-    found = layouts[path]
+    found = layouts(path)
     assert found["scroll"] <= found["client"], path
     assert all(g["right"] <= WIDTH for g in found["grids"]), path
     assert found["deploy"] == 0, path
@@ -137,14 +141,14 @@ def test_triage_key_columns_fit_without_horizontal_scroll(layouts) -> None:  # n
     """The Triage table needed ~1,315 px of columns in 1,120: only the columns after its key ones may scroll."""
     from dashboard.common import TRIAGE_WIDTHS
 
-    grid = layouts["triage"]["grids"][0]
+    grid = layouts("triage")["grids"][0]
     may_scroll = sum(TRIAGE_WIDTHS[c] for c in TRIAGE_SCROLLS)
     assert grid["scroll"] - grid["client"] <= may_scroll, grid
 
 
 def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) -> None:  # noqa: ANN001
     path = PAGES[2]
-    kernel = layouts[path]["charts"][0]
+    kernel = layouts(path)["charts"][0]
     (line,) = [t for t in kernel["traces"] if t["name"] == "kernel (Triton)"]
     values = [v for v in line["y"] if v is not None]
     low, high = kernel["axes"][[a["name"] for a in kernel["axes"]].index("yaxis")]["range"]
@@ -152,5 +156,5 @@ def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) ->
     assert values[-1] / values[-2] > 1.12  # the planted step, at the newest point
     names = {t["name"] for t in kernel["traces"]}
     assert {"candidate 2a25773c", "baseline cd36845f"} <= names
-    speed = layouts[path]["charts"][1]  # eager and torch.compile each on a panel of their own
+    speed = layouts(path)["charts"][1]  # eager and torch.compile each on a panel of their own
     assert "speedup" in speed["title"] and sum(a["name"].startswith("yaxis") for a in speed["axes"]) >= 2

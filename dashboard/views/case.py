@@ -59,6 +59,7 @@ if not options:
     st.stop()
 with c_hw:
     fp = common.pick_hardware(eng, params, options=options)
+st.caption(md(f"case key: {case}", limit=400))  # the full key, as text (the picker shows it without its kernel)
 last = params.integer("last", 50, 2, 500)
 state = {"kernel": kernel, "case": case, "hardware": fp, "last": last if last != 50 else None}
 
@@ -158,7 +159,7 @@ if not perf.empty:
                                    f"{esc(a['reason'])}"})
     x_of = dict(zip(runs["run_id"], runs["x"]))
     points = {role: x_of[r["id"]] for role, r in (("baseline", base), ("candidate", cand)) if r and r["id"] in x_of}
-    st.plotly_chart(charts.case_kernel_time(kern, "the kernel's own time per call", points, pd.DataFrame(marks)),
+    st.plotly_chart(charts.case_kernel_time(kern, "time per call of the kernel alone", points, pd.DataFrame(marks)),
                     key="times")
     wide = perf.pivot_table(index="run_id", columns="implementation", values="median_ms", aggfunc="first")
     speed = runs[["run_id", "order", "x", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
@@ -182,7 +183,7 @@ if not perf.empty:
         s2.plotly_chart(charts.case_floor(floor, "% of the roofline floor", "% of floor"), key="floor")
         s2.caption(ceiling)
         if target:
-            st.text(f"documented target: {target}")
+            st.text(f"documented target: {data.target_text(target)}")
     with st.expander("Absolute times of every implementation"):
         st.plotly_chart(charts.case_times(perf, "time per call, every implementation"), key="all-times")
     table = runs[["run_id", "x", "commit", "started", "synthetic"]].merge(wide, left_on="run_id", right_index=True)

@@ -195,7 +195,7 @@ for fp in hardware:
     table = pd.DataFrame({
         "case": data.case_labels(list(newest["case"]), [kernel] * len(newest)),
         "kernel µs": newest["time_us"], "x eager": newest["vs_eager"], "x torch.compile": newest["vs_compile"],
-        "target": [data.fmt(documented.get(c)) for c in newest["case"]],
+        "target": [data.target_text(documented.get(c)) for c in newest["case"]],
         "target met": [data.fmt(kernel_rows["target_met"].get((r, c)))
                        for r, c in zip(newest["run_id"], newest["case"])],
         "open": [f"case?{urlencode({'case': c, 'hardware': fp})}" for c in newest["case"]],
