@@ -18,6 +18,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ci.gate import FAILING
+from ci.reports import LABELS as VERDICT_LABELS
 from dashboard.safe import plot as esc
 from kernels.names import (
     ALL_LABELS,
@@ -63,14 +65,9 @@ PEER_NAMES = PEER_LABELS  # peers (kernels/names.py): drawn dashed; never gating
 ANY_NAMES = ALL_LABELS  # every implementation a page names, references (cuBLAS alone, ...) included
 # Verdict colours (ci.reports.SEVERITY's labels): a table cell's fill, a line's colour.
 RED_FILL, AMBER_FILL, GREEN_FILL, VIOLET_FILL = "#f8d0d0", "#fbeec2", "#d3efd9", "#e7dcf3"
+FAILED = tuple(VERDICT_LABELS[status] for status in FAILING)  # the gate's failing verdicts, as pages name them
 VERDICT_FILL = {
-    "accuracy failed": RED_FILL,
-    "errored": RED_FILL,
-    "missing": RED_FILL,
-    "unmeasured": RED_FILL,
-    "unreliable": RED_FILL,
-    "slower": RED_FILL,
-    "suspect (confirm)": RED_FILL,
+    **dict.fromkeys(FAILED, RED_FILL),
     "accuracy warning": AMBER_FILL,
     "slower (within noise)": AMBER_FILL,
     "acknowledged": VIOLET_FILL,
@@ -80,13 +77,7 @@ VERDICT_FILL = {
 }
 NEUTRAL = "#8c8c8c"
 VERDICT_LINE = {
-    "slower": "#C00000",
-    "errored": "#C00000",
-    "missing": "#C00000",
-    "unmeasured": "#C00000",
-    "unreliable": "#C00000",
-    "accuracy failed": "#C00000",
-    "suspect (confirm)": "#C00000",
+    **dict.fromkeys(FAILED, "#C00000"),
     "slower (within noise)": "#C98A00",
     "faster (within noise)": "#2E8B57",
     "faster": "#1A7F37",

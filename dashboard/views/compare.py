@@ -19,12 +19,13 @@ TRIES = 6  # newest runs tried for a default pair
 
 
 def default_pair(eng, runs: list[dict]) -> tuple[str, str] | None:  # noqa: ANN001
-    """(A, B): the newest run (of the newest TRIES) that has a comparable earlier run, and the baseline Triage
-    judges it against."""
+    """(A, B): the newest run (of the newest TRIES) that has a comparable earlier run, and the run that supplied
+    most of its timed cases to the baseline Triage assembles for it (else most of its cases)."""
     for run in runs[:TRIES]:
         base = verdicts.baseline_for(eng, export_run(eng, run["id"]), data.BASE_BRANCH)
         if base is not None:
-            return base["id"], run["id"]
+            timed = max(base.sources, key=lambda s: s["perf"], default=None)
+            return (timed["id"] if timed and timed["perf"] else base.run["id"]), run["id"]
     return None
 
 
