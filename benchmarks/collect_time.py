@@ -1,4 +1,4 @@
-"""A full `kernelwatch collect` timed cold (empty compiler caches) and then warm (the same caches), issue 31.
+"""A full `kernelwatch collect` timed cold (empty compiler caches) and then warm (the same caches).
 
     python benchmarks/collect_time.py --out-dir DIR [--cache-dir DIR] [--runs cold,warm] [-- COLLECT ARGS...]
 

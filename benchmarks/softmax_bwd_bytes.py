@@ -1,4 +1,4 @@
-"""What each implementation of a softmax perf case moves through DRAM, and how long it takes (issue 28, item 2).
+"""What each implementation of a softmax perf case moves through DRAM, and how long it takes (like for like?).
 
     python benchmarks/softmax_bwd_bytes.py                 # time every implementation of the cases below
     ncu --clock-control none --profile-from-start off \\

@@ -4,7 +4,7 @@ The kernels' ``make_inputs`` draw on the host: ``torch.Generator(device="cpu").m
 ``torch.randn``/``torch.rand`` on the CPU, arithmetic and casts there, then a copy to the device. That keeps
 the accuracy suite's inputs identical on every machine (the gating inputs of a case are a pure function of its
 key: ``collector.accuracy``), and it is what a fresh H200 spent 58.1 s of a full run on ("perf: inputs",
-issue 31). Measured on the CPU for every perf case (``benchmarks/perf_inputs.py``): 21.6 GB drawn by the host's
+). Measured on the CPU for every perf case (``benchmarks/perf_inputs.py``): 21.6 GB drawn by the host's
 random number generator, 50.8 GB written by host arithmetic and casts, 14.4 GB copied to the device, at
 0.16 GB/s of ``randn`` on a shared 2-core machine.
 

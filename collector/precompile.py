@@ -1,6 +1,6 @@
 """Compile every kernel launch of a run before its suites, on the host's spare cores, into the run's Triton cache.
 
-On a fresh H200 host, compilation was the largest share of a full run (issue 31: "perf: compile + warm-up"
+On a fresh H200 host, compilation was the largest share of a full run ("perf: compile + warm-up"
 150.9 s of 480 s) and happened one launch at a time inside the device worker while 15 of the 16 cores
 waited. Here every launch the selected cases will make is compiled first, in a pool of processes, so a
 worker's first launch of each configuration finds it in Triton's cache.

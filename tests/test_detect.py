@@ -270,7 +270,7 @@ def test_gpus_are_compared_within_the_last_segment_of_the_history() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# How far a machine may explain a shift (issue 32)
+# How far a machine may explain a shift
 # ---------------------------------------------------------------------------------------------
 def test_between_machine_ratio_is_the_slowest_gpu_over_the_fastest() -> None:
     from ci.detect import between_machine_ratio

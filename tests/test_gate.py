@@ -384,7 +384,7 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     if held_out == 0:  # every other repeat is newer: never a baseline by the rule
         refused = cli.invoke(main, [*gate, "--baseline", "main"])
         assert refused.exit_code == 2 and "up to the candidate" in refused.output, refused.output
-        # nor its history (issue 32): the same run, started a day after the others, is judged by them
+        # nor its history: the same run, started a day after the others, is judged by them
         doc = to_data(load_artifact(H200_REPEATS[0]))
         for key in ("started_at", "finished_at"):
             doc["run"][key] = format_time(parse_time(doc["run"][key]) + dt.timedelta(days=1))

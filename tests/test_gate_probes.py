@@ -1,5 +1,6 @@
-"""Issue 32's probes: a hostile or careless user's candidates, each a committed H200 run (ci/history) changed as
-named, gated with ``--baseline main`` on SQLite and PostgreSQL. Before issue 32 every one of them passed (exit 0)
+"""The gate's silent-PASS probes: a hostile or careless user's candidates, each a committed H200 run (ci/history)
+changed as named, gated with ``--baseline main`` on SQLite and PostgreSQL.
+Before the gate bounded the machine and filtered its history, every one of them passed (exit 0)
 unless its test says otherwise: a whole run 10x slower was "machine", junk runs of other branches and future-dated
 runs widened the noise until a real regression was "noisy", a forged error budget was a warning, and a run without
 its kernel timings passed on its reference rows."""

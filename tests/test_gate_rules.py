@@ -140,7 +140,7 @@ def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli)
 
 
 def test_a_uniform_slowdown_shared_by_the_references_is_past_any_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
-    """Issue 32: a whole run 15% slower, its references with it, was "machine" (exit 0). No two H200s in ci/history
+    """A whole run 15% slower, its references with it, was "machine" (exit 0). No two H200s in ci/history
     differ by more than 4.5% over a run (MACHINE_RUN_BOUND): this machine is broken, the run unmeasured (exit 1)."""
     _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
     everything = to_data(load_artifact(REPEATS[-1]))
@@ -267,7 +267,7 @@ def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:  # noqa: ANN
 def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
     """RMSNorm+MatMul's same-run reference is cuBLAS alone: the failing H200 had the fp16 cuBLAS of
     the same shape 4.3% slower too. The kernel +5.5% beside cuBLAS +4.5% is the machine; the kernel alone +8%
-    fails; both +8% is past any two H200s' GEMM difference (4.5%, MACHINE_BOUND): unmeasured (issue 32)."""
+    fails; both +8% is past any two H200s' GEMM difference (4.5%, MACHINE_BOUND): unmeasured."""
     full = to_data(load_artifact(FULL))
     _ingest(db_url, full)
     gemm = "fused_rmsnorm_matmul/rstd_prepass/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4096x4096"
@@ -311,7 +311,7 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# The error budget against the errors it comes from (ci.budget, issue 32)
+# The error budget against the errors it comes from (ci.budget)
 # ---------------------------------------------------------------------------------------------
 def _errors(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float]:
     """(max abs, max rel, budget) by collector.accuracy.compare's formulas."""
