@@ -64,6 +64,7 @@ demo: install-demo
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test: install lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal

@@ -37,10 +37,20 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=0.8)
     parser.add_argument("--jsonl", type=Path, default=None, help="append results here; skip what it holds")
     parser.add_argument("--top", type=int, default=40, help="cases shown in the per-case table")
-    parser.add_argument("--shard", default="0/1", metavar="I/N",
-                        help="measure only every N-th case from the I-th (0-based): N processes share a suite")
-    parser.add_argument("--from", dest="sources", type=Path, action="append", default=[],
-                        help="report the rows of this --jsonl file (repeatable) and measure nothing")
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/N",
+        help="measure only every N-th case from the I-th (0-based): N processes share a suite",
+    )
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        type=Path,
+        action="append",
+        default=[],
+        help="report the rows of this --jsonl file (repeatable) and measure nothing",
+    )
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -60,8 +70,12 @@ def _read(path: Path) -> list[dict]:
 def main() -> int:
     args = _parse()
     if args.sources:
-        rows = [r for path in args.sources for r in _read(path)
-                if (not args.match or args.match in r["case"]) and r["seed_index"] < args.seeds]
+        rows = [
+            r
+            for path in args.sources
+            for r in _read(path)
+            if (not args.match or args.match in r["case"]) and r["seed_index"] < args.seeds
+        ]
         return report(rows, args.limit, args.top, args.seeds)
     if args.device.startswith("cpu"):
         os.environ["TRITON_INTERPRET"] = "1"
@@ -102,11 +116,23 @@ def main() -> int:
                 t0 = time.monotonic()
                 try:
                     res = check_case(spec, case, backend.device, seed)
-                    row = {"case": case.key, "seed_index": j, "seed": seed, "budget": res["error_budget"],
-                           "passed": res["passed"], "error": res["error"]}
-                except Exception as exc:  # noqa: BLE001 - a raising case is a row of the table
-                    row = {"case": case.key, "seed_index": j, "seed": seed, "budget": None, "passed": False,
-                           "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+                    row = {
+                        "case": case.key,
+                        "seed_index": j,
+                        "seed": seed,
+                        "budget": res["error_budget"],
+                        "passed": res["passed"],
+                        "error": res["error"],
+                    }
+                except Exception as exc:
+                    row = {
+                        "case": case.key,
+                        "seed_index": j,
+                        "seed": seed,
+                        "budget": None,
+                        "passed": False,
+                        "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    }
                 row["seconds"] = round(time.monotonic() - t0, 3)
                 rows.append(row)
                 if sink:
@@ -126,8 +152,16 @@ def report(rows: list[dict], limit: float, top: int, seeds: int) -> int:
         budgets = [r["budget"] for r in rs if r["budget"] is not None]
         worst = max(rs, key=lambda r: -1 if r["budget"] is None else r["budget"])
         gate = next((r["budget"] for r in rs if r["seed_index"] == 0), None)
-        summary.append({"case": case, "worst": max(budgets) if budgets else None, "worst_seed": worst["seed"],
-                        "gate": gate, "seeds": len(rs), "errors": errors})
+        summary.append(
+            {
+                "case": case,
+                "worst": max(budgets) if budgets else None,
+                "worst_seed": worst["seed"],
+                "gate": gate,
+                "seeds": len(rs),
+                "errors": errors,
+            }
+        )
     summary.sort(key=lambda s: -(s["worst"] if s["worst"] is not None else float("inf")))
     over = [s for s in summary if s["errors"] or s["worst"] is None or s["worst"] > limit]
     print(f"{len(summary)} gating accuracy cases x {seeds} seeds (seed 0 = the gating seed); limit {limit}\n")

@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.budget import budget_ceiling  # noqa: E402
-from db.artifact import load_artifact  # noqa: E402
+from ci.budget import budget_ceiling
+from db.artifact import load_artifact
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 
@@ -43,9 +43,11 @@ def main() -> None:
                     commits += 1
     spread = sorted((max(v) / min(v), case, len(v)) for case, v in ratios.items() if len(v) >= 2)
     s = np.array([x for x, _, _ in spread])
-    print(f"{len(spread)} cases in two or more runs ({rows} rows, {commits} commits): largest / smallest budget / "
-          f"ceiling: median {np.median(s):.3f}, p90 {np.quantile(s, 0.9):.2f}, p99 {np.quantile(s, 0.99):.1f}, "
-          f"max {s.max():.2f}")
+    print(
+        f"{len(spread)} cases in two or more runs ({rows} rows, {commits} commits): largest / smallest budget / "
+        f"ceiling: median {np.median(s):.3f}, p90 {np.quantile(s, 0.9):.2f}, p99 {np.quantile(s, 0.99):.1f}, "
+        f"max {s.max():.2f}"
+    )
     for x, case, n in spread[-5:]:
         print(f"    {x:6.2f}  {n:2d} runs  {case}")
 

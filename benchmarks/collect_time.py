@@ -28,15 +28,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ("cold", "warm")
-SHOWN = ("setup", "workers", "precompile", "precompile.compile", "suites", "profiling", "stop", "journal", "total",
-         "worker.accuracy", "worker.perf.inputs", "worker.perf.warmup", "worker.perf.timing", "worker.perf.call",
-         "worker.perf.memory")
+SHOWN = (
+    "setup",
+    "workers",
+    "precompile",
+    "precompile.compile",
+    "suites",
+    "profiling",
+    "stop",
+    "journal",
+    "total",
+    "worker.accuracy",
+    "worker.perf.inputs",
+    "worker.perf.warmup",
+    "worker.perf.timing",
+    "worker.perf.call",
+    "worker.perf.memory",
+)
 
 
 def _run(name: str, out_dir: Path, cache: Path, extra: list[str]) -> dict:
     out = out_dir / f"{name}.json.gz"
-    env = {**os.environ, "KERNELWATCH_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "KERNELWATCH_CACHE_DIR": str(cache),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # the run's caches are KERNELWATCH_CACHE_DIR's
         env.pop(var, None)
     command = [sys.executable, "-m", "kernelwatch", "collect", "--out", str(out), "--no-progress", *extra]
@@ -54,14 +71,21 @@ def _run(name: str, out_dir: Path, cache: Path, extra: list[str]) -> dict:
         run = json.load(f)["run"]
     notes = run.get("notes") or ""
     cache_notes = [n for n in notes.split("; ") if n.startswith(("Triton cache", "kernel compilations", "precompile"))]
-    return {"name": name, "wall_s": wall, "status": run["status"], "phases": run.get("phases_s") or {},
-            "cache_notes": cache_notes}
+    return {
+        "name": name,
+        "wall_s": wall,
+        "status": run["status"],
+        "phases": run.get("phases_s") or {},
+        "cache_notes": cache_notes,
+    }
 
 
 def _table(results: list[dict]) -> str:
-    lines = ["| phase (s) | " + " | ".join(r["name"] for r in results) + " |",
-             "| --- | " + " | ".join("---:" for _ in results) + " |",
-             "| wall clock, measured here | " + " | ".join(f"{r['wall_s']:.1f}" for r in results) + " |"]
+    lines = [
+        "| phase (s) | " + " | ".join(r["name"] for r in results) + " |",
+        "| --- | " + " | ".join("---:" for _ in results) + " |",
+        "| wall clock, measured here | " + " | ".join(f"{r['wall_s']:.1f}" for r in results) + " |",
+    ]
     keys = [k for k in SHOWN if any(k in r["phases"] for r in results)]
     keys += sorted({k for r in results for k in r["phases"] if re.match(r"(busy|idle)\.", k)})
     for key in keys:
@@ -74,12 +98,16 @@ def _table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, required=True, help="artifacts, logs and collect_time.md go here")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="the compiler caches (default: a fresh temporary folder); a cold run needs it empty")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="the compiler caches (default: a fresh temporary folder); a cold run needs it empty",
+    )
     parser.add_argument("--runs", default="cold,warm", help="comma-separated, in order: cold, warm")
     args = parser.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r]

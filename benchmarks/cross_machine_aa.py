@@ -86,12 +86,14 @@ def plant(doc: dict[str, Any], cases: list[str], step: float) -> dict[str, Any]:
 
 
 def kernel_times(doc: dict[str, Any]) -> dict[str, float]:
-    return {r["case"]: r["median_ms"] for r in doc["perf"]
-            if r["implementation"] == KERNEL_IMPL and r.get("median_ms") is not None}
+    return {
+        r["case"]: r["median_ms"]
+        for r in doc["perf"]
+        if r["implementation"] == KERNEL_IMPL and r.get("median_ms") is not None
+    }
 
 
-def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str, float],
-                   quiet: set[str]) -> list[str]:
+def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str, float], quiet: set[str]) -> list[str]:
     """The slowest A/A-quiet case of a memory-bound kernel and of a matmul kernel (where there is none, of
     the next memory-bound kernel). Quiet: the A/A gate passed it and its A/A change is under half the
     gate's minimum effect either way; a case the two machines already tell apart (the atomic MSELoss at
@@ -102,9 +104,14 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
     chosen: list[str] = []
     for family in (MEMORY_BOUND, MATMUL, MEMORY_BOUND):
         for kernel in family:  # never an atomic-reduction case: its between-GPU noise (7.2%) is the step's size
-            pool = [c for c in shared & quiet if kernel_of.get(c) == kernel and c in times
-                    and c.split("/")[1] not in ATOMIC_VARIANTS
-                    and not any(kernel_of.get(x) == kernel for x in chosen)]
+            pool = [
+                c
+                for c in shared & quiet
+                if kernel_of.get(c) == kernel
+                and c in times
+                and c.split("/")[1] not in ATOMIC_VARIANTS
+                and not any(kernel_of.get(x) == kernel for x in chosen)
+            ]
             if pool:
                 chosen.append(max(pool, key=times.__getitem__))
                 break
@@ -113,7 +120,7 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
     return chosen
 
 
-def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[str, Any]]):  # noqa: ANN201
+def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[str, Any]]):
     """``ci.gate.decide`` of ``cand`` against ``base`` in a fresh database holding ``base`` and ``history``."""
     from ci.gate import decide
     from db.engine import open_database
@@ -130,7 +137,7 @@ def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[st
 
 
 @contextlib.contextmanager
-def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):  # noqa: ANN201 - an Engine
+def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):
     """A fresh SQLite database holding ``base`` and ``history``, for many gates against ``base``."""
     from db.engine import open_database
     from db.ingest import ingest_documents
@@ -145,7 +152,7 @@ def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):  # noqa
             engine.dispose()
 
 
-def sent(result) -> tuple[set[str], set[str]]:  # noqa: ANN001 - a ci.gate.GateResult
+def sent(result) -> tuple[set[str], set[str]]:
     """(perf cases the gate sends to confirm, cases it fails on that confirmation cannot settle)."""
     from ci.gate import CONFIRMABLE
 
@@ -153,21 +160,26 @@ def sent(result) -> tuple[set[str], set[str]]:  # noqa: ANN001 - a ci.gate.GateR
     return confirm, {v.case for v in result.failed} - confirm
 
 
-def confirm_table(pairs: list, devs: dict, history: list, kernel_of: dict[str, str], every: int,
-                  steps: list[float]) -> None:
+def confirm_table(
+    pairs: list, devs: dict, history: list, kernel_of: dict[str, str], every: int, steps: list[float]
+) -> None:
     """The confirm table: A/A cases sent to confirm, planted cases sent to confirm or failed (see the docstring)."""
     from ci.gate import decide
     from db.schema import RunDocument
 
-    print("| candidate (run/GPU) | baseline (run/GPU) | shared | A/A sent to confirm | A/A other fails | "
-          + " | ".join(f"+{s:.0%} planted: caught" for s in steps) + " |")
+    print(
+        "| candidate (run/GPU) | baseline (run/GPU) | shared | A/A sent to confirm | A/A other fails | "
+        + " | ".join(f"+{s:.0%} planted: caught" for s in steps)
+        + " |"
+    )
     print("| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in steps) + " |")
     totals = {"shared": 0, "aa": 0, "other": 0, **{s: [0, 0] for s in steps}}
     misses: list[str] = []
     for a, b in pairs:
         cand_all, base_all = devs[a], devs[b]
-        shared = ({r["case"] for r in cand_all["perf"] if r["implementation"] == KERNEL_IMPL}
-                  & {r["case"] for r in base_all["perf"] if r["implementation"] == KERNEL_IMPL})
+        shared = {r["case"] for r in cand_all["perf"] if r["implementation"] == KERNEL_IMPL} & {
+            r["case"] for r in base_all["perf"] if r["implementation"] == KERNEL_IMPL
+        }
         if not shared:
             continue
         tag = f"{a}|{b}"
@@ -186,20 +198,28 @@ def confirm_table(pairs: list, devs: dict, history: list, kernel_of: dict[str, s
                     caught += sum(c in flagged for c in plants)
                     planted += len(plants)
                     status = {v.case: (v.status, v.effect) for v in got.verdicts if v.suite == "perf"}
-                    misses += [f"+{step:.0%} {short(a)} vs {short(b)}: {c}: {status[c][0]} "
-                               f"({status[c][1]:+.1%})" for c in plants if c not in flagged and step >= 0.1]
+                    misses += [
+                        f"+{step:.0%} {short(a)} vs {short(b)}: {c}: {status[c][0]} ({status[c][1]:+.1%})"
+                        for c in plants
+                        if c not in flagged and step >= 0.1
+                    ]
                 totals[step][0] += caught
                 totals[step][1] += planted
                 cells.append(f"{caught}/{planted} ({caught / planted:.0%})")
         totals["shared"] += len(shared)
         totals["aa"] += len(to_confirm)
         totals["other"] += len(other)
-        print(f"| {short(a)} | {short(b)} | {len(shared)} | {len(to_confirm)} ({len(to_confirm) / len(shared):.1%}) | "
-              f"{len(other)} | " + " | ".join(cells) + " |")
+        print(
+            f"| {short(a)} | {short(b)} | {len(shared)} | {len(to_confirm)} ({len(to_confirm) / len(shared):.1%}) | "
+            f"{len(other)} | " + " | ".join(cells) + " |"
+        )
     cells = [f"{c}/{n} ({c / n:.1%})" if n else "-" for c, n in (totals[s] for s in steps)]
     aa = totals["aa"] / totals["shared"] if totals["shared"] else 0.0
-    print(f"| all pairs | | {totals['shared']} | {totals['aa']} ({aa:.1%}) | {totals['other']} | "
-          + " | ".join(cells) + " |")
+    print(
+        f"| all pairs | | {totals['shared']} | {totals['aa']} ({aa:.1%}) | {totals['other']} | "
+        + " | ".join(cells)
+        + " |"
+    )
     for line in misses:
         print("missed:", line)
 
@@ -214,8 +234,12 @@ def main() -> int:
     ap.add_argument("--history", nargs="*", default=[], help="more runs to load into every pair's database")
     ap.add_argument("--plant", action="append", default=None, help="a case to plant the step on (repeatable)")
     ap.add_argument("--step", type=float, default=0.10, help="the planted slowdown (default 0.10 = +10%%)")
-    ap.add_argument("--every", type=int, default=0,
-                    help="the confirm table: plant on every Nth shared case (N offsets) and count what goes to confirm")
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=0,
+        help="the confirm table: plant on every Nth shared case (N offsets) and count what goes to confirm",
+    )
     ap.add_argument("--steps", type=float, nargs="+", default=[0.05, 0.10, 0.20], help="planted steps for --every")
     args = ap.parse_args()
     from db.ingest import load_files
@@ -231,19 +255,25 @@ def main() -> int:
     commits = {d["run"]["commit"]["sha"] for d in docs}
     if len(commits) != 1:
         listed = ", ".join(sorted(c[:8] for c in commits))
-        print(f"cross_machine_aa: the runs are of {len(commits)} commits ({listed}); give runs of one commit",
-              file=sys.stderr)
+        print(
+            f"cross_machine_aa: the runs are of {len(commits)} commits ({listed}); give runs of one commit",
+            file=sys.stderr,
+        )
         return 2
     devs = device_runs(docs)
     uuids = {k[1] for k in devs}
     if len(uuids) < 2:
-        print(f"cross_machine_aa: the runs name {len(uuids)} physical GPU(s) (device_uuid): need two or more",
-              file=sys.stderr)
+        print(
+            f"cross_machine_aa: the runs name {len(uuids)} physical GPU(s) (device_uuid): need two or more",
+            file=sys.stderr,
+        )
         return 2
     kernel_of = {c["key"]: c["kernel"] for d in docs for c in d["cases"]}
     pairs = [(a, b) for a in devs for b in devs if a[1] != b[1]]
-    print(f"commit {next(iter(commits))[:8]}: {len(docs)} runs, {len(devs)} device runs on {len(uuids)} GPUs, "
-          f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}\n")
+    print(
+        f"commit {next(iter(commits))[:8]}: {len(docs)} runs, {len(devs)} device runs on {len(uuids)} GPUs, "
+        f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}\n"
+    )
     if args.every:
         confirm_table(pairs, devs, history, kernel_of, args.every, args.steps)
         return 0
@@ -251,8 +281,9 @@ def main() -> int:
     notes: list[str] = []
     for a, b in pairs:
         cand_all, base_all = devs[a], devs[b]
-        shared = ({r["case"] for r in cand_all["perf"] if r["implementation"] == KERNEL_IMPL}
-                  & {r["case"] for r in base_all["perf"] if r["implementation"] == KERNEL_IMPL})
+        shared = {r["case"] for r in cand_all["perf"] if r["implementation"] == KERNEL_IMPL} & {
+            r["case"] for r in base_all["perf"] if r["implementation"] == KERNEL_IMPL
+        }
         if not shared:
             disjoint += 1  # two devices of one run: the collector dealt each case to one of them
             continue
@@ -262,10 +293,14 @@ def main() -> int:
         aa = gate_pair(cand, base, history)
         fails = [v for v in aa.verdicts if v.failed]
         false_fails += len(fails)
-        aa_text = aa.verdict + (f" ({len(fails)}: " + ", ".join(f"{v.case} {v.status}" for v in fails[:3]) + ")"
-                                if fails else "")
-        quiet = {v.case for v in aa.verdicts
-                 if v.status == "pass" and v.effect is not None and abs(v.effect) < aa.min_effect / 2}
+        aa_text = aa.verdict + (
+            f" ({len(fails)}: " + ", ".join(f"{v.case} {v.status}" for v in fails[:3]) + ")" if fails else ""
+        )
+        quiet = {
+            v.case
+            for v in aa.verdicts
+            if v.status == "pass" and v.effect is not None and abs(v.effect) < aa.min_effect / 2
+        }
         plants = args.plant or default_plants(shared, kernel_of, kernel_times(cand), quiet)
         plants = [c for c in plants if c in shared]
         if plants:
@@ -273,8 +308,11 @@ def main() -> int:
             status = {v.case: v.status for v in stepped.verdicts}
             caught = [c for c in plants if status.get(c) in ("regression",)]
             missed += len(plants) - len(caught)
-            notes += [f"missed: {short(a)} vs {short(b)}: {v.case}: {v.status}: {v.message}"
-                      for v in stepped.verdicts if v.case in plants and v.case not in caught]
+            notes += [
+                f"missed: {short(a)} vs {short(b)}: {v.case}: {v.status}: {v.message}"
+                for v in stepped.verdicts
+                if v.case in plants and v.case not in caught
+            ]
             step_text = f"{stepped.verdict}: " + ", ".join(f"{kernel_of.get(c, '?')} {status.get(c)}" for c in plants)
         else:
             step_text = "no case to plant on"

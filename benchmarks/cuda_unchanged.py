@@ -31,8 +31,11 @@ if "--worker" not in sys.argv:  # the worker imports REF's kernels from PYTHONPA
 def normalized_ptx(ptx: str) -> str:
     """PTX without source locations, file tables, comments, debug sections and the debug-only labels."""
     ptx = re.sub(r"\.section\s+\.debug_\w+\s*\{.*?\n\s*\}", "", ptx, flags=re.S)
-    keep = [line for line in ptx.splitlines()
-            if not re.match(r"\s*(\.loc|\.file|//|\$L__tmp|\$L__func_|\.section)", line) and line.strip()]
+    keep = [
+        line
+        for line in ptx.splitlines()
+        if not re.match(r"\s*(\.loc|\.file|//|\$L__tmp|\$L__func_|\.section)", line) and line.strip()
+    ]
     return "\n".join(keep)
 
 
@@ -48,16 +51,19 @@ def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
     out = {}
     for job in jobs:
         fn = getattr(importlib.import_module(job["module"]), job["kernel"])
-        const = {k: tl.dtype(v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
-                 for k, v in job["constexprs"].items()}
+        const = {
+            k: tl.dtype(v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
+            for k, v in job["constexprs"].items()
+        }
         sig = {**job["signature"], **{k: "constexpr" for k in const}}
         sig = {k: sig[k] for k in fn.arg_names}
         opts = {k: job[k] for k in ("num_warps", "num_stages") if job[k] is not None}
         try:
-            k = triton.compile(ASTSource(fn, sig, constexprs=const), target=GPUTarget("cuda", capability, 32),
-                               options=opts)
+            k = triton.compile(
+                ASTSource(fn, sig, constexprs=const), target=GPUTarget("cuda", capability, 32), options=opts
+            )
             out[job["id"]] = hashlib.sha256(normalized_ptx(k.asm["ptx"]).encode()).hexdigest()
-        except Exception as exc:  # noqa: BLE001 - reported per job
+        except Exception as exc:
             out[job["id"]] = f"ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return out
 
@@ -82,8 +88,17 @@ def main() -> int:
     for i, job in enumerate(found):
         step = steps[job]
         const = {k: f"tl.{v.name}" if type(v).__name__ == "dtype" else v for k, v in step.constexprs.items()}
-        jobs.append({"id": str(i), "module": job.module, "kernel": job.kernel, "signature": dict(step.signature),
-                     "constexprs": const, "num_warps": job.num_warps, "num_stages": job.num_stages})
+        jobs.append(
+            {
+                "id": str(i),
+                "module": job.module,
+                "kernel": job.kernel,
+                "signature": dict(step.signature),
+                "constexprs": const,
+                "num_warps": job.num_warps,
+                "num_stages": job.num_stages,
+            }
+        )
     ours = compile_jobs(jobs, args.capability)
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "ref.tar"
@@ -93,8 +108,13 @@ def main() -> int:
         spec = Path(tmp) / "jobs.json"
         spec.write_text(json.dumps(jobs))
         env = {**os.environ, "PYTHONPATH": tmp}
-        proc = subprocess.run([sys.executable, __file__, "--worker", str(spec), "--capability", str(args.capability)],
-                              cwd=tmp, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", str(spec), "--capability", str(args.capability)],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             print(proc.stderr[-3000:])
             return 2

@@ -25,7 +25,7 @@ from db.queries import case_history, latest_complete_runs
 from db.synthetic import SyntheticHistory
 
 
-def _timed(fn, repeat: int = 15) -> float:  # noqa: ANN001
+def _timed(fn, repeat: int = 15) -> float:
     fn()
     times = []
     for _ in range(repeat):
@@ -99,8 +99,9 @@ def main() -> None:
         targets.append(("postgresql", args.pg))
     for name, url in targets:
         total, t_hist, t_latest, n_hist = queries(url, args.rows)
-        results.append((name, f"history of one case on one hardware ({n_hist} points)", t_hist, 50.0,
-                        f"{total:,} perf results"))
+        results.append(
+            (name, f"history of one case on one hardware ({n_hist} points)", t_hist, 50.0, f"{total:,} perf results")
+        )
         results.append((name, "latest complete run per hardware", t_latest, 50.0, f"{total:,} perf results"))
     print(f"\n{'database':<11} {'operation':<52} {'median ms':>10} {'target ms':>10}  {'met':<4} notes")
     for db, op, ms, target, notes in results:

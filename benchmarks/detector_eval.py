@@ -46,8 +46,11 @@ def real_noise(paths: list[str]) -> dict[str, dict]:
             if p["implementation"] == "triton" and p["samples_ms"]:
                 cases[p["case"]]["runs"].append(np.asarray(p["samples_ms"]))
                 cases[p["case"]]["medians"].append(float(np.median(p["samples_ms"])))
-    return {k: {**v, "launch_bound": float(np.median(v["medians"])) < LAUNCH_BOUND_MS}
-            for k, v in cases.items() if len(v["runs"]) >= 2}
+    return {
+        k: {**v, "launch_bound": float(np.median(v["medians"])) < LAUNCH_BOUND_MS}
+        for k, v in cases.items()
+        if len(v["runs"]) >= 2
+    }
 
 
 def make_series(noise: dict, length: int, rng: random.Random, step: float | None, at: int) -> list[float]:
@@ -112,9 +115,11 @@ def main() -> None:
                 st["tp"] += any(near)
                 st["fa"] += near.count(False)
     window = f"0 to {WINDOW} points late" if args.late_only else f"within {WINDOW} points either side"
-    print(f"{len(keys)} cases of real H200 noise from {len(args.artifacts)} repeated runs; "
-          f"{args.series} series of {args.length} points per step size, seed {args.seed}; a detection counts "
-          f"{window}\n")
+    print(
+        f"{len(keys)} cases of real H200 noise from {len(args.artifacts)} repeated runs; "
+        f"{args.series} series of {args.length} points per step size, seed {args.seed}; a detection counts "
+        f"{window}\n"
+    )
     print(f"{'step':>5} {'detector':<12} {'recall':>7} {'precision':>9} {'false alarms / 1000 points':>27}")
     for step in STEPS:
         for name in detectors:
@@ -131,8 +136,11 @@ def a_to_a(paths: list[str]) -> None:
     """The gate's test on every ordered pair of real repeats: baseline i, candidate j, the others history."""
     runs = []
     for path in paths:
-        perf = {p["case"]: p for p in to_data(load_artifact(path))["perf"]
-                if p["implementation"] == "triton" and p["samples_ms"]}
+        perf = {
+            p["case"]: p
+            for p in to_data(load_artifact(path))["perf"]
+            if p["implementation"] == "triton" and p["samples_ms"]
+        }
         runs.append(perf)
     pairs = flagged = 0
     for i, base in enumerate(runs):
@@ -142,15 +150,18 @@ def a_to_a(paths: list[str]) -> None:
             comps = []
             for case in sorted(set(base) & set(cand)):
                 history = [r[case]["median_ms"] for k, r in enumerate(runs) if k != j and case in r]
-                comps.append(compare_case(case, base[case]["samples_ms"], cand[case]["samples_ms"], history,
-                                          DEFAULT_MIN_EFFECT))
+                comps.append(
+                    compare_case(case, base[case]["samples_ms"], cand[case]["samples_ms"], history, DEFAULT_MIN_EFFECT)
+                )
             found = regressions(comps, DEFAULT_FDR)
             pairs += 1
             flagged += bool(found)
             for c in found:
                 print(f"  A/A regression: baseline {i} candidate {j}: {c.case} {c.effect:+.1%} p={c.p:.2g}")
-    print(f"A/A pairs of real repeats: {pairs}; pairs with a regression (compare_case + BH, minimum effect "
-          f"{DEFAULT_MIN_EFFECT:.0%}, FDR {DEFAULT_FDR:.0%}): {flagged}")
+    print(
+        f"A/A pairs of real repeats: {pairs}; pairs with a regression (compare_case + BH, minimum effect "
+        f"{DEFAULT_MIN_EFFECT:.0%}, FDR {DEFAULT_FDR:.0%}): {flagged}"
+    )
 
 
 if __name__ == "__main__":

@@ -29,13 +29,13 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # What shipped, launched by the studies below with their own configurations (jit kernels resolve these globals).
-from kernels.fused_rmsnorm_matmul import (  # noqa: E402
+from kernels.fused_rmsnorm_matmul import (
     _decode_splitk_kernel,
     _gemm_tile_ids,
     _rms_gemm_tma_kernel,
     _rstd_kernel,
 )
-from kernels.scaled_masked_softmax import _softmax_fwd_heads_kernel  # noqa: E402
+from kernels.scaled_masked_softmax import _softmax_fwd_heads_kernel
 
 RESULTS: list[dict] = []
 FLUSH: torch.Tensor | None = None
@@ -77,8 +77,15 @@ def per_call_us(fn, calls: int = 2000) -> float:
     return best
 
 
-def record(study: str, case: str, impl: str, ms: float | None, floor_ms: float | None = None, err: float | None = None,
-           note: str = "") -> None:
+def record(
+    study: str,
+    case: str,
+    impl: str,
+    ms: float | None,
+    floor_ms: float | None = None,
+    err: float | None = None,
+    note: str = "",
+) -> None:
     row = {"study": study, "case": case, "impl": impl, "ms": ms, "floor_ms": floor_ms, "err": err, "note": note}
     RESULTS.append(row)
     pct = f"{100 * floor_ms / ms:6.1f}%" if ms and floor_ms else "       "
@@ -95,7 +102,7 @@ def attempt(study: str, case: str, impl: str, fn, check, floor_ms: float | None 
         med, _, _ = time_ms(fn, reps)
         record(study, case, impl, med, floor_ms, err)
         return med
-    except Exception as exc:  # noqa: BLE001 - a failing candidate is a row, not the end of the study
+    except Exception as exc:
         record(study, case, impl, None, floor_ms, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}")
         return None
 
@@ -110,9 +117,23 @@ def softmax_heads(x, mask_u8, scale, rows, warps, stages):
     y = torch.empty_like(x)
     mask_sb = 0 if mask_u8.shape[0] == 1 else sq * sk
     grid = (b * triton.cdiv(sq, rows),)
-    _softmax_fwd_heads_kernel[grid](x, mask_u8, y, b * h * sq, sk, sq, h, mask_sb, sk, scale * 1.4426950408889634,
-                                    ROWS=rows, BLOCK_N=triton.next_power_of_2(sk), ACC=tl.float32, num_warps=warps,
-                                    num_stages=stages)
+    _softmax_fwd_heads_kernel[grid](
+        x,
+        mask_u8,
+        y,
+        b * h * sq,
+        sk,
+        sq,
+        h,
+        mask_sb,
+        sk,
+        scale * 1.4426950408889634,
+        ROWS=rows,
+        BLOCK_N=triton.next_power_of_2(sk),
+        ACC=tl.float32,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return y
 
 
@@ -138,17 +159,30 @@ def study_softmax(dtypes: tuple[str, ...]) -> None:
                 return float((out[:2].float() - ref).abs().max())
 
             case = f"{dname} {b}x{h}x{sq}x{sk}"
-            attempt("softmax", case, "shipped kernels.scaled_masked_softmax", lambda: scaled_masked_softmax_forward(
-                x, mask, 0.125), check, floor, reps=15)
+            attempt(
+                "softmax",
+                case,
+                "shipped kernels.scaled_masked_softmax",
+                lambda: scaled_masked_softmax_forward(x, mask, 0.125),
+                check,
+                floor,
+                reps=15,
+            )
             configs = [(1, 4, 1), (1, 8, 1), (2, 4, 1), (2, 8, 1), (1, 4, 2), (2, 8, 2), (4, 8, 1)]
             if sk <= 512:
                 configs = [(2, 4, 1), (4, 4, 1), (4, 8, 1), (8, 8, 1), (4, 4, 2), (8, 8, 2)]
             if sk >= 4096:
                 configs = [(1, 8, 1), (1, 16, 1), (1, 8, 2), (2, 16, 1)]
             for rows, warps, stages in configs:
-                attempt("softmax", case, f"heads-loop rows={rows} warps={warps} stages={stages}",
-                        lambda rows=rows, warps=warps, stages=stages: softmax_heads(x, mu8, 0.125, rows, warps, stages),
-                        check, floor, reps=15)
+                attempt(
+                    "softmax",
+                    case,
+                    f"heads-loop rows={rows} warps={warps} stages={stages}",
+                    lambda rows=rows, warps=warps, stages=stages: softmax_heads(x, mu8, 0.125, rows, warps, stages),
+                    check,
+                    floor,
+                    reps=15,
+                )
             torch.cuda.empty_cache()
 
 
@@ -156,8 +190,21 @@ def study_softmax(dtypes: tuple[str, ...]) -> None:
 # RMSNorm + MatMul: persistent TMA GEMM, sum of squares from the A tiles, 1/rms in the epilogue
 # =============================================================================================
 @triton.jit
-def _rms_gemm_inloop_kernel(a_desc, b_desc, c_desc, M, N, K, eps, BM: tl.constexpr, BN: tl.constexpr,
-                            BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr):
+def _rms_gemm_inloop_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    eps,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):
     """Rejected: the persistent TMA GEMM summing x^2 from the shared-memory A tile inside its K loop."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BM)
@@ -183,16 +230,20 @@ def rstd_prepass(x, rows=4, block_k=1024, warps=4):
     """kernels' 1/rms prepass (4 B a row) with the study's tile."""
     m, k = x.shape
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
-    _rstd_kernel[(triton.cdiv(m, rows),)](x, rstd, m, k, x.stride(0), x.stride(1), 1e-6, ROWS=rows, BLOCK_K=block_k,
-                                          num_warps=warps)
+    _rstd_kernel[(triton.cdiv(m, rows),)](
+        x, rstd, m, k, x.stride(0), x.stride(1), 1e-6, ROWS=rows, BLOCK_K=block_k, num_warps=warps
+    )
     return rstd
 
 
 def _descriptors(x, w, y, bm, bn, bk):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    return (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-            TensorDescriptor.from_tensor(y, [bm, bn]))
+    return (
+        TensorDescriptor.from_tensor(x, [bm, bk]),
+        TensorDescriptor.from_tensor(w, [bn, bk]),
+        TensorDescriptor.from_tensor(y, [bm, bn]),
+    )
 
 
 def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), group_m=8):
@@ -207,19 +258,65 @@ def rms_gemm_tma(x, w, cfg, norm=True, prepass=False, pre_cfg=(4, 1024, 4), grou
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
     if norm and not prepass:
-        _rms_gemm_inloop_kernel[(grid,)](a_desc, b_desc, c_desc, m, n, k, 1e-6, BM=bm, BN=bn, BK=bk, GROUP_M=group_m,
-                                         NUM_SMS=grid, FLATTEN=flatten, num_stages=stages, num_warps=warps)
+        _rms_gemm_inloop_kernel[(grid,)](
+            a_desc,
+            b_desc,
+            c_desc,
+            m,
+            n,
+            k,
+            1e-6,
+            BM=bm,
+            BN=bn,
+            BK=bk,
+            GROUP_M=group_m,
+            NUM_SMS=grid,
+            FLATTEN=flatten,
+            num_stages=stages,
+            num_warps=warps,
+        )
         return y
     rstd = rstd_prepass(x, *pre_cfg) if norm else torch.ones(m, device=x.device, dtype=torch.float32)
-    _rms_gemm_tma_kernel[(grid,)](a_desc, b_desc, c_desc, rstd, y, m, n, k, HAS_BIAS=False, BM=bm, BN=bn, BK=bk,
-                                  GROUP_M=group_m, NUM_SMS=grid, PDL=False, num_stages=stages, num_warps=warps)
+    _rms_gemm_tma_kernel[(grid,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        rstd,
+        y,
+        m,
+        n,
+        k,
+        HAS_BIAS=False,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        GROUP_M=group_m,
+        NUM_SMS=grid,
+        PDL=False,
+        num_stages=stages,
+        num_warps=warps,
+    )
     return y
 
 
 @triton.jit
-def _rms_gemm_twice_kernel(a_desc, b_desc, c_desc, x_ptr, M, N, K, stride_xm, eps, BM: tl.constexpr,
-                           BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
-                           SS_COLS: tl.constexpr):
+def _rms_gemm_twice_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    x_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    eps,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    SS_COLS: tl.constexpr,
+):
     """Rejected: sum of squares from a second, pointer-based read of the A tile (from L2), so the dot keeps
     its operand in shared memory untouched."""
     start = tl.program_id(0)
@@ -239,8 +336,11 @@ def _rms_gemm_twice_kernel(a_desc, b_desc, c_desc, x_ptr, M, N, K, stride_xm, ep
             b = b_desc.load([pid_n * BN, offs_k])
             cols = offs_k + (ki % (BK // SS_COLS)) * 0 + tl.arange(0, SS_COLS)
             for j in tl.static_range(BK // SS_COLS):
-                xs = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (cols + j * SS_COLS)[None, :],
-                             mask=(rows < M)[:, None] & ((cols + j * SS_COLS) < K)[None, :], other=0.0).to(tl.float32)
+                xs = tl.load(
+                    x_ptr + rows[:, None].to(tl.int64) * stride_xm + (cols + j * SS_COLS)[None, :],
+                    mask=(rows < M)[:, None] & ((cols + j * SS_COLS) < K)[None, :],
+                    other=0.0,
+                ).to(tl.float32)
                 ss += xs * xs
             acc = tl.dot(a, b.T, acc)
         tile_id_c += NUM_SMS
@@ -261,15 +361,51 @@ def rms_gemm_twice(x, w, cfg, ss_cols=64):
     c_desc = TensorDescriptor.from_tensor(y, [bm, bn])
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
-    _rms_gemm_twice_kernel[(grid,)](a_desc, b_desc, c_desc, x, m, n, k, x.stride(0), 1e-6, BM=bm, BN=bn, BK=bk,
-                                   GROUP_M=8, NUM_SMS=grid, SS_COLS=ss_cols, num_stages=stages, num_warps=warps)
+    _rms_gemm_twice_kernel[(grid,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        x,
+        m,
+        n,
+        k,
+        x.stride(0),
+        1e-6,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        GROUP_M=8,
+        NUM_SMS=grid,
+        SS_COLS=ss_cols,
+        num_stages=stages,
+        num_warps=warps,
+    )
     return y
 
 
 @triton.jit
-def _rms_gemm_phase_kernel(a_desc, b_desc, c_desc, x_ptr, r_ptr, tag_ptr, state_ptr, M, N, K, stride_xm, eps,
-                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                           NUM_SMS: tl.constexpr, R: tl.constexpr, RK: tl.constexpr, FALLBACKS: tl.constexpr):
+def _rms_gemm_phase_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    x_ptr,
+    r_ptr,
+    tag_ptr,
+    state_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    eps,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    R: tl.constexpr,
+    RK: tl.constexpr,
+    FALLBACKS: tl.constexpr,
+):
     """Rejected. Phase 1: every program computes 1/rms of a few rows and tags them with this launch's number.
     Phase 2: persistent GEMM; an epilogue uses the tagged values, or computes its rows itself when a
     tag is not yet there (never waits: no program depends on another being resident)."""
@@ -281,8 +417,11 @@ def _rms_gemm_phase_kernel(a_desc, b_desc, c_desc, x_ptr, r_ptr, tag_ptr, state_
         acc = tl.zeros((R, RK), dtype=tl.float32)
         for k0 in range(0, K, RK):
             cols = k0 + tl.arange(0, RK)
-            xs = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
-                         mask=ok[:, None] & (cols < K)[None, :], other=0.0).to(tl.float32)
+            xs = tl.load(
+                x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                mask=ok[:, None] & (cols < K)[None, :],
+                other=0.0,
+            ).to(tl.float32)
             acc += xs * xs
         tl.store(r_ptr + rows, 1.0 / tl.sqrt(tl.sum(acc, axis=1) / K + eps), mask=ok)
         tl.atomic_xchg(tag_ptr + rows, launch, mask=ok, sem="release")
@@ -310,8 +449,11 @@ def _rms_gemm_phase_kernel(a_desc, b_desc, c_desc, x_ptr, r_ptr, tag_ptr, state_
             ssum = tl.zeros((BM,), dtype=tl.float32)
             for k0 in range(0, K, 64):
                 cols = k0 + tl.arange(0, 64)
-                xs = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
-                             mask=ok[:, None] & (cols < K)[None, :], other=0.0).to(tl.float32)
+                xs = tl.load(
+                    x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                    mask=ok[:, None] & (cols < K)[None, :],
+                    other=0.0,
+                ).to(tl.float32)
                 ssum += tl.sum(xs * xs, axis=1)
             rstd = 1.0 / tl.sqrt(ssum / K + eps)
             if FALLBACKS:
@@ -335,9 +477,11 @@ def rms_gemm_phase(x, w, cfg, r_rows=8, rk=1024):
     key = x.device
     state = _PHASE_STATE.get(key)
     if state is None or state[1].numel() < m:
-        state = _PHASE_STATE[key] = (torch.zeros(4, dtype=torch.int32, device=x.device),
-                                     torch.zeros(max(m, 4096), dtype=torch.int32, device=x.device),
-                                     torch.empty(max(m, 4096), dtype=torch.float32, device=x.device))
+        state = _PHASE_STATE[key] = (
+            torch.zeros(4, dtype=torch.int32, device=x.device),
+            torch.zeros(max(m, 4096), dtype=torch.int32, device=x.device),
+            torch.empty(max(m, 4096), dtype=torch.float32, device=x.device),
+        )
     counters, tags, rstd = state
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     a_desc = TensorDescriptor.from_tensor(x, [bm, bk])
@@ -345,16 +489,38 @@ def rms_gemm_phase(x, w, cfg, r_rows=8, rk=1024):
     c_desc = TensorDescriptor.from_tensor(y, [bm, bn])
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
-    _rms_gemm_phase_kernel[(grid,)](a_desc, b_desc, c_desc, x, rstd, tags, counters, m, n, k, x.stride(0), 1e-6,
-                                   BM=bm, BN=bn, BK=bk, GROUP_M=8, NUM_SMS=grid, R=r_rows, RK=rk, FALLBACKS=True,
-                                   num_stages=stages, num_warps=warps)
+    _rms_gemm_phase_kernel[(grid,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        x,
+        rstd,
+        tags,
+        counters,
+        m,
+        n,
+        k,
+        x.stride(0),
+        1e-6,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        GROUP_M=8,
+        NUM_SMS=grid,
+        R=r_rows,
+        RK=rk,
+        FALLBACKS=True,
+        num_stages=stages,
+        num_warps=warps,
+    )
     return y
 
 
 # Decode (few rows), rejected: split K over programs, partial sums in fp32, a second kernel adds them and scales.
 @triton.jit
-def _splitk_kernel(x_ptr, w_ptr, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr, BM: tl.constexpr,
-                   BN: tl.constexpr, BK: tl.constexpr):
+def _splitk_kernel(
+    x_ptr, w_ptr, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
     pid_n = tl.program_id(0)
     s = tl.program_id(1)
     rows = tl.arange(0, BM)
@@ -376,8 +542,9 @@ def _splitk_kernel(x_ptr, w_ptr, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr,
 
 
 @triton.jit
-def _splitk_finish_kernel(part_ptr, ss_ptr, y_ptr, M, N, K, eps, SPLITS: tl.constexpr, BM: tl.constexpr,
-                          BN: tl.constexpr):
+def _splitk_finish_kernel(
+    part_ptr, ss_ptr, y_ptr, M, N, K, eps, SPLITS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):
     pid = tl.program_id(0)
     rows = tl.arange(0, BM)
     cols = pid * BN + tl.arange(0, BN)
@@ -387,8 +554,11 @@ def _splitk_finish_kernel(part_ptr, ss_ptr, y_ptr, M, N, K, eps, SPLITS: tl.cons
         acc += tl.load(part_ptr + (s * BM + rows[:, None]) * N + cols[None, :])
         ss += tl.load(ss_ptr + s * BM + rows)
     rstd = 1.0 / tl.sqrt(ss / K + eps)
-    tl.store(y_ptr + rows[:, None] * N + cols[None, :], (acc * rstd[:, None]).to(y_ptr.dtype.element_ty),
-             mask=(rows < M)[:, None])
+    tl.store(
+        y_ptr + rows[:, None] * N + cols[None, :],
+        (acc * rstd[:, None]).to(y_ptr.dtype.element_ty),
+        mask=(rows < M)[:, None],
+    )
 
 
 def rms_splitk(x, w, cfg, finish=True):
@@ -399,16 +569,18 @@ def rms_splitk(x, w, cfg, finish=True):
     part = torch.empty((splits, bm, n), device=x.device, dtype=torch.float32)
     ss = torch.empty((splits, bm), device=x.device, dtype=torch.float32)
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    _splitk_kernel[(n // bn, splits)](x, w, part, ss, m, n, k, K_PER=k // splits, BM=bm, BN=bn, BK=bk,
-                                      num_stages=stages, num_warps=warps)
+    _splitk_kernel[(n // bn, splits)](
+        x, w, part, ss, m, n, k, K_PER=k // splits, BM=bm, BN=bn, BK=bk, num_stages=stages, num_warps=warps
+    )
     if finish:
         _splitk_finish_kernel[(n // 256,)](part, ss, y, m, n, k, 1e-6, SPLITS=splits, BM=bm, BN=256, num_warps=4)
     return y
 
 
 @triton.jit
-def _splitk_tma_kernel(x_ptr, w_desc, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr, BM: tl.constexpr,
-                       BN: tl.constexpr, BK: tl.constexpr):
+def _splitk_tma_kernel(
+    x_ptr, w_desc, part_ptr, ss_ptr, M, N, K, K_PER: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
     pid_n = tl.program_id(0)
     s = tl.program_id(1)
     rows = tl.arange(0, BM)
@@ -447,9 +619,29 @@ def rms_splitk_fused(x, w, cfg):
     ss = torch.empty((blocks, splits, bm), device=x.device, dtype=torch.float32)
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     w_desc = TensorDescriptor.from_tensor(w, [bn, bk])
-    _decode_splitk_kernel[(blocks, splits)](x, w_desc, part, ss, cnt, y, y, m, n, k, x.stride(0), 1e-6,
-                                            HAS_BIAS=False, W_DESC=True, UPCAST=False, SPLITS=splits, BM=bm, BN=bn,
-                                            BK=bk, num_stages=stages, num_warps=warps)
+    _decode_splitk_kernel[(blocks, splits)](
+        x,
+        w_desc,
+        part,
+        ss,
+        cnt,
+        y,
+        y,
+        m,
+        n,
+        k,
+        x.stride(0),
+        1e-6,
+        HAS_BIAS=False,
+        W_DESC=True,
+        UPCAST=False,
+        SPLITS=splits,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        num_stages=stages,
+        num_warps=warps,
+    )
     return y
 
 
@@ -464,8 +656,9 @@ def rms_splitk_tma(x, w, cfg):
     ss = torch.empty((splits, bm), device=x.device, dtype=torch.float32)
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     w_desc = TensorDescriptor.from_tensor(w, [bn, bk])
-    _splitk_tma_kernel[(n // bn, splits)](x, w_desc, part, ss, m, n, k, K_PER=k // splits, BM=bm, BN=bn, BK=bk,
-                                          num_stages=stages, num_warps=warps)
+    _splitk_tma_kernel[(n // bn, splits)](
+        x, w_desc, part, ss, m, n, k, K_PER=k // splits, BM=bm, BN=bn, BK=bk, num_stages=stages, num_warps=warps
+    )
     _splitk_finish_kernel[(n // 256,)](part, ss, y, m, n, k, 1e-6, SPLITS=splits, BM=bm, BN=256, num_warps=4)
     return y
 
@@ -494,30 +687,75 @@ def study_rmsnorm(dtypes: tuple[str, ...], which: str) -> None:
                 return float((out.float() - want).abs().max() / want.abs().max())
 
             case = f"{dname} {m}x{k}->{n}"
-            attempt("rmsnorm", case, "cuBLAS F.linear (no norm)", lambda: torch.nn.functional.linear(x, wg),
-                    lambda fn: check(fn, plain_ref), floor)
-            attempt("rmsnorm", case, "F.rms_norm + F.linear", lambda: torch.nn.functional.linear(
-                torch.nn.functional.rms_norm(x, (k,), gamma, 1e-6), w), check, floor)
-            attempt("rmsnorm", case, "shipped fold_gamma", lambda: fused_rmsnorm_matmul_forward(x, w, gamma),
-                    check, floor)
+            attempt(
+                "rmsnorm",
+                case,
+                "cuBLAS F.linear (no norm)",
+                lambda: torch.nn.functional.linear(x, wg),
+                lambda fn: check(fn, plain_ref),
+                floor,
+            )
+            attempt(
+                "rmsnorm",
+                case,
+                "F.rms_norm + F.linear",
+                lambda: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (k,), gamma, 1e-6), w),
+                check,
+                floor,
+            )
+            attempt(
+                "rmsnorm", case, "shipped fold_gamma", lambda: fused_rmsnorm_matmul_forward(x, w, gamma), check, floor
+            )
             if which == "rmsnorm":
-                configs = [(128, 256, 64, 3, 8, True), (128, 256, 64, 4, 8, True), (128, 256, 64, 3, 8, False),
-                           (128, 128, 64, 4, 8, True), (128, 128, 64, 4, 4, True), (128, 128, 128, 3, 8, True),
-                           (64, 256, 64, 4, 4, True)]
+                configs = [
+                    (128, 256, 64, 3, 8, True),
+                    (128, 256, 64, 4, 8, True),
+                    (128, 256, 64, 3, 8, False),
+                    (128, 128, 64, 4, 8, True),
+                    (128, 128, 64, 4, 4, True),
+                    (128, 128, 128, 3, 8, True),
+                    (64, 256, 64, 4, 4, True),
+                ]
                 for cfg in configs[:3]:
-                    attempt("rmsnorm", case, f"TMA persistent GEMM only {cfg}",
-                            lambda cfg=cfg: rms_gemm_tma(x, wg, cfg, norm=False), lambda fn: check(fn, plain_ref),
-                            floor)
+                    attempt(
+                        "rmsnorm",
+                        case,
+                        f"TMA persistent GEMM only {cfg}",
+                        lambda cfg=cfg: rms_gemm_tma(x, wg, cfg, norm=False),
+                        lambda fn: check(fn, plain_ref),
+                        floor,
+                    )
                 for cfg in configs:
-                    attempt("rmsnorm", case, f"TMA persistent fused {cfg}", lambda cfg=cfg: rms_gemm_tma(x, wg, cfg),
-                            check, floor)
+                    attempt(
+                        "rmsnorm",
+                        case,
+                        f"TMA persistent fused {cfg}",
+                        lambda cfg=cfg: rms_gemm_tma(x, wg, cfg),
+                        check,
+                        floor,
+                    )
                 for cfg in configs[:2]:
-                    attempt("rmsnorm", case, f"TMA persistent + rstd prepass {cfg}",
-                            lambda cfg=cfg: rms_gemm_tma(x, wg, cfg, prepass=True), check, floor)
+                    attempt(
+                        "rmsnorm",
+                        case,
+                        f"TMA persistent + rstd prepass {cfg}",
+                        lambda cfg=cfg: rms_gemm_tma(x, wg, cfg, prepass=True),
+                        check,
+                        floor,
+                    )
             else:
-                for cfg in [(64, 128, 4, 4, 4), (64, 128, 8, 4, 4), (32, 128, 8, 4, 4), (64, 256, 4, 3, 4),
-                            (128, 128, 4, 4, 4), (64, 128, 16, 4, 4), (32, 256, 8, 3, 4), (64, 64, 8, 5, 4),
-                            (128, 64, 8, 4, 4), (64, 128, 8, 6, 4)]:
+                for cfg in [
+                    (64, 128, 4, 4, 4),
+                    (64, 128, 8, 4, 4),
+                    (32, 128, 8, 4, 4),
+                    (64, 256, 4, 3, 4),
+                    (128, 128, 4, 4, 4),
+                    (64, 128, 16, 4, 4),
+                    (32, 256, 8, 3, 4),
+                    (64, 64, 8, 5, 4),
+                    (128, 64, 8, 4, 4),
+                    (64, 128, 8, 6, 4),
+                ]:
                     attempt("decode", case, f"split-K {cfg}", lambda cfg=cfg: rms_splitk(x, wg, cfg), check, floor)
             torch.cuda.empty_cache()
 
@@ -534,47 +772,107 @@ def study_rmsnorm2(dtypes: tuple[str, ...]) -> None:
             r64 = torch.rsqrt(xf.pow(2).mean(-1) + 1e-6)
             ref = (xf * r64[:, None]) @ w.float().T
             plain_ref = xf @ w.float().T
-            floor = max(2 * m * n * k / (PEAKS["mm_tflops"] * 1e12),
-                        (m * k + n * k + m * n) * 2 / (PEAKS["copy_gbps"] * 1e9)) * 1e3
+            floor = (
+                max(
+                    2 * m * n * k / (PEAKS["mm_tflops"] * 1e12),
+                    (m * k + n * k + m * n) * 2 / (PEAKS["copy_gbps"] * 1e9),
+                )
+                * 1e3
+            )
 
             def check(fn, want=ref):
                 out = fn()
                 return float((out.float() - want).abs().max() / want.abs().max())
 
             case = f"{dname} {m}x{k}->{n}"
-            attempt("rms2", case, "cuBLAS F.linear (no norm)", lambda: torch.nn.functional.linear(x, w),
-                    lambda fn: check(fn, plain_ref), floor, reps=50)
+            attempt(
+                "rms2",
+                case,
+                "cuBLAS F.linear (no norm)",
+                lambda: torch.nn.functional.linear(x, w),
+                lambda fn: check(fn, plain_ref),
+                floor,
+                reps=50,
+            )
             if m >= 1024:
                 for pre in ((1, 8192, 8), (1, 4096, 4), (2, 4096, 8), (4, 2048, 8), (1, 2048, 4), (8, 1024, 8)):
                     if pre[1] > k:
                         continue
-                    attempt("rms2", case, f"rstd prepass alone {pre}", lambda pre=pre: rstd_prepass(x, *pre),
-                            lambda fn: float((fn() - r64).abs().max() / r64.abs().max()),
-                            m * k * 2 / (PEAKS["copy_gbps"] * 1e9) * 1e3, reps=50)
-                gemms = [(128, 256, 64, 3, 8, False, 8), (128, 256, 64, 3, 8, False, 4),
-                         (128, 256, 64, 3, 8, False, 16), (128, 256, 64, 3, 8, True, 8), (256, 128, 64, 3, 8, False, 8),
-                         (128, 256, 128, 2, 8, False, 8), (128, 128, 64, 5, 4, False, 8)]
+                    attempt(
+                        "rms2",
+                        case,
+                        f"rstd prepass alone {pre}",
+                        lambda pre=pre: rstd_prepass(x, *pre),
+                        lambda fn: float((fn() - r64).abs().max() / r64.abs().max()),
+                        m * k * 2 / (PEAKS["copy_gbps"] * 1e9) * 1e3,
+                        reps=50,
+                    )
+                gemms = [
+                    (128, 256, 64, 3, 8, False, 8),
+                    (128, 256, 64, 3, 8, False, 4),
+                    (128, 256, 64, 3, 8, False, 16),
+                    (128, 256, 64, 3, 8, True, 8),
+                    (256, 128, 64, 3, 8, False, 8),
+                    (128, 256, 128, 2, 8, False, 8),
+                    (128, 128, 64, 5, 4, False, 8),
+                ]
                 for cfg in gemms:
-                    attempt("rms2", case, f"TMA GEMM only {cfg}",
-                            lambda cfg=cfg: rms_gemm_tma(x, w, cfg[:6], norm=False, group_m=cfg[6]),
-                            lambda fn: check(fn, plain_ref), floor, reps=50)
+                    attempt(
+                        "rms2",
+                        case,
+                        f"TMA GEMM only {cfg}",
+                        lambda cfg=cfg: rms_gemm_tma(x, w, cfg[:6], norm=False, group_m=cfg[6]),
+                        lambda fn: check(fn, plain_ref),
+                        floor,
+                        reps=50,
+                    )
                 for pre in ((1, 8192, 8), (2, 4096, 8), (1, 4096, 4), (4, 2048, 8)):
                     if pre[1] > k:
                         continue
                     cfg = gemms[0]
-                    attempt("rms2", case, f"TMA GEMM {cfg} + prepass {pre}",
-                            lambda cfg=cfg, pre=pre: rms_gemm_tma(x, w, cfg[:6], prepass=True, pre_cfg=pre,
-                                                                  group_m=cfg[6]), check, floor, reps=50)
+                    attempt(
+                        "rms2",
+                        case,
+                        f"TMA GEMM {cfg} + prepass {pre}",
+                        lambda cfg=cfg, pre=pre: rms_gemm_tma(x, w, cfg[:6], prepass=True, pre_cfg=pre, group_m=cfg[6]),
+                        check,
+                        floor,
+                        reps=50,
+                    )
             else:
-                for cfg in ((128, 128, 4, 3, 4), (128, 128, 4, 4, 4), (128, 128, 2, 4, 4), (128, 256, 4, 3, 4),
-                            (256, 128, 2, 3, 8), (128, 128, 4, 3, 8), (256, 64, 4, 4, 8), (128, 64, 4, 6, 4),
-                            (128, 256, 2, 3, 4), (64, 256, 4, 3, 4)):
-                    attempt("decode2", case, f"split-K {cfg}", lambda cfg=cfg: rms_splitk(x, w, cfg), check, floor,
-                            reps=50)
-                    attempt("decode2", case, f"split-K TMA {cfg}", lambda cfg=cfg: rms_splitk_tma(x, w, cfg), check,
-                            floor, reps=50)
-                attempt("decode2", case, "split-K (128,128,4,3,4) no finish (diagnostic)",
-                        lambda: rms_splitk(x, w, (128, 128, 4, 3, 4), finish=False), lambda fn: 0.0, floor, reps=50)
+                for cfg in (
+                    (128, 128, 4, 3, 4),
+                    (128, 128, 4, 4, 4),
+                    (128, 128, 2, 4, 4),
+                    (128, 256, 4, 3, 4),
+                    (256, 128, 2, 3, 8),
+                    (128, 128, 4, 3, 8),
+                    (256, 64, 4, 4, 8),
+                    (128, 64, 4, 6, 4),
+                    (128, 256, 2, 3, 4),
+                    (64, 256, 4, 3, 4),
+                ):
+                    attempt(
+                        "decode2", case, f"split-K {cfg}", lambda cfg=cfg: rms_splitk(x, w, cfg), check, floor, reps=50
+                    )
+                    attempt(
+                        "decode2",
+                        case,
+                        f"split-K TMA {cfg}",
+                        lambda cfg=cfg: rms_splitk_tma(x, w, cfg),
+                        check,
+                        floor,
+                        reps=50,
+                    )
+                attempt(
+                    "decode2",
+                    case,
+                    "split-K (128,128,4,3,4) no finish (diagnostic)",
+                    lambda: rms_splitk(x, w, (128, 128, 4, 3, 4), finish=False),
+                    lambda fn: 0.0,
+                    floor,
+                    reps=50,
+                )
             torch.cuda.empty_cache()
 
 
@@ -589,38 +887,87 @@ def study_rmsnorm3(dtypes: tuple[str, ...]) -> None:
             w = (torch.randn((n, k), generator=g, device="cuda") / math.sqrt(k)).to(dtype)
             xf = x.float()
             ref = (xf * torch.rsqrt(xf.pow(2).mean(-1) + 1e-6)[:, None]) @ w.float().T
-            floor = max(2 * m * n * k / (PEAKS["mm_tflops"] * 1e12),
-                        (m * k + n * k + m * n) * 2 / (PEAKS["copy_gbps"] * 1e9)) * 1e3
+            floor = (
+                max(
+                    2 * m * n * k / (PEAKS["mm_tflops"] * 1e12),
+                    (m * k + n * k + m * n) * 2 / (PEAKS["copy_gbps"] * 1e9),
+                )
+                * 1e3
+            )
 
             def check(fn):
                 out = fn()
                 return float((out.float() - ref).abs().max() / ref.abs().max())
 
             case = f"{dname} {m}x{k}->{n}"
-            attempt("rms3", case, "cuBLAS F.linear (no norm)", lambda: torch.nn.functional.linear(x, w),
-                    lambda fn: 0.0, floor, reps=50)
-            attempt("rms3", case, "F.rms_norm + F.linear", lambda: torch.nn.functional.linear(
-                torch.nn.functional.rms_norm(x, (k,), None, 1e-6), w), check, floor, reps=50)
+            attempt(
+                "rms3",
+                case,
+                "cuBLAS F.linear (no norm)",
+                lambda: torch.nn.functional.linear(x, w),
+                lambda fn: 0.0,
+                floor,
+                reps=50,
+            )
+            attempt(
+                "rms3",
+                case,
+                "F.rms_norm + F.linear",
+                lambda: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (k,), None, 1e-6), w),
+                check,
+                floor,
+                reps=50,
+            )
             if m >= 1024:
                 gemm = (128, 256, 64, 3, 8)
-                attempt("rms3", case, f"TMA GEMM {gemm} + prepass (1,8192,8)",
-                        lambda: rms_gemm_tma(x, w, (*gemm, False), prepass=True, pre_cfg=(1, min(k, 8192), 8)), check,
-                        floor, reps=50)
+                attempt(
+                    "rms3",
+                    case,
+                    f"TMA GEMM {gemm} + prepass (1,8192,8)",
+                    lambda: rms_gemm_tma(x, w, (*gemm, False), prepass=True, pre_cfg=(1, min(k, 8192), 8)),
+                    check,
+                    floor,
+                    reps=50,
+                )
                 for ss_cols in (64, 32):
-                    attempt("rms3", case, f"read twice {gemm} ss_cols={ss_cols}",
-                            lambda ss_cols=ss_cols: rms_gemm_twice(x, w, gemm, ss_cols), check, floor, reps=50)
+                    attempt(
+                        "rms3",
+                        case,
+                        f"read twice {gemm} ss_cols={ss_cols}",
+                        lambda ss_cols=ss_cols: rms_gemm_twice(x, w, gemm, ss_cols),
+                        check,
+                        floor,
+                        reps=50,
+                    )
                 for r_rows, rk in ((8, 1024), (4, 2048), (2, 4096), (16, 512)):
+
                     def run(r_rows=r_rows, rk=rk):
                         return rms_gemm_phase(x, w, gemm, r_rows, rk)
+
                     before = int(_PHASE_STATE[x.device][0][2]) if x.device in _PHASE_STATE else 0
                     attempt("rms3", case, f"phase-1 rstd {gemm} R={r_rows} RK={rk}", run, check, floor, reps=50)
                     after = int(_PHASE_STATE[x.device][0][2]) if x.device in _PHASE_STATE else 0
                     print(f"    epilogues that computed their own rows: {after - before}", flush=True)
             else:
-                for cfg in ((128, 128, 2, 4, 4), (128, 128, 4, 3, 4), (128, 256, 2, 3, 4), (128, 128, 4, 4, 4),
-                            (64, 128, 4, 4, 4), (64, 256, 4, 3, 4), (128, 64, 4, 5, 4), (64, 128, 8, 4, 4)):
-                    attempt("decode3", case, f"split-K fused finish {cfg}", lambda cfg=cfg: rms_splitk_fused(x, w, cfg),
-                            check, floor, reps=50)
+                for cfg in (
+                    (128, 128, 2, 4, 4),
+                    (128, 128, 4, 3, 4),
+                    (128, 256, 2, 3, 4),
+                    (128, 128, 4, 4, 4),
+                    (64, 128, 4, 4, 4),
+                    (64, 256, 4, 3, 4),
+                    (128, 64, 4, 5, 4),
+                    (64, 128, 8, 4, 4),
+                ):
+                    attempt(
+                        "decode3",
+                        case,
+                        f"split-K fused finish {cfg}",
+                        lambda cfg=cfg: rms_splitk_fused(x, w, cfg),
+                        check,
+                        floor,
+                        reps=50,
+                    )
             torch.cuda.empty_cache()
 
 
@@ -636,16 +983,17 @@ def study_percall() -> None:
             x = torch.randn(n, device="cuda", dtype=dtype)
             y = torch.randn(n, device="cuda", dtype=dtype)
             case = f"mse {dname} n={n}"
-            for name, fn in (("F.mse_loss", lambda: torch.nn.functional.mse_loss(x, y)),
-                             ("kernels.mse_loss (public)", lambda: kw_mse(x, y)),
-                             ("mse_loss_forward", lambda: mse_loss_forward(x, y, "mean", "persistent")),
-                             ("empty()+empty() only", lambda: (torch.empty((), device="cuda"),
-                                                              torch.empty(528, device="cuda")))):
+            for name, fn in (
+                ("F.mse_loss", lambda: torch.nn.functional.mse_loss(x, y)),
+                ("kernels.mse_loss (public)", lambda: kw_mse(x, y)),
+                ("mse_loss_forward", lambda: mse_loss_forward(x, y, "mean", "persistent")),
+                ("empty()+empty() only", lambda: (torch.empty((), device="cuda"), torch.empty(528, device="cuda"))),
+            ):
                 try:
                     us = per_call_us(fn)
                     RESULTS.append({"study": "percall", "case": case, "impl": name, "us_per_call": us})
                     print(f"  {case:<26} {name:<44} {us:9.2f} us/call", flush=True)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     print(f"  {case:<26} {name:<44} failed: {exc}", flush=True)
 
 
@@ -656,8 +1004,11 @@ def _noop_kernel(x_ptr):
 
 def study_percall2() -> None:
     """Where the host time of one MSELoss call goes (interleaved, best of several rounds)."""
-    km = sys.modules["kernels.mse_loss"] if "kernels.mse_loss" in sys.modules else __import__(
-        "importlib").import_module("kernels.mse_loss")
+    km = (
+        sys.modules["kernels.mse_loss"]
+        if "kernels.mse_loss" in sys.modules
+        else __import__("importlib").import_module("kernels.mse_loss")
+    )
 
     out = torch.empty((), device="cuda")
     for n in (4096, 1 << 20):
@@ -678,8 +1029,19 @@ def study_percall2() -> None:
         }
         if grid == 1:
             candidates["raw persistent launch (single)"] = lambda: km._mse_persistent_kernel[(1,)](
-                x, y, out, out, out, n, 1.0 / n, BLOCK=block, SINGLE=True, FUSED_FINISH=False, FINISH_BLOCK=1,
-                num_warps=warps)
+                x,
+                y,
+                out,
+                out,
+                out,
+                n,
+                1.0 / n,
+                BLOCK=block,
+                SINGLE=True,
+                FUSED_FINISH=False,
+                FINISH_BLOCK=1,
+                num_warps=warps,
+            )
         best = {name: math.inf for name in candidates}
         for _ in range(5):
             for name, fn in candidates.items():
@@ -706,8 +1068,11 @@ def measure_peaks() -> None:
     mm, _, _ = time_ms(lambda: a @ b, reps=10)
     PEAKS["mm_tflops"] = 2 * m**3 / (mm * 1e-3) / 1e12
     torch.cuda.empty_cache()
-    print(f"ceilings: copy {PEAKS['copy_gbps']:.0f} GB/s, read {PEAKS['read_gbps']:.0f} GB/s, "
-          f"fp16 mm {PEAKS['mm_tflops']:.0f} TFLOP/s", flush=True)
+    print(
+        f"ceilings: copy {PEAKS['copy_gbps']:.0f} GB/s, read {PEAKS['read_gbps']:.0f} GB/s, "
+        f"fp16 mm {PEAKS['mm_tflops']:.0f} TFLOP/s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -739,7 +1104,7 @@ def main() -> None:
                 study_percall2()
             elif study == "percall":
                 study_percall()
-        except Exception:  # noqa: BLE001
+        except Exception:
             traceback.print_exc()
         if args.out:
             Path(args.out).write_text(json.dumps({"peaks": PEAKS, "results": RESULTS}, indent=1))

@@ -21,7 +21,7 @@ smx = importlib.import_module("kernels.scaled_masked_softmax")
 frm = importlib.import_module("kernels.fused_rmsnorm_matmul")
 
 
-def med(backend: Backend, fn) -> float:  # noqa: ANN001
+def med(backend: Backend, fn) -> float:
     return statistics.median(backend.time_samples(fn, rep_ms=60, max_reps=100))
 
 
@@ -41,7 +41,7 @@ def softmax(backend: Backend, peak: float) -> None:
             if tile < sk:
                 continue
             smx.TILE_ELEMENTS["nvidia"] = tile
-            smx._warps = lambda t, w=warps: w  # noqa: B023
+            smx._warps = lambda t, w=warps: w
             smx._plan.cache_clear()
             smx._forward_plan.cache_clear()
             smx._backward_plan.cache_clear()
@@ -76,9 +76,11 @@ def rmsnorm(backend: Backend, peak_tflops: float) -> None:
             res[name] = med(backend, fn)
         best = frm.autotuned_kernel().cache
         cfgs = {str(key[:3]): str(cfg) for key, cfg in best.items()}
-        print(f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: " + ", ".join(
-            f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())
-            + f"; fold/cublas {res['fold'] / res['cublas']:.3f}, prepass/cublas {res['prepass'] / res['cublas']:.3f}")
+        print(
+            f"\nrmsnorm+matmul {dtype} x{list(shape)} -> {n}: "
+            + ", ".join(f"{k_} {v * 1e3:.1f} us ({flops / v / 1e9:.0f} TF)" for k_, v in res.items())
+            + f"; fold/cublas {res['fold'] / res['cublas']:.3f}, prepass/cublas {res['prepass'] / res['cublas']:.3f}"
+        )
         print("  autotuned:", cfgs)
         sys.stdout.flush()
 
@@ -98,8 +100,10 @@ def softmax_check(backend: Backend, peak: float) -> None:
         tn = med(backend, lambda: smx.scaled_masked_softmax_forward(x, None, 0.125))
         tb = med(backend, lambda: smx.softmax_backward(y, dy, 0.125))
         pm = (4 * n + b * sq * sk) / tm / 1e6 / peak * 100
-        print(f"{str(shape):<24} {tm:>11.3f} {pm:>5.1f} {tn:>10.3f} {4 * n / tn / 1e6 / peak * 100:>5.1f} "
-              f"{tb:>7.3f} {6 * n / tb / 1e6 / peak * 100:>5.1f}")
+        print(
+            f"{str(shape):<24} {tm:>11.3f} {pm:>5.1f} {tn:>10.3f} {4 * n / tn / 1e6 / peak * 100:>5.1f} "
+            f"{tb:>7.3f} {6 * n / tb / 1e6 / peak * 100:>5.1f}"
+        )
         torch.cuda.empty_cache()
 
 

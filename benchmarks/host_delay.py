@@ -55,8 +55,14 @@ def spin_us(us: float) -> None:
         pass
 
 
-def old_time_samples(backend, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,  # noqa: ANN001
-                     min_reps: int = 10, max_reps: int = 300) -> list[float]:
+def old_time_samples(
+    backend,
+    fn: Callable[[], object],
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 10,
+    max_reps: int = 300,
+) -> list[float]:
     """``Backend.time_samples`` as it was at d78e329 (events behind a spin hold sized from host time)."""
     from collector.backends import SAMPLE_CHUNK
 
@@ -112,8 +118,12 @@ def burners(count: int) -> list[subprocess.Popen]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
-                    help="CPU-burning processes for the busy-host condition (default: one per core)")
+    ap.add_argument(
+        "--burners",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="CPU-burning processes for the busy-host condition (default: one per core)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -154,8 +164,13 @@ def main() -> int:
         return torch.add(x, 1.0, out=y)
 
     auto = backend.device_samples(delayed, rep_ms=20)[1]
-    calls = {"no sleep": kernel, "sleep": delayed, "sleep+busy host": delayed, "sleep+stalls in call": stalled,
-             "sleep+stalls outside": delayed}
+    calls = {
+        "no sleep": kernel,
+        "sleep": delayed,
+        "sleep+busy host": delayed,
+        "sleep+stalls in call": stalled,
+        "sleep+stalls outside": delayed,
+    }
 
     def measure(method: str, fn: Callable[[], object]) -> list[float]:
         out: list[float] = []
@@ -186,10 +201,12 @@ def main() -> int:
                 p.wait()
 
     width = "| {:<7} | {:<20} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6} | {:<4} |"
-    print(f"\nhost_delay: {torch.cuda.get_device_name() if not cpu else 'cpu (dry run: numbers mean nothing)'}, "
-          f"kernel torch.add on {n} fp32, host delay uniform 0-{MAX_SLEEP_US:.0f} us, {ROUNDS} rounds per cell, "
-          f"{args.burners} burners; the collector's choice for the delayed call: {auto}; "
-          f"{time.perf_counter() - began:.0f} s\n")
+    print(
+        f"\nhost_delay: {torch.cuda.get_device_name() if not cpu else 'cpu (dry run: numbers mean nothing)'}, "
+        f"kernel torch.add on {n} fp32, host delay uniform 0-{MAX_SLEEP_US:.0f} us, {ROUNDS} rounds per cell, "
+        f"{args.burners} burners; the collector's choice for the delayed call: {auto}; "
+        f"{time.perf_counter() - began:.0f} s\n"
+    )
     print(width.format("method", "condition", "median us", "p20 us", "p80 us", "samples", "ratio", "ok"))
     print(width.format(*["-" * w for w in (7, 20, 9, 9, 9, 8, 6, 4)]))
     failed = False
@@ -201,8 +218,18 @@ def main() -> int:
             ratio = med / base
             ok = abs(ratio - 1.0) <= TOLERANCE
             failed |= not ok and method != "old"
-            print(width.format(method, condition, f"{med * 1e3:.1f}", f"{quantile(s, 0.2) * 1e3:.1f}",
-                               f"{quantile(s, 0.8) * 1e3:.1f}", len(s), f"{ratio:.3f}", "yes" if ok else "NO"))
+            print(
+                width.format(
+                    method,
+                    condition,
+                    f"{med * 1e3:.1f}",
+                    f"{quantile(s, 0.2) * 1e3:.1f}",
+                    f"{quantile(s, 0.8) * 1e3:.1f}",
+                    len(s),
+                    f"{ratio:.3f}",
+                    "yes" if ok else "NO",
+                )
+            )
     return 1 if failed and not cpu else 0
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import triton
+import triton.language as tl
 
 ROWS_OUT: list[tuple] = []  # (section, case, candidate, ok, median_us, p20, p80, derived)
 START = time.perf_counter()
@@ -41,10 +41,12 @@ def empty_cache() -> None:
     if DEV.type == "cuda":
         torch.cuda.empty_cache()
 
+
 try:  # programmatic dependent launch (Hopper): the GEMM may start while the prepass drains
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
     HAVE_PDL = True
-except Exception:  # noqa: BLE001
+except Exception:
     HAVE_PDL = False
 
 
@@ -57,7 +59,7 @@ def budget(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> fl
     return float((diff / (atol + rtol * ref.double().abs())).max())
 
 
-def record(section: str, case: str, cand: str, fn, check=None, derive=None, calls: bool = False) -> float | None:  # noqa: ANN001
+def record(section: str, case: str, cand: str, fn, check=None, derive=None, calls: bool = False) -> float | None:
     """Check (``check()`` -> error budget or raises), then time ``fn``; one table row."""
     if out_of_time():
         ROWS_OUT.append((section, case, cand, "skip", None, None, None, "out of time"))
@@ -82,27 +84,29 @@ def record(section: str, case: str, cand: str, fn, check=None, derive=None, call
             extra += f" call {statistics.median(BACKEND.call_samples(fn)) * 1e3:.1f}us"
         ROWS_OUT.append((section, case, cand, ok, med, p20, p80, extra))
         return med
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         msg = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:90] if str(exc).strip() else ''}"
         ROWS_OUT.append((section, case, cand, "ERR", None, None, None, msg))
         traceback.print_exc(limit=2)
         return None
 
 
-def pct(nbytes: float, gbps_key: str = "peak_gbps"):  # noqa: ANN201
+def pct(nbytes: float, gbps_key: str = "peak_gbps"):
     def f(med_us: float) -> str:
         floor_us = nbytes / (PEAKS[gbps_key] * 1e9) * 1e6
         return f"{100 * floor_us / med_us:.1f}% floor({floor_us:.1f}us)"
+
     return f
 
 
-def poisoned(fn):  # noqa: ANN001, ANN201
+def poisoned(fn):
     """``fn()`` with the kernels' outputs allocated NaN-filled (kernels.poison), as the accuracy suite runs them."""
     from kernels.poison import poisoned_outputs
 
-    def run():  # noqa: ANN202
+    def run():
         with poisoned_outputs():
             return fn()
+
     return run
 
 
@@ -131,8 +135,9 @@ def _old_causal_fwd(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _causal_fwd_blocks(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                       CHUNK: tl.constexpr):
+def _causal_fwd_blocks(
+    x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr
+):
     """Candidate: the row tile is processed in CHUNK-wide column blocks; blocks wholly above the diagonal of
     every row of the tile are neither loaded nor computed (a scalar branch), only written as zeros."""
     row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -166,8 +171,9 @@ def _causal_fwd_blocks(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLO
 
 
 @triton.jit
-def _causal_persistent(x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                       STORE_CS: tl.constexpr):
+def _causal_persistent(
+    x_ptr, y_ptr, n_rows, sk, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STORE_CS: tl.constexpr
+):
     """Candidate: the shipped grouped-mask causal tile, looped over row tiles by a fixed grid (STORE_CS: y
     stored with the streaming cache hint)."""
     cols = tl.arange(0, BLOCK_N)
@@ -205,12 +211,13 @@ def study_causal() -> None:
             sl = min(b, max(1, (1 << 23) // (sq * sq)))  # whole matrices checked against float64
             ref = smx.reference_forward(x[:sl], None, 0.125, causal=True).to(dev)
 
-            def check_with(run):  # noqa: ANN001, ANN202
+            def check_with(run):
                 def c() -> float:
                     y = torch.full_like(x, float("nan"))
                     run(y)
                     nan_free(y)
                     return budget(y[:sl], ref, tol.rtol, tol.atol)
+
                 return c
 
             full = pct((2 * n) * size)
@@ -221,72 +228,153 @@ def study_causal() -> None:
                 y = shipped()
                 nan_free(y)
                 return budget(y[:sl], ref, tol.rtol, tol.atol)
-            record("causal", name, "shipped", lambda: smx.scaled_upper_triang_masked_softmax_forward(x, 0.125),
-                   check_shipped, causal_floor)
+
+            record(
+                "causal",
+                name,
+                "shipped",
+                lambda: smx.scaled_upper_triang_masked_softmax_forward(x, 0.125),
+                check_shipped,
+                causal_floor,
+            )
             if dtype != torch.float16:
                 continue
             old_rows, old_block, old_warps, _ = smx._plan("nvidia", sq)
             y = torch.empty_like(x)
 
-            def old(y=y, rows=old_rows, block=old_block, warps=old_warps):  # noqa: ANN001, ANN202
-                _old_causal_fwd[(triton.cdiv(n_rows, rows),)](x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows,
-                                                              BLOCK_N=block, num_warps=warps)
+            def old(y=y, rows=old_rows, block=old_block, warps=old_warps):
+                _old_causal_fwd[(triton.cdiv(n_rows, rows),)](
+                    x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, num_warps=warps
+                )
                 return y
-            record("causal", name, f"old exact-mask R{old_rows} W{old_warps}", old,
-                   check_with(lambda yy: old(y=yy)), lambda t: full(t) + " | " + causal_floor(t))
+
+            record(
+                "causal",
+                name,
+                f"old exact-mask R{old_rows} W{old_warps}",
+                old,
+                check_with(lambda yy: old(y=yy)),
+                lambda t: full(t) + " | " + causal_floor(t),
+            )
             block = triton.next_power_of_2(sq)
             tried = {(old_rows, old_warps)}
-            for tile, warps in ((1024, 4), (1024, 2), (2048, 2), (2048, 4), (4096, 2), (4096, 4), (4096, 8),
-                                (8192, 4), (8192, 8)):
+            for tile, warps in (
+                (1024, 4),
+                (1024, 2),
+                (2048, 2),
+                (2048, 4),
+                (4096, 2),
+                (4096, 4),
+                (4096, 8),
+                (8192, 4),
+                (8192, 8),
+            ):
                 rows = max(1, tile // block)
                 if (rows, warps) in tried:
                     continue
                 tried.add((rows, warps))
 
-                def cand(y=y, rows=rows, warps=warps):  # noqa: ANN001, ANN202
+                def cand(y=y, rows=rows, warps=warps):
                     smx._softmax_fwd_kernel[(b * triton.cdiv(sq, rows),)](
-                        x, x, y, n_rows, sq, sq, 1, 0, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block,
-                        HAS_MASK=False, CAUSAL=True, ACC=tl.float32, num_warps=warps)
+                        x,
+                        x,
+                        y,
+                        n_rows,
+                        sq,
+                        sq,
+                        1,
+                        0,
+                        sq,
+                        0.125 * smx.LOG2E,
+                        ROWS=rows,
+                        BLOCK_N=block,
+                        HAS_MASK=False,
+                        CAUSAL=True,
+                        ACC=tl.float32,
+                        num_warps=warps,
+                    )
                     return y
-                record("causal", name, f"grouped R{rows} W{warps}", cand, check_with(lambda yy, c=cand: c(y=yy)),
-                       causal_floor)
+
+                record(
+                    "causal",
+                    name,
+                    f"grouped R{rows} W{warps}",
+                    cand,
+                    check_with(lambda yy, c=cand: c(y=yy)),
+                    causal_floor,
+                )
             sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
-            for tile, warps, waves, cs in ((2048, 4, 8, False), (2048, 4, 16, False), (4096, 4, 8, False),
-                                           (2048, 2, 16, False), (2048, 4, 16, True)):
+            for tile, warps, waves, cs in (
+                (2048, 4, 8, False),
+                (2048, 4, 16, False),
+                (4096, 4, 8, False),
+                (2048, 2, 16, False),
+                (2048, 4, 16, True),
+            ):
                 rows = max(1, tile // block)
 
-                def per(y=y, rows=rows, warps=warps, waves=waves, cs=cs):  # noqa: ANN001, ANN202
-                    _causal_persistent[(sms * waves,)](x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block,
-                                                       STORE_CS=cs, num_warps=warps)
+                def per(y=y, rows=rows, warps=warps, waves=waves, cs=cs):
+                    _causal_persistent[(sms * waves,)](
+                        x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, STORE_CS=cs, num_warps=warps
+                    )
                     return y
-                record("causal", name, f"persistent R{rows} W{warps} x{waves}/SM{' st.cs' if cs else ''}", per,
-                       check_with(lambda yy, c=per: c(y=yy)), causal_floor)
+
+                record(
+                    "causal",
+                    name,
+                    f"persistent R{rows} W{warps} x{waves}/SM{' st.cs' if cs else ''}",
+                    per,
+                    check_with(lambda yy, c=per: c(y=yy)),
+                    causal_floor,
+                )
             for rows, chunk, warps in ((4, 256, 4), (4, 256, 2), (8, 128, 4), (8, 256, 4), (2, 512, 4), (4, 512, 4)):
                 if chunk > block:
                     continue
 
-                def blk(y=y, rows=rows, chunk=chunk, warps=warps):  # noqa: ANN001, ANN202
-                    _causal_fwd_blocks[(triton.cdiv(n_rows, rows),)](x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows,
-                                                                     BLOCK_N=block, CHUNK=chunk, num_warps=warps)
+                def blk(y=y, rows=rows, chunk=chunk, warps=warps):
+                    _causal_fwd_blocks[(triton.cdiv(n_rows, rows),)](
+                        x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, CHUNK=chunk, num_warps=warps
+                    )
                     return y
-                record("causal", name, f"blocks R{rows} C{chunk} W{warps}", blk,
-                       check_with(lambda yy, c=blk: c(y=yy)), causal_floor)
+
+                record(
+                    "causal",
+                    name,
+                    f"blocks R{rows} C{chunk} W{warps}",
+                    blk,
+                    check_with(lambda yy, c=blk: c(y=yy)),
+                    causal_floor,
+                )
             # backward: the shipped causal path (lower triangles only) against the full-row one
             yv = smx.scaled_upper_triang_masked_softmax_forward(x, 0.125)
             dy = torch.randn(shape, device=dev, dtype=torch.float32).to(dtype)
             ref_b = smx.reference_backward(smx.reference_forward(x[:sl], None, 0.125, True), dy[:sl], 0.125).to(dev)
 
-            def check_b(causal: bool):  # noqa: ANN202
+            def check_b(causal: bool):
                 def c() -> float:
                     dx = poisoned(lambda: smx.softmax_backward(yv, dy, 0.125, causal))()
                     nan_free(dx)
                     return budget(dx[:sl], ref_b, tol.rtol, tol.atol)
+
                 return c
+
             bwd_floor = pct((2 * kept + n) * size)
-            record("causal", name + " bwd", "shipped causal", lambda: smx.softmax_backward(yv, dy, 0.125, True),
-                   check_b(True), bwd_floor)
-            record("causal", name + " bwd", "full rows (old)", lambda: smx.softmax_backward(yv, dy, 0.125, False),
-                   check_b(False), bwd_floor)
+            record(
+                "causal",
+                name + " bwd",
+                "shipped causal",
+                lambda: smx.softmax_backward(yv, dy, 0.125, True),
+                check_b(True),
+                bwd_floor,
+            )
+            record(
+                "causal",
+                name + " bwd",
+                "full rows (old)",
+                lambda: smx.softmax_backward(yv, dy, 0.125, False),
+                check_b(False),
+                bwd_floor,
+            )
             empty_cache()
 
 
@@ -294,8 +382,9 @@ def study_causal() -> None:
 # Masked softmax forward
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                    STORE_CS: tl.constexpr):
+def _heads_prefetch(
+    x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, STORE_CS: tl.constexpr
+):
     """Candidate: the heads kernel with the next head's x loaded before this head's reductions (STORE_CS: y
     stored with the streaming cache hint)."""
     pid = tl.program_id(0)
@@ -304,8 +393,9 @@ def _heads_prefetch(x_ptr, m_ptr, y_ptr, sq, sk, H, mask_sb, scale2, ROWS: tl.co
     q = (pid % q_blocks) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     inb = (q < sq)[:, None] & (cols < sk)[None, :]
-    keep = tl.load(m_ptr + b.to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * sk + cols[None, :], mask=inb,
-                   other=1) == 0
+    keep = (
+        tl.load(m_ptr + b.to(tl.int64) * mask_sb + q[:, None].to(tl.int64) * sk + cols[None, :], mask=inb, other=1) == 0
+    )
     offs = ((b * H).to(tl.int64) * sq + q)[:, None] * sk + cols[None, :]
     x = tl.load(x_ptr + offs, mask=inb, other=0.0, eviction_policy="evict_first")
     step = tl.cast(sq, tl.int64) * sk
@@ -346,12 +436,13 @@ def study_masked() -> None:
         n_rows = b * h * sq
         s2 = 0.125 * smx.LOG2E
 
-        def check_with(run):  # noqa: ANN001, ANN202
+        def check_with(run):
             def c() -> float:
                 y.fill_(float("nan"))
                 run()
                 nan_free(y)
                 return budget(y[:sl], ref, tol.rtol, tol.atol)
+
             return c
 
         shipped = poisoned(lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
@@ -360,36 +451,81 @@ def study_masked() -> None:
             out = shipped()
             nan_free(out)
             return budget(out[:sl], ref, tol.rtol, tol.atol)
-        record("masked", name, "shipped", lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125), check_shipped,
-               floor)
+
+        record(
+            "masked", name, "shipped", lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125), check_shipped, floor
+        )
         block = triton.next_power_of_2(sk)
-        heads = [(max(1, tile // block), w) for tile, w in ((1024, 4), (2048, 2))
-                 if tile >= block and (max(1, tile // block), w) != (max(1, 2048 // block), 4)]
+        heads = [
+            (max(1, tile // block), w)
+            for tile, w in ((1024, 4), (2048, 2))
+            if tile >= block and (max(1, tile // block), w) != (max(1, 2048 // block), 4)
+        ]
         for rows, warps in heads:
-            def hk(rows=rows, warps=warps):  # noqa: ANN001, ANN202
+
+            def hk(rows=rows, warps=warps):
                 smx._softmax_fwd_heads_kernel[(b * triton.cdiv(sq, rows),)](
-                    x, m8, y, n_rows, sk, sq, h, sq * sk, sk, s2, ROWS=rows, BLOCK_N=block, ACC=tl.float32,
-                    num_warps=warps)
+                    x,
+                    m8,
+                    y,
+                    n_rows,
+                    sk,
+                    sq,
+                    h,
+                    sq * sk,
+                    sk,
+                    s2,
+                    ROWS=rows,
+                    BLOCK_N=block,
+                    ACC=tl.float32,
+                    num_warps=warps,
+                )
+
             record("masked", name, f"heads R{rows} W{warps}", hk, check_with(hk), floor)
-        for rows, warps, cs in ((max(1, 2048 // block), 4, False), (max(1, 1024 // block), 4, False),
-                                (max(1, 1024 // block), 2, False), (max(1, 2048 // block), 2, False),
-                                (max(1, 4096 // block), 4, False), (max(1, 4096 // block), 2, False),
-                                (max(1, 2048 // block), 4, True)):
+        for rows, warps, cs in (
+            (max(1, 2048 // block), 4, False),
+            (max(1, 1024 // block), 4, False),
+            (max(1, 1024 // block), 2, False),
+            (max(1, 2048 // block), 2, False),
+            (max(1, 4096 // block), 4, False),
+            (max(1, 4096 // block), 2, False),
+            (max(1, 2048 // block), 4, True),
+        ):
             if rows * block > 8192:
                 continue
-            def pf(rows=rows, warps=warps, cs=cs):  # noqa: ANN001, ANN202
-                _heads_prefetch[(b * triton.cdiv(sq, rows),)](x, m8, y, sq, sk, h, sq * sk, s2, ROWS=rows,
-                                                              BLOCK_N=block, STORE_CS=cs, num_warps=warps)
-            record("masked", name, f"heads+prefetch R{rows} W{warps}{' st.cs' if cs else ''}", pf, check_with(pf),
-                   floor)
+
+            def pf(rows=rows, warps=warps, cs=cs):
+                _heads_prefetch[(b * triton.cdiv(sq, rows),)](
+                    x, m8, y, sq, sk, h, sq * sk, s2, ROWS=rows, BLOCK_N=block, STORE_CS=cs, num_warps=warps
+                )
+
+            record(
+                "masked", name, f"heads+prefetch R{rows} W{warps}{' st.cs' if cs else ''}", pf, check_with(pf), floor
+            )
         for rows, warps in ((1, 8), (1, 4)):
             if sk < 4096:
                 continue
 
-            def rk(rows=rows, warps=warps):  # noqa: ANN001, ANN202
+            def rk(rows=rows, warps=warps):
                 smx._softmax_fwd_kernel[(b * h * triton.cdiv(sq, rows),)](
-                    x, m8, y, n_rows, sk, sq, h, sq * sk, sk, s2, ROWS=rows, BLOCK_N=block, HAS_MASK=True,
-                    CAUSAL=False, ACC=tl.float32, num_warps=warps)
+                    x,
+                    m8,
+                    y,
+                    n_rows,
+                    sk,
+                    sq,
+                    h,
+                    sq * sk,
+                    sk,
+                    s2,
+                    ROWS=rows,
+                    BLOCK_N=block,
+                    HAS_MASK=True,
+                    CAUSAL=False,
+                    ACC=tl.float32,
+                    num_warps=warps,
+                )
+
             record("masked", name, f"row-tile R{rows} W{warps}", rk, check_with(rk), floor)
         empty_cache()
 
@@ -418,8 +554,21 @@ def _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _gemm_pdl_kernel(a_desc, b_desc, c_desc, r_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, PDL: tl.constexpr):
+def _gemm_pdl_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    r_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """The shipped persistent TMA GEMM; with PDL it waits for the prepass only before its first epilogue."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BM)
@@ -449,8 +598,9 @@ def study_gemm() -> None:
 
     dev = DEV
     sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
-    for (m, k), n in (((64, 128), 64),) if SMOKE else (((1024, 8192), 4096), ((4096, 4096), 4096),
-                                                       ((8192, 4096), 14336)):
+    for (m, k), n in (
+        (((64, 128), 64),) if SMOKE else (((1024, 8192), 4096), ((4096, 4096), 4096), ((8192, 4096), 14336))
+    ):
         for dtype in (torch.float16, torch.bfloat16):
             dname = "fp16" if dtype == torch.float16 else "bf16"
             name = f"[{m},{k}]->{n} {dname}"
@@ -461,18 +611,21 @@ def study_gemm() -> None:
             g = (1 + 0.5 * torch.rand(k, device=dev, generator=gen)).to(dtype)
             sl = 128
             xs = x[:sl].double()
-            ref = torch.nn.functional.linear(xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * g.double(),
-                                             w.double())
+            ref = torch.nn.functional.linear(
+                xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * g.double(), w.double()
+            )
             cublas = record("gemm", name, "cuBLAS F.linear alone", lambda: torch.nn.functional.linear(x, w))
             ratio = (lambda t: f"{t / cublas:.3f}x cuBLAS") if cublas else None
 
-            def check_fn(run):  # noqa: ANN001, ANN202
+            def check_fn(run):
                 def c() -> float:
                     y = run()
                     nan_free(y)
                     return budget(y[:sl], ref, tol.rtol, tol.atol)
+
                 return c
-            shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)  # noqa: E731
+
+            shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
             record("gemm", name, "shipped", shipped, check_fn(poisoned(shipped)), ratio)
             if not SMOKE and not frm.HOPPER_PDL:  # the launcher's own PDL path (plan flag flipped for this row)
                 frm.HOPPER_PDL = True
@@ -488,8 +641,11 @@ def study_gemm() -> None:
             rstd = torch.empty(m, device=dev, dtype=torch.float32)
             block_k = min(triton.next_power_of_2(k), 8192)
             for bm, bn, bk, stages, warps, group, pdl in (
-                    (128, 256, 64, 3, 8, 8, False), (128, 256, 64, 3, 8, 8, True), (128, 256, 64, 3, 8, 16, False),
-                    (128, 256, 64, 3, 8, 4, False)):
+                (128, 256, 64, 3, 8, 8, False),
+                (128, 256, 64, 3, 8, 8, True),
+                (128, 256, 64, 3, 8, 16, False),
+                (128, 256, 64, 3, 8, 4, False),
+            ):
                 if (pdl and not HAVE_PDL) or SMOKE:  # TMA and PDL need the GPU
                     continue
                 y = torch.empty((m, n), device=dev, dtype=dtype)
@@ -498,26 +654,76 @@ def study_gemm() -> None:
                 db = TensorDescriptor.from_tensor(wf, [bn, bk])
                 dc = TensorDescriptor.from_tensor(y, [bm, bn])
 
-                def run(y=y, da=da, db=db, dc=dc, bm=bm, bn=bn, bk=bk, stages=stages, warps=warps, group=group,  # noqa: ANN001, ANN202
-                        pdl=pdl, progs=progs):
+                def run(
+                    y=y,
+                    da=da,
+                    db=db,
+                    dc=dc,
+                    bm=bm,
+                    bn=bn,
+                    bk=bk,
+                    stages=stages,
+                    warps=warps,
+                    group=group,
+                    pdl=pdl,
+                    progs=progs,
+                ):
                     if pdl:
-                        _rstd_pdl_kernel[(m,)](x, rstd, m, k, x.stride(0), 1, 1e-6, BLOCK_K=block_k,
-                                               num_warps=8 if block_k >= 8192 else 4)
+                        _rstd_pdl_kernel[(m,)](
+                            x, rstd, m, k, x.stride(0), 1, 1e-6, BLOCK_K=block_k, num_warps=8 if block_k >= 8192 else 4
+                        )
                     else:
-                        frm._rstd_kernel[(m,)](x, rstd, m, k, x.stride(0), 1, 1e-6, ROWS=1, BLOCK_K=block_k,
-                                               num_warps=8 if block_k >= 8192 else 4)
-                    _gemm_pdl_kernel[(progs,)](da, db, dc, rstd, m, n, k, BM=bm, BN=bn, BK=bk, GROUP_M=group,
-                                               NUM_SMS=progs, PDL=pdl, num_warps=warps, num_stages=stages,
-                                               launch_pdl=pdl)
+                        frm._rstd_kernel[(m,)](
+                            x,
+                            rstd,
+                            m,
+                            k,
+                            x.stride(0),
+                            1,
+                            1e-6,
+                            ROWS=1,
+                            BLOCK_K=block_k,
+                            num_warps=8 if block_k >= 8192 else 4,
+                        )
+                    _gemm_pdl_kernel[(progs,)](
+                        da,
+                        db,
+                        dc,
+                        rstd,
+                        m,
+                        n,
+                        k,
+                        BM=bm,
+                        BN=bn,
+                        BK=bk,
+                        GROUP_M=group,
+                        NUM_SMS=progs,
+                        PDL=pdl,
+                        num_warps=warps,
+                        num_stages=stages,
+                        launch_pdl=pdl,
+                    )
                     return y
-                record("gemm", name, f"{bm}x{bn}x{bk} s{stages} w{warps} g{group}{' pdl' if pdl else ''}", run,
-                       check_fn(lambda y=y, run=run: (y.fill_(float("nan")), rstd.fill_(float("nan")), run())[-1]),
-                       ratio)
+
+                record(
+                    "gemm",
+                    name,
+                    f"{bm}x{bn}x{bk} s{stages} w{warps} g{group}{' pdl' if pdl else ''}",
+                    run,
+                    check_fn(lambda y=y, run=run: (y.fill_(float("nan")), rstd.fill_(float("nan")), run())[-1]),
+                    ratio,
+                )
             if (m, k) == (1024, 8192) and dname == "fp16":
                 for warps in (4, 8, 16):
-                    record("gemm", name, f"prepass alone 1 row w{warps}", lambda w_=warps: frm._rstd_kernel[(m,)](
-                        x, rstd, m, k, x.stride(0), 1, 1e-6, ROWS=1, BLOCK_K=block_k, num_warps=w_),
-                        derive=pct(m * k * 2, "peak_read_gbps"))
+                    record(
+                        "gemm",
+                        name,
+                        f"prepass alone 1 row w{warps}",
+                        lambda w_=warps: frm._rstd_kernel[(m,)](
+                            x, rstd, m, k, x.stride(0), 1, 1e-6, ROWS=1, BLOCK_K=block_k, num_warps=w_
+                        ),
+                        derive=pct(m * k * 2, "peak_read_gbps"),
+                    )
             frm.FOLDED.clear()
             empty_cache()
 
@@ -526,8 +732,23 @@ def study_gemm() -> None:
 # Decode [16, 8192] -> 8192
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _decode_swap_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, y_ptr, M, N, K, stride_xm, eps,
-                        SPLITS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _decode_swap_kernel(
+    x_ptr,
+    w,
+    part_ptr,
+    ss_ptr,
+    count_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    eps,
+    SPLITS: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
     """Candidate: the shipped split-K decode kernel with the product swapped, acc^T = W' x^T: the weight tile
     (TMA, shared memory) is the wide left operand (BN rows), x^T the narrow right one (BM = 16 columns), the
     shape Hopper's asynchronous MMA takes (cuBLAS's small-M trick)."""
@@ -540,8 +761,11 @@ def _decode_swap_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, y_ptr, M, N, K, s
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     ss = tl.zeros((BM, BK), dtype=tl.float32)
     for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
-        a = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
-                    mask=(rows < M)[:, None] & ((k0 + kk) < K)[None, :], other=0.0)
+        a = tl.load(
+            x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
+            mask=(rows < M)[:, None] & ((k0 + kk) < K)[None, :],
+            other=0.0,
+        )
         b = w.load([pid_n * BN, k0])
         af = a.to(tl.float32)
         ss += af * af
@@ -557,8 +781,11 @@ def _decode_swap_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, y_ptr, M, N, K, s
             total += tl.load(part_ptr + (first + rows[:, None]) * BN + tl.arange(0, BN)[None, :], cache_modifier=".cg")
             sumsq += tl.load(ss_ptr + first + rows, cache_modifier=".cg")
         total = total * (1.0 / tl.sqrt(sumsq / K + eps))[:, None]
-        tl.store(y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(y_ptr.dtype.element_ty),
-                 mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.store(
+            y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
+            total.to(y_ptr.dtype.element_ty),
+            mask=(rows < M)[:, None] & (cols < N)[None, :],
+        )
         tl.atomic_xchg(count_ptr + pid_n, 0)
 
 
@@ -577,68 +804,164 @@ def study_decode() -> None:
         w = (torch.randn((n, k), device=dev) / math.sqrt(k)).to(dtype)
         g = (1 + 0.5 * torch.rand(k, device=dev)).to(dtype)
         xs = x.double()
-        ref = torch.nn.functional.linear(xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * g.double(),
-                                         w.double())
+        ref = torch.nn.functional.linear(
+            xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * g.double(), w.double()
+        )
         nbytes = (m * k + n * k + m * n) * 2
         read = pct(nbytes, "peak_read_gbps")
-        cublas = record("decode", name, "cuBLAS F.linear alone", lambda: torch.nn.functional.linear(x, w),
-                        derive=read, calls=True)
+        cublas = record(
+            "decode", name, "cuBLAS F.linear alone", lambda: torch.nn.functional.linear(x, w), derive=read, calls=True
+        )
 
         def derive(t: float) -> str:
             return read(t) + (f" {t / cublas:.3f}x cuBLAS" if cublas else "")
 
-        def check_fn(run):  # noqa: ANN001, ANN202
+        def check_fn(run):
             def c() -> float:
                 y = run()
                 nan_free(y)
                 return budget(y, ref, tol.rtol, tol.atol)
+
             return c
-        shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)  # noqa: E731
+
+        shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
         record("decode", name, "shipped fold_gamma", shipped, check_fn(poisoned(shipped)), derive, calls=True)
-        record("decode", name, "F.rms_norm + F.linear", lambda: torch.nn.functional.linear(
-            torch.nn.functional.rms_norm(x, (k,), g, 1e-6), w), derive=derive, calls=True)
-        pre = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "rstd_prepass")  # noqa: E731
+        record(
+            "decode",
+            name,
+            "F.rms_norm + F.linear",
+            lambda: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (k,), g, 1e-6), w),
+            derive=derive,
+            calls=True,
+        )
+        pre = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "rstd_prepass")
         record("decode", name, "shipped rstd_prepass", pre, check_fn(poisoned(pre)), derive, calls=True)
         if dname == "bf16" or SMOKE:  # the candidates' TMA weight needs the GPU
             continue
         wf = frm.FOLDED.get(w, g)
         for bn, bk, splits, stages, warps in (
-                (128, 128, 2, 4, 4), (128, 128, 2, 3, 4), (128, 128, 2, 5, 4), (128, 256, 2, 3, 4),
-                (256, 128, 4, 3, 8), (256, 128, 4, 4, 4), (128, 128, 2, 4, 8)):
+            (128, 128, 2, 4, 4),
+            (128, 128, 2, 3, 4),
+            (128, 128, 2, 5, 4),
+            (128, 256, 2, 3, 4),
+            (256, 128, 4, 3, 8),
+            (256, 128, 4, 4, 4),
+            (128, 128, 2, 4, 8),
+        ):
             blocks = triton.cdiv(n, bn)
             part_floats = blocks * splits * 16 * bn
             scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
-            parts, sums = scratch[:part_floats], scratch[part_floats:part_floats + blocks * splits * 16]
+            parts, sums = scratch[:part_floats], scratch[part_floats : part_floats + blocks * splits * 16]
             desc = TensorDescriptor.from_tensor(wf, [bn, bk])
             y = torch.empty((m, n), device=dev, dtype=dtype)
 
-            def run(bn=bn, bk=bk, splits=splits, stages=stages, warps=warps, desc=desc, y=y, parts=parts,  # noqa: ANN001, ANN202
-                    sums=sums, counts=counts, blocks=blocks):
+            def run(
+                bn=bn,
+                bk=bk,
+                splits=splits,
+                stages=stages,
+                warps=warps,
+                desc=desc,
+                y=y,
+                parts=parts,
+                sums=sums,
+                counts=counts,
+                blocks=blocks,
+            ):
                 frm._decode_splitk_kernel[(blocks, splits)](
-                    x, desc, parts, sums, counts, y, y, m, n, k, x.stride(0), 1e-6, HAS_BIAS=False, W_DESC=True,
-                    UPCAST=False, SPLITS=splits, BM=16, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+                    x,
+                    desc,
+                    parts,
+                    sums,
+                    counts,
+                    y,
+                    y,
+                    m,
+                    n,
+                    k,
+                    x.stride(0),
+                    1e-6,
+                    HAS_BIAS=False,
+                    W_DESC=True,
+                    UPCAST=False,
+                    SPLITS=splits,
+                    BM=16,
+                    BN=bn,
+                    BK=bk,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
                 return y
-            record("decode", name, f"BN{bn} BK{bk} S{splits} s{stages} w{warps}", run,
-                   check_fn(lambda y=y, run=run: (y.fill_(float("nan")), run())[-1]), derive)
+
+            record(
+                "decode",
+                name,
+                f"BN{bn} BK{bk} S{splits} s{stages} w{warps}",
+                run,
+                check_fn(lambda y=y, run=run: (y.fill_(float("nan")), run())[-1]),
+                derive,
+            )
         for bn, bk, splits, stages, warps in (
-                (128, 128, 2, 4, 4), (128, 128, 2, 3, 4), (128, 256, 2, 3, 4), (64, 128, 2, 4, 4),
-                (64, 256, 2, 3, 4), (128, 128, 4, 4, 4), (256, 128, 4, 3, 8), (64, 128, 1, 6, 4),
-                (128, 64, 2, 6, 4), (256, 64, 2, 4, 8)):
+            (128, 128, 2, 4, 4),
+            (128, 128, 2, 3, 4),
+            (128, 256, 2, 3, 4),
+            (64, 128, 2, 4, 4),
+            (64, 256, 2, 3, 4),
+            (128, 128, 4, 4, 4),
+            (256, 128, 4, 3, 8),
+            (64, 128, 1, 6, 4),
+            (128, 64, 2, 6, 4),
+            (256, 64, 2, 4, 8),
+        ):
             blocks = triton.cdiv(n, bn)
             part_floats = blocks * splits * 16 * bn
             scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
-            parts, sums = scratch[:part_floats], scratch[part_floats:part_floats + blocks * splits * 16]
+            parts, sums = scratch[:part_floats], scratch[part_floats : part_floats + blocks * splits * 16]
             desc = TensorDescriptor.from_tensor(wf, [bn, bk])
             y = torch.empty((m, n), device=dev, dtype=dtype)
 
-            def swap(bn=bn, bk=bk, splits=splits, stages=stages, warps=warps, desc=desc, y=y, parts=parts,  # noqa: ANN001, ANN202
-                     sums=sums, counts=counts, blocks=blocks):
-                _decode_swap_kernel[(blocks, splits)](x, desc, parts, sums, counts, y, m, n, k, x.stride(0), 1e-6,
-                                                      SPLITS=splits, BM=16, BN=bn, BK=bk, num_warps=warps,
-                                                      num_stages=stages)
+            def swap(
+                bn=bn,
+                bk=bk,
+                splits=splits,
+                stages=stages,
+                warps=warps,
+                desc=desc,
+                y=y,
+                parts=parts,
+                sums=sums,
+                counts=counts,
+                blocks=blocks,
+            ):
+                _decode_swap_kernel[(blocks, splits)](
+                    x,
+                    desc,
+                    parts,
+                    sums,
+                    counts,
+                    y,
+                    m,
+                    n,
+                    k,
+                    x.stride(0),
+                    1e-6,
+                    SPLITS=splits,
+                    BM=16,
+                    BN=bn,
+                    BK=bk,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
                 return y
-            record("decode", name, f"swapAB BN{bn} BK{bk} S{splits} s{stages} w{warps}", swap,
-                   check_fn(lambda y=y, run=swap: (y.fill_(float("nan")), run())[-1]), derive)
+
+            record(
+                "decode",
+                name,
+                f"swapAB BN{bn} BK{bk} S{splits} s{stages} w{warps}",
+                swap,
+                check_fn(lambda y=y, run=swap: (y.fill_(float("nan")), run())[-1]),
+                derive,
+            )
         frm.FOLDED.clear()
 
 
@@ -670,14 +993,17 @@ def main() -> int:
     BACKEND.activate()
     PEAKS.update(BACKEND.measure_peaks())
     device_name = torch.cuda.get_device_name() if not SMOKE else "CPU smoke"
-    print(f"{device_name} torch {torch.__version__} triton {triton.__version__} pdl={HAVE_PDL} "
-          f"copy {PEAKS['peak_gbps']:.0f} GB/s read {PEAKS['peak_read_gbps']:.0f} GB/s "
-          f"bf16 {PEAKS['peak_tflops']:.0f} TFLOP/s", flush=True)
+    print(
+        f"{device_name} torch {torch.__version__} triton {triton.__version__} pdl={HAVE_PDL} "
+        f"copy {PEAKS['peak_gbps']:.0f} GB/s read {PEAKS['peak_read_gbps']:.0f} GB/s "
+        f"bf16 {PEAKS['peak_tflops']:.0f} TFLOP/s",
+        flush=True,
+    )
     for section in wanted:
         t0 = time.perf_counter()
         try:
             SECTIONS[section]()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             traceback.print_exc(limit=3)
             ROWS_OUT.append((section, "-", "section", "ERR", None, None, None, f"{type(exc).__name__}: {exc}"[:120]))
         print(f"[{section}] {time.perf_counter() - t0:.0f}s", flush=True)

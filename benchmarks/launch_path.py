@@ -64,36 +64,74 @@ def cases() -> list[tuple[str, Callable, Callable, Callable, float]]:
     import kernels
     from kernels.scaled_masked_softmax import reference_forward
 
-    def randn(seed: int, *shape: int, dtype=torch.float32) -> torch.Tensor:  # noqa: ANN001
+    def randn(seed: int, *shape: int, dtype=torch.float32) -> torch.Tensor:
         g = torch.Generator(device=DEVICE).manual_seed(seed)
         return torch.randn(*shape, device=DEVICE, generator=g).to(dtype)
 
-    def mse(i, reduction="mean"):  # noqa: ANN001, ANN202
+    def mse(i, reduction="mean"):
         return F.mse_loss(i[0].double(), i[1].double(), reduction=reduction)
 
     out: list[tuple[str, Callable, Callable, Callable, float]] = []
     for n in (4096, 1_048_576):
         for dname, dtype, tol in (("fp32", torch.float32, 1e-5), ("fp16", torch.float16, 1e-3)):
-            out.append((f"mse_loss persistent {dname} n={n}",
-                        lambda s, n=n, dtype=dtype: (randn(s, n, dtype=dtype), randn(s + 1, n, dtype=dtype)),
-                        lambda i: kernels.mse_loss(*i), mse, tol))
-    out.append(("mse_loss atomic fp32 n=4096", lambda s: (randn(s, 4096), randn(s + 1, 4096)),
-                lambda i: kernels.mse_loss(*i, variant="atomic"), mse, 1e-5))
-    out.append(("mse_loss none fp16 n=4096",
-                lambda s: (randn(s, 4096, dtype=torch.float16), randn(s + 1, 4096, dtype=torch.float16)),
-                lambda i: kernels.mse_loss(*i, reduction="none"), lambda i: mse(i, "none"), 1e-3))
-    out.append(("softmax masked fp16 [2,4,128,128]",
-                lambda s: (randn(s, 2, 4, 128, 128, dtype=torch.float16), randn(s + 1, 2, 1, 128, 128) > 0.5),
-                lambda i: kernels.scaled_masked_softmax(i[0], i[1], 0.125),
-                lambda i: reference_forward(i[0], i[1], 0.125, False), 2e-3))
-    out.append(("softmax causal fp16 [8,256,256]", lambda s: (randn(s, 8, 256, 256, dtype=torch.float16),),
-                lambda i: kernels.scaled_upper_triang_masked_softmax(i[0], 0.125),
-                lambda i: reference_forward(i[0], None, 0.125, True), 2e-3))
-    out.append(("rmsnorm+matmul decode fp16 [16,8192]->8192",
-                lambda s: (randn(s, 16, 8192, dtype=torch.float16), (randn(s + 1, 8192, 8192) / 90).half(),
-                           (1 + randn(s + 2, 8192) / 10).half()),
-                lambda i: kernels.fused_rmsnorm_matmul(*i),
-                lambda i: F.linear(F.rms_norm(i[0].double(), (8192,), i[2].double(), 1e-6), i[1].double()), 2e-2))
+            out.append(
+                (
+                    f"mse_loss persistent {dname} n={n}",
+                    lambda s, n=n, dtype=dtype: (randn(s, n, dtype=dtype), randn(s + 1, n, dtype=dtype)),
+                    lambda i: kernels.mse_loss(*i),
+                    mse,
+                    tol,
+                )
+            )
+    out.append(
+        (
+            "mse_loss atomic fp32 n=4096",
+            lambda s: (randn(s, 4096), randn(s + 1, 4096)),
+            lambda i: kernels.mse_loss(*i, variant="atomic"),
+            mse,
+            1e-5,
+        )
+    )
+    out.append(
+        (
+            "mse_loss none fp16 n=4096",
+            lambda s: (randn(s, 4096, dtype=torch.float16), randn(s + 1, 4096, dtype=torch.float16)),
+            lambda i: kernels.mse_loss(*i, reduction="none"),
+            lambda i: mse(i, "none"),
+            1e-3,
+        )
+    )
+    out.append(
+        (
+            "softmax masked fp16 [2,4,128,128]",
+            lambda s: (randn(s, 2, 4, 128, 128, dtype=torch.float16), randn(s + 1, 2, 1, 128, 128) > 0.5),
+            lambda i: kernels.scaled_masked_softmax(i[0], i[1], 0.125),
+            lambda i: reference_forward(i[0], i[1], 0.125, False),
+            2e-3,
+        )
+    )
+    out.append(
+        (
+            "softmax causal fp16 [8,256,256]",
+            lambda s: (randn(s, 8, 256, 256, dtype=torch.float16),),
+            lambda i: kernels.scaled_upper_triang_masked_softmax(i[0], 0.125),
+            lambda i: reference_forward(i[0], None, 0.125, True),
+            2e-3,
+        )
+    )
+    out.append(
+        (
+            "rmsnorm+matmul decode fp16 [16,8192]->8192",
+            lambda s: (
+                randn(s, 16, 8192, dtype=torch.float16),
+                (randn(s + 1, 8192, 8192) / 90).half(),
+                (1 + randn(s + 2, 8192) / 10).half(),
+            ),
+            lambda i: kernels.fused_rmsnorm_matmul(*i),
+            lambda i: F.linear(F.rms_norm(i[0].double(), (8192,), i[2].double(), 1e-6), i[1].double()),
+            2e-2,
+        )
+    )
     return out
 
 
@@ -125,14 +163,23 @@ def measure() -> dict:
         rows.append(row)
         print(f"  {name:<44} {row['us_per_call']:8.2f} us/call  error budget {worst:.3f}", flush=True)
     device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (interpreter)"
-    return {"path": fastlaunch.path(), "short_launches": fastlaunch.short_launches(), "torch": torch.__version__,
-            "triton": triton.__version__, "device": device, "rows": rows, "eager": eager}
+    return {
+        "path": fastlaunch.path(),
+        "short_launches": fastlaunch.short_launches(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": device,
+        "rows": rows,
+        "eager": eager,
+    }
 
 
 def compare(paths: list[Path]) -> None:
     docs = [json.loads(p.read_text()) for p in paths]
-    print(f"{docs[0]['device']}, torch {docs[0]['torch']}, triton {docs[0]['triton']}; "
-          f"us per call, calls back to back (best of {ROUNDS} x {CALLS})\n")
+    print(
+        f"{docs[0]['device']}, torch {docs[0]['torch']}, triton {docs[0]['triton']}; "
+        f"us per call, calls back to back (best of {ROUNDS} x {CALLS})\n"
+    )
     heads = [f"{d['path']} path" for d in docs]
     print(f"{'case':<44} " + " ".join(f"{h:>12} {'eager':>7}" for h in heads) + "  correct")
     for i, row in enumerate(docs[0]["rows"]):
@@ -146,8 +193,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write this process's measurements here")
     parser.add_argument("--compare", type=Path, nargs="+", help="print the table of earlier --json files")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cpu: a dry run of the checks in Triton's interpreter (small sizes only make sense)")
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="cpu: a dry run of the checks in Triton's interpreter (small sizes only make sense)",
+    )
     parser.add_argument("--small", action="store_true", help="skip the 1M-element and 8192x8192 cases")
     args = parser.parse_args()
     global DEVICE, SMALL

@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.detect import between_machine_ratio, bound_class, case_class, run_ratio  # noqa: E402
-from db.artifact import load_artifact  # noqa: E402
+from ci.detect import between_machine_ratio, bound_class, case_class, run_ratio
+from db.artifact import load_artifact
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 
@@ -67,8 +67,10 @@ def main() -> None:
     for klass, rows in sorted(per_case.items()):
         r = np.array([x for x, _ in rows])
         worst, (commit, case, impl) = max(rows)
-        print(f"{klass:7s} {len(r):4d} case pairs: median {np.median(r):.4f}, p99 {np.quantile(r, 0.99):.4f}, "
-              f"max {r.max():.4f} ({impl} {case} at {commit})")
+        print(
+            f"{klass:7s} {len(r):4d} case pairs: median {np.median(r):.4f}, p99 {np.quantile(r, 0.99):.4f}, "
+            f"max {r.max():.4f} ({impl} {case} at {commit})"
+        )
     for (klass, commit), cases in sorted(per_run.items()):
         ratio = run_ratio(cases)
         if ratio is not None:

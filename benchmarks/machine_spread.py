@@ -50,8 +50,10 @@ def spreads() -> dict[str, list[tuple[float, str, str, int]]]:
 def main() -> None:
     for name, rows in sorted(spreads().items()):
         s = np.array([r[0] for r in rows])
-        print(f"{name:7s} {len(rows):4d} estimates: median {np.median(s):.4f}, p90 {np.quantile(s, 0.9):.4f}, "
-              f"max {s.max():.4f}")
+        print(
+            f"{name:7s} {len(rows):4d} estimates: median {np.median(s):.4f}, p90 {np.quantile(s, 0.9):.4f}, "
+            f"max {s.max():.4f}"
+        )
         for sigma, case, commit, gpus in rows[-5:]:
             print(f"    {sigma:.4f}  {commit}  {gpus} GPUs  {case}")
 

@@ -24,7 +24,7 @@ m = importlib.import_module("kernels.mse_loss")
 CONFIGS = [tuple(int(v) for v in c.split(",")) for c in sys.argv[1:]]  # e.g. 8192,8,4 to time just these
 
 
-def median_ms(backend: Backend, fn) -> float:  # noqa: ANN001
+def median_ms(backend: Backend, fn) -> float:
     return statistics.median(backend.time_samples(fn, rep_ms=60))
 
 
@@ -43,9 +43,20 @@ def sweep(backend: Backend, n: int, dtype: torch.dtype, peak_gbps: float) -> lis
         counter = torch.zeros(1, dtype=torch.int32, device=backend.device)
 
         def run() -> None:
-            m._mse_persistent_kernel[(grid,)](x, y, partials, out, counter, n, 1.0 / n, BLOCK=block, SINGLE=False,
-                                              FUSED_FINISH=True, FINISH_BLOCK=triton.next_power_of_2(grid),
-                                              num_warps=warps)
+            m._mse_persistent_kernel[(grid,)](
+                x,
+                y,
+                partials,
+                out,
+                counter,
+                n,
+                1.0 / n,
+                BLOCK=block,
+                SINGLE=False,
+                FUSED_FINISH=True,
+                FINISH_BLOCK=triton.next_power_of_2(grid),
+                num_warps=warps,
+            )
 
         t = median_ms(backend, run)
         rows.append((block, warps, waves, t, nbytes / (t * 1e-3) / 1e9 / peak_gbps * 100))
@@ -56,8 +67,11 @@ def main() -> None:
     backend = Backend(torch.device("cuda:0"))
     backend.activate()
     peaks = backend.measure_peaks()
-    print(f"device {torch.cuda.get_device_name(0)}; measured copy {peaks['peak_gbps']} GB/s, "
-          f"bf16 matmul {peaks['peak_tflops']} TFLOP/s", flush=True)
+    print(
+        f"device {torch.cuda.get_device_name(0)}; measured copy {peaks['peak_gbps']} GB/s, "
+        f"bf16 matmul {peaks['peak_tflops']} TFLOP/s",
+        flush=True,
+    )
     best = {}
     for n, dtype in itertools.product((33_554_432, 268_435_456), (torch.float32, torch.float16)):
         rows = sorted(sweep(backend, n, dtype, peaks["peak_gbps"]), key=lambda r: r[3])

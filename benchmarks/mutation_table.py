@@ -36,29 +36,55 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("drop Benjamini-Hochberg", "ci/detect.py",
-             "return [bool(a <= q) for a in adjusted]", "return [bool(p <= q) for p in pvalues]"),
-    Mutation("ignore the history", "ci/detect.py",
-             "hist = [h for h in (history or []) if h and h > 0]", "hist = []"),
-    Mutation("min instead of max p-value", "ci/detect.py",
-             "max(p_within, p_between), min_effect", "min(p_within, p_between), min_effect"),
-    Mutation("no outlier clipping", "ci/detect.py",
-             "c1 = np.cumsum(_clip_outliers(seg))", "c1 = np.cumsum(seg)"),
-    Mutation("within-run p forced to 0", "ci/detect.py",
-             'p_within = float(stats.mannwhitneyu(cand, base, alternative="greater").pvalue)', "p_within = 0.0"),
+    Mutation(
+        "drop Benjamini-Hochberg",
+        "ci/detect.py",
+        "return [bool(a <= q) for a in adjusted]",
+        "return [bool(p <= q) for p in pvalues]",
+    ),
+    Mutation("ignore the history", "ci/detect.py", "hist = [h for h in (history or []) if h and h > 0]", "hist = []"),
+    Mutation(
+        "min instead of max p-value",
+        "ci/detect.py",
+        "max(p_within, p_between), min_effect",
+        "min(p_within, p_between), min_effect",
+    ),
+    Mutation("no outlier clipping", "ci/detect.py", "c1 = np.cumsum(_clip_outliers(seg))", "c1 = np.cumsum(seg)"),
+    Mutation(
+        "within-run p forced to 0",
+        "ci/detect.py",
+        'p_within = float(stats.mannwhitneyu(cand, base, alternative="greater").pvalue)',
+        "p_within = 0.0",
+    ),
     Mutation("ratio inverted", "ci/detect.py", "ratio = t_cand / t_base", "ratio = t_base / t_cand"),
-    Mutation("no between-GPU term", "ci/detect.py",
-             "p_between = max(p_between, float(stats.norm.sf(d / math.hypot(sigma, machine))))", "pass"),
-    Mutation("contamination ignores p20", "ci/detect.py",
-             "math.log(p20_c / p20_b) < STAY_SHARE * m", "True"),
-    Mutation("quantile off by one", "collector/perf.py",
-             "pos = q * (len(sorted_samples) - 1)", "pos = q * len(sorted_samples)"),
-    Mutation("% of peak from the wrong byte count", "collector/perf.py",
-             "floor_s = max(nbytes / (peak_gbps * 1e9)", "floor_s = max(nbytes / 2 / (peak_gbps * 1e9)"),
-    Mutation("speedup inverted", "collector/perf.py",
-             'row["speedup_vs_eager"] = eager / t if eager', 'row["speedup_vs_eager"] = t / eager if eager'),
-    Mutation("target ratio inverted", "kernels/spec.py",
-             "else other / kernel >= factor", "else kernel / other >= factor"),
+    Mutation(
+        "no between-GPU term",
+        "ci/detect.py",
+        "p_between = max(p_between, float(stats.norm.sf(d / math.hypot(sigma, machine))))",
+        "pass",
+    ),
+    Mutation("contamination ignores p20", "ci/detect.py", "math.log(p20_c / p20_b) < STAY_SHARE * m", "True"),
+    Mutation(
+        "quantile off by one",
+        "collector/perf.py",
+        "pos = q * (len(sorted_samples) - 1)",
+        "pos = q * len(sorted_samples)",
+    ),
+    Mutation(
+        "% of peak from the wrong byte count",
+        "collector/perf.py",
+        "floor_s = max(nbytes / (peak_gbps * 1e9)",
+        "floor_s = max(nbytes / 2 / (peak_gbps * 1e9)",
+    ),
+    Mutation(
+        "speedup inverted",
+        "collector/perf.py",
+        'row["speedup_vs_eager"] = eager / t if eager',
+        'row["speedup_vs_eager"] = t / eager if eager',
+    ),
+    Mutation(
+        "target ratio inverted", "kernels/spec.py", "else other / kernel >= factor", "else kernel / other >= factor"
+    ),
 )
 
 
@@ -75,9 +101,25 @@ def run_tests(root: Path) -> tuple[int, list[str]]:
     """(pytest exit status, ids of the tests that failed or errored) in the scratch copy ``root``."""
     report = root / "junit.xml"
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                          "--rootdir", str(root), *TESTS], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=900)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            "--rootdir",
+            str(root),
+            *TESTS,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     failed = []
     if report.exists():
         for case in ET.parse(report).getroot().iter("testcase"):
@@ -104,8 +146,13 @@ def main() -> int:
     chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
     root = scratch_copy()
     try:
-        probe = subprocess.run([sys.executable, "-c", "import ci.detect; print(ci.detect.__file__)"], cwd=root,
-                               env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import ci.detect; print(ci.detect.__file__)"],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            capture_output=True,
+            text=True,
+        )
         if not probe.stdout.startswith(str(root)):
             print(f"the scratch copy is not what Python imports ({probe.stdout.strip()})", file=sys.stderr)
             return 2

@@ -32,10 +32,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
-APEX_FLAGS = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "--expt-relaxed-constexpr",
-              "--expt-extended-lambda"]  # apex setup.py, the megatron softmax extensions
-APEX_EXTENSIONS = {"scaled_masked_softmax_cuda": "scaled_masked_softmax",
-                   "scaled_upper_triang_masked_softmax_cuda": "scaled_upper_triang_masked_softmax"}
+APEX_FLAGS = [
+    "-O3",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+]  # apex setup.py, the megatron softmax extensions
+APEX_EXTENSIONS = {
+    "scaled_masked_softmax_cuda": "scaled_masked_softmax",
+    "scaled_upper_triang_masked_softmax_cuda": "scaled_upper_triang_masked_softmax",
+}
 
 
 def build_apex(src: Path) -> tuple[list[str], str]:
@@ -55,10 +62,16 @@ def build_apex(src: Path) -> tuple[list[str], str]:
         out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         try:
-            module = load(name=name, sources=[str(megatron / f"{stem}.cpp"), str(megatron / f"{stem}_cuda.cu")],
-                          extra_include_paths=[str(src / "csrc")], extra_cflags=["-O3"],
-                          extra_cuda_cflags=APEX_FLAGS, build_directory=str(out), verbose=False)
-        except Exception as exc:  # noqa: BLE001 - a peer that does not build is reported, not fatal
+            module = load(
+                name=name,
+                sources=[str(megatron / f"{stem}.cpp"), str(megatron / f"{stem}_cuda.cu")],
+                extra_include_paths=[str(src / "csrc")],
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=APEX_FLAGS,
+                build_directory=str(out),
+                verbose=False,
+            )
+        except Exception as exc:
             notes.append(f"{name}: build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
             continue
         (out / APEX_COMMIT_FILE).write_text(commit + "\n")
@@ -69,7 +82,7 @@ def build_apex(src: Path) -> tuple[list[str], str]:
     return built, f"apex {commit[:12]}: " + "; ".join(notes)
 
 
-def main() -> int:  # noqa: C901, PLR0915 - one straight script
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--apex-src", default=str(ROOT / ".kw-local" / "apex"), help="apex sources (csrc/megatron)")
     ap.add_argument("--no-apex", action="store_true", help="do not build apex's extensions")
@@ -98,21 +111,26 @@ def main() -> int:  # noqa: C901, PLR0915 - one straight script
     backend = Backend(torch.device("cuda"))
     backend.activate()
     peer_versions = versions()
-    header = (f"{torch.cuda.get_device_name()} · torch {torch.__version__} · triton {triton.__version__} · peers "
-              + (", ".join(f"{k} {v}" for k, v in sorted(peer_versions.items())) or "none importable"))
+    header = f"{torch.cuda.get_device_name()} · torch {torch.__version__} · triton {triton.__version__} · peers " + (
+        ", ".join(f"{k} {v}" for k, v in sorted(peer_versions.items())) or "none importable"
+    )
     print(header, "\n" + note, flush=True)
     specs = kernels.discover()
     wanted = []  # (spec, case, label, cost per call?)
     for spec_name, pick in (
-            ("scaled_masked_softmax", lambda c: c.p["direction"] == "fwd"),
-            ("fused_rmsnorm_matmul", lambda c: c.variant == "fold_gamma" and c.p["shape"] != (4, 512, 4096)),
-            ("mse_loss", lambda c: c.variant == "persistent" and c.p["shape"] == (33554432,)
-             and c.p["reduction"] == "mean")):
+        ("scaled_masked_softmax", lambda c: c.p["direction"] == "fwd"),
+        ("fused_rmsnorm_matmul", lambda c: c.variant == "fold_gamma" and c.p["shape"] != (4, 512, 4096)),
+        (
+            "mse_loss",
+            lambda c: c.variant == "persistent" and c.p["shape"] == (33554432,) and c.p["reduction"] == "mean",
+        ),
+    ):
         for case in specs[spec_name].perf_cases():
             if pick(case) and (case.dtype in dtypes or (spec_name == "mse_loss" and case.dtype in ("fp32", "fp16"))):
                 shape = case.p["shape"]
                 label = f"{spec_name} {case.variant} {case.dtype} {list(shape)}" + (
-                    f"->{case.p['n']}" if "n" in case.p else "")
+                    f"->{case.p['n']}" if "n" in case.p else ""
+                )
                 wanted.append((specs[spec_name], case, label, spec_name == "fused_rmsnorm_matmul" and shape[0] <= 16))
     rows = []
     for spec, case, label, per_call in wanted:
@@ -126,13 +144,16 @@ def main() -> int:  # noqa: C901, PLR0915 - one straight script
             try:
                 if name in PEER_IMPLS:
                     out = impls[name]()
-                    diff = (out.float() - kernel_out.float()).abs().max().item() if out.shape == kernel_out.shape \
+                    diff = (
+                        (out.float() - kernel_out.float()).abs().max().item()
+                        if out.shape == kernel_out.shape
                         else float("nan")
+                    )
                     agree[name] = diff
                 times[name] = statistics.median(backend.time_samples(impls[name])) * 1e3
                 if per_call:
                     calls[name] = statistics.median(backend.call_samples(impls[name])) * 1e3
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 times[name] = None
                 agree[name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:80] if str(exc) else ''}"
         kw = times.get(KERNEL_IMPL)
@@ -140,14 +161,24 @@ def main() -> int:  # noqa: C901, PLR0915 - one straight script
         best = min(peers_t, key=peers_t.get) if peers_t else None
         rows.append((label, kw, times.get("cublas_linear"), peers_t, best, agree, calls))
         line = f"{label}: KW {kw:.1f} us" if kw else f"{label}: KW failed"
-        print(line, {n: round(t, 1) for n, t in peers_t.items()}, {n: (round(v, 4) if isinstance(v, float) else v)
-                                                                    for n, v in agree.items()},
-              {n: round(v, 1) for n, v in calls.items()}, flush=True)
+        print(
+            line,
+            {n: round(t, 1) for n, t in peers_t.items()},
+            {n: (round(v, 4) if isinstance(v, float) else v) for n, v in agree.items()},
+            {n: round(v, 1) for n, v in calls.items()},
+            flush=True,
+        )
         del inputs, impls, kernel_out
         torch.cuda.empty_cache()
 
-    out = ["", header, note, "", "| case | KernelWatch µs | cuBLAS alone µs | peers µs | best peer | KW vs best |",
-           "| --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "",
+        header,
+        note,
+        "",
+        "| case | KernelWatch µs | cuBLAS alone µs | peers µs | best peer | KW vs best |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for label, kw, cublas, peers_t, best, agree, calls in rows:
         peer_text = ", ".join(f"{n} {t:.1f}" for n, t in sorted(peers_t.items())) or "none"
         failed = [f"{n}: {v}" for n, v in agree.items() if isinstance(v, str)]

@@ -28,7 +28,7 @@ class HostBytes(TorchFunctionMode):
         super().__init__()
         self.drawn = self.other = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if isinstance(out, torch.Tensor) and out.device.type == "cpu":
             size = out.numel() * out.element_size()
@@ -64,8 +64,10 @@ def count_on_cpu() -> None:
     start = time.perf_counter()
     torch.randn(1 << 26, generator=g)
     rate = 4 * (1 << 26) / (time.perf_counter() - start) / 1e9
-    print(f"host randn here: {rate:.2f} GB/s ({torch.get_num_threads()} threads): {totals[1] / 1e9 / rate:.0f} s "
-          "for the draws alone")
+    print(
+        f"host randn here: {rate:.2f} GB/s ({torch.get_num_threads()} threads): {totals[1] / 1e9 / rate:.0f} s "
+        "for the draws alone"
+    )
 
 
 def time_on_device(device: torch.device) -> None:

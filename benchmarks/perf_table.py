@@ -1,6 +1,6 @@
 """Print the perf suite of run artifacts as one table per kernel (what closing notes paste).
 
-    python benchmarks/perf_table.py ci/history/*.json.gz [--match TEXT]
+python benchmarks/perf_table.py ci/history/*.json.gz [--match TEXT]
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ def main() -> None:
     for path in args.artifacts:
         doc = to_data(load_artifact(path))
         run, hw = doc["run"], doc["hardware"]
-        print(f"\n## {path}\n{hw['device_name']} (copy {hw['peak_gbps']} GB/s, bf16 mm {hw['peak_tflops']} TFLOP/s), "
-              f"commit {run['commit']['sha'][:8]}, {run['status']}")
+        print(
+            f"\n## {path}\n{hw['device_name']} (copy {hw['peak_gbps']} GB/s, bf16 mm {hw['peak_tflops']} TFLOP/s), "
+            f"commit {run['commit']['sha'][:8]}, {run['status']}"
+        )
         by_case: dict[str, dict[str, dict]] = defaultdict(dict)
         for p in doc["perf"]:
             if args.match in p["case"]:

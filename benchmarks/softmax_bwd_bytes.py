@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from collector.backends import Backend  # noqa: E402
-from kernels.scaled_masked_softmax import SPEC  # noqa: E402
+from collector.backends import Backend
+from kernels.scaled_masked_softmax import SPEC
 
 WANTED = (  # (variant, dtype, direction, shape)
     ("masked", "fp16", "bwd", (32, 16, 1024, 1024)),
@@ -35,8 +35,11 @@ WANTED = (  # (variant, dtype, direction, shape)
 
 
 def cases() -> list:
-    return [case for case in SPEC.perf_cases()
-            if (case.variant, case.dtype, case.p["direction"], tuple(case.p["shape"])) in WANTED]
+    return [
+        case
+        for case in SPEC.perf_cases()
+        if (case.variant, case.dtype, case.p["direction"], tuple(case.p["shape"])) in WANTED
+    ]
 
 
 def main() -> int:

@@ -46,11 +46,15 @@ class EdgeChange:
     def note(self) -> str:
         if self.short_side == "before":
             k = self.runs_before
-            return (f"a change of {self.change:+.0%} after {k} run{'s' if k > 1 else ''} (between {self.good[:12]} "
-                    f"and {self.bad[:12]}): too few runs before it to call a step ({MIN_SEGMENT} needed)")
+            return (
+                f"a change of {self.change:+.0%} after {k} run{'s' if k > 1 else ''} (between {self.good[:12]} "
+                f"and {self.bad[:12]}): too few runs before it to call a step ({MIN_SEGMENT} needed)"
+            )
         after = self.runs_after
-        return (f"a change of {self.change:+.0%} in the last {after} run{'s' if after > 1 else ''} (from "
-                f"{self.bad[:12]} on): too few runs after it to call a step ({MIN_SEGMENT} needed)")
+        return (
+            f"a change of {self.change:+.0%} in the last {after} run{'s' if after > 1 else ''} (from "
+            f"{self.bad[:12]} on): too few runs after it to call a step ({MIN_SEGMENT} needed)"
+        )
 
     @property
     def to_repeat(self) -> str:
@@ -58,8 +62,9 @@ class EdgeChange:
         return self.good if self.short_side == "before" else self.bad
 
 
-def steps(engine: Engine, case: str, fingerprint: str, implementation: str = KERNEL_IMPL,
-          min_effect: float = 0.05) -> tuple[int, list[Step], EdgeChange | None]:
+def steps(
+    engine: Engine, case: str, fingerprint: str, implementation: str = KERNEL_IMPL, min_effect: float = 0.05
+) -> tuple[int, list[Step], EdgeChange | None]:
     """(number of runs in the history, the steps found in it, and when none is found, a change at either end of
     the history that too few runs on one side keep from being called one: :func:`edge_change`)."""
     history = case_history(engine, case, fingerprint, implementation)
@@ -111,8 +116,13 @@ def commits_between(good: str, bad: str) -> list[str]:
     if not (is_commit_sha(good) and is_commit_sha(bad)):
         return []
     try:
-        out = subprocess.run(["git", "rev-list", "--reverse", "--end-of-options", f"{good}..{bad}", "--"],
-                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            ["git", "rev-list", "--reverse", "--end-of-options", f"{good}..{bad}", "--"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     if out.returncode != 0:
@@ -135,8 +145,10 @@ def rerun_command(sha: str, case: str, suite: str = "perf", vendor: str | None =
     device = ""
     if vendor == "cpu":
         suite, device = "accuracy", " --device cpu"
-    return (f"git switch --detach --end-of-options {sha[:12]} && kernelwatch collect{device} "
-            f"--kernels {shlex.quote(kernel)} --suite {shlex.quote(suite)} --case {shlex.quote(case)}")
+    return (
+        f"git switch --detach --end-of-options {sha[:12]} && kernelwatch collect{device} "
+        f"--kernels {shlex.quote(kernel)} --suite {shlex.quote(suite)} --case {shlex.quote(case)}"
+    )
 
 
 def bisect_command(case: str, hardware: str) -> str:

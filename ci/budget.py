@@ -43,8 +43,9 @@ def budget_ceiling(max_abs: float, max_rel: float, rtol: float, atol: float) -> 
 def implied_budget(row: Any, baseline: Any) -> float | None:
     """The smallest budget ``row``'s errors imply, from ``baseline``'s ratio of budget to ceiling (the same case on
     the same gating inputs: same seed, same tolerance, a positive budget); None when the two cannot be compared."""
-    if baseline is None or any(getattr(r, f) is None for r in (row, baseline)
-                               for f in ("max_abs_err", "max_rel_err", "error_budget")):
+    if baseline is None or any(
+        getattr(r, f) is None for r in (row, baseline) for f in ("max_abs_err", "max_rel_err", "error_budget")
+    ):
         return None
     if (baseline.seed, baseline.rtol, baseline.atol) != (row.seed, row.rtol, row.atol) or baseline.error_budget <= 0:
         return None
@@ -67,19 +68,25 @@ def disagreements(row: Any, baseline: Any = None, spec: tuple[float, float] | No
     if budget is not None:
         hard = row.max_abs_err / row.atol if row.atol > 0 else math.inf
         if budget > hard * (1 + _ROUNDING) + 1e-300:
-            out.append(f"the stored error budget {budget:.3g} is larger than its errors allow (max abs "
-                       f"{row.max_abs_err:.3g} / atol {row.atol:.3g} = {hard:.3g})")
+            out.append(
+                f"the stored error budget {budget:.3g} is larger than its errors allow (max abs "
+                f"{row.max_abs_err:.3g} / atol {row.atol:.3g} = {hard:.3g})"
+            )
         implied = implied_budget(row, baseline)
         if implied is not None and budget < implied * (1 - _ROUNDING):
-            out.append(f"the stored error budget {budget:.3g} disagrees with its errors (max abs "
-                       f"{row.max_abs_err:.3g}, max rel {row.max_rel_err:.3g}; the baseline's "
-                       f"{baseline.max_abs_err:.3g}, {baseline.max_rel_err:.3g} under budget "
-                       f"{baseline.error_budget:.3g}): they imply at least {implied:.3g}")
+            out.append(
+                f"the stored error budget {budget:.3g} disagrees with its errors (max abs "
+                f"{row.max_abs_err:.3g}, max rel {row.max_rel_err:.3g}; the baseline's "
+                f"{baseline.max_abs_err:.3g}, {baseline.max_rel_err:.3g} under budget "
+                f"{baseline.error_budget:.3g}): they imply at least {implied:.3g}"
+            )
     if spec is not None:
         rtol, atol = spec
         if row.rtol > rtol * (1 + _ROUNDING) or row.atol > atol * (1 + _ROUNDING):
-            out.append(f"the stored tolerance (rtol {row.rtol:.3g}, atol {row.atol:.3g}) is looser than the spec's "
-                       f"(rtol {rtol:.3g}, atol {atol:.3g})")
+            out.append(
+                f"the stored tolerance (rtol {row.rtol:.3g}, atol {row.atol:.3g}) is looser than the spec's "
+                f"(rtol {rtol:.3g}, atol {atol:.3g})"
+            )
     recomputed = recomputed_pass(row, baseline, spec)
     if recomputed is not None and row.passed and not recomputed:
         out.append("the stored 'passed: true' disagrees with the measurement")

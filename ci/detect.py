@@ -110,9 +110,11 @@ class Contamination:
     baseline_min_ms: float
 
     def describe(self) -> str:
-        return (f"median {self.median_ratio - 1:+.1%} but p20 and min unchanged ({self.p20_ms * 1e3:.4g} vs "
-                f"{self.baseline_p20_ms * 1e3:.4g} us, min {self.min_ms * 1e3:.4g} vs {self.baseline_min_ms * 1e3:.4g}"
-                " us): samples absorbed host delay; re-measure")
+        return (
+            f"median {self.median_ratio - 1:+.1%} but p20 and min unchanged ({self.p20_ms * 1e3:.4g} vs "
+            f"{self.baseline_p20_ms * 1e3:.4g} us, min {self.min_ms * 1e3:.4g} vs {self.baseline_min_ms * 1e3:.4g}"
+            " us): samples absorbed host delay; re-measure"
+        )
 
 
 def quantile(values: np.ndarray, q: float) -> float:
@@ -120,8 +122,9 @@ def quantile(values: np.ndarray, q: float) -> float:
     return float(np.quantile(values, q))
 
 
-def contamination(baseline: list[float], candidate: list[float], min_effect: float = DEFAULT_MIN_EFFECT
-                  ) -> Contamination | None:
+def contamination(
+    baseline: list[float], candidate: list[float], min_effect: float = DEFAULT_MIN_EFFECT
+) -> Contamination | None:
     """Did the candidate's samples absorb host-side delay?
 
     Host-induced delay only adds time to a GPU-time sample (the device idles while the host catches up;
@@ -151,7 +154,7 @@ def contamination(baseline: list[float], candidate: list[float], min_effect: flo
 
 
 def case_class(flops: float | None, nbytes: float | None, variant: str = "") -> str:
-    """"gemm" when the case does more than GEMM_INTENSITY flop per byte, else "atomic" for a variant in
+    """ "gemm" when the case does more than GEMM_INTENSITY flop per byte, else "atomic" for a variant in
     ATOMIC_VARIANTS, else "memory"."""
     if flops and nbytes and flops / nbytes > GEMM_INTENSITY:
         return "gemm"
@@ -209,7 +212,7 @@ def run_ratio(cases: list[dict[str, list[float]]], min_cases: int = RUN_SHIFT_MI
         medians = {g: float(np.median(v)) for g, v in groups.items() if len(v)}
         names = sorted(medians)
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 if medians[a] > 0 and medians[b] > 0:
                     logs.setdefault((a, b), []).append(math.log(medians[a] / medians[b]))
     shifts = [math.exp(abs(float(np.median(v)))) for v in logs.values() if len(v) >= min_cases]
@@ -299,9 +302,15 @@ def outlier_p(ratio: float) -> float:
     return OUTLIER_RATE * min(1.0, max(0.0, (hi - r) / (hi - lo)))
 
 
-def compare_case(case: str, baseline: list[float], candidate: list[float], history: list[float] | None = None,
-                 min_effect: float = DEFAULT_MIN_EFFECT, heavy_tailed: bool = False,
-                 machine: float = 0.0) -> Comparison:
+def compare_case(
+    case: str,
+    baseline: list[float],
+    candidate: list[float],
+    history: list[float] | None = None,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    heavy_tailed: bool = False,
+    machine: float = 0.0,
+) -> Comparison:
     """Evidence that ``candidate`` samples are slower than ``baseline`` samples (milliseconds).
 
     Within-run samples understate the difference between two runs: each run is one process with its
@@ -360,8 +369,24 @@ def compare_case(case: str, baseline: list[float], candidate: list[float], histo
     p_out = outlier_p(ratio) if launch_bound else 0.0
     p_between = max(p_between, p_out)
     dirty = None if heavy_tailed else contamination(list(base), list(cand), min_effect)
-    return Comparison(case, ratio, p_within, p_between, max(p_within, p_between), min_effect, len(hist), sigma,
-                      basis, launch_bound, t_base, t_cand, p_out, machine, dirty, exceed)
+    return Comparison(
+        case,
+        ratio,
+        p_within,
+        p_between,
+        max(p_within, p_between),
+        min_effect,
+        len(hist),
+        sigma,
+        basis,
+        launch_bound,
+        t_base,
+        t_cand,
+        p_out,
+        machine,
+        dirty,
+        exceed,
+    )
 
 
 def benjamini_hochberg(pvalues: list[float], q: float = DEFAULT_FDR) -> list[bool]:
@@ -427,13 +452,14 @@ def _clip_outliers(x: np.ndarray, width: float = 4.0, half: int = 3) -> np.ndarr
     2-6x outlier run stands out even next to a step (a global median and MAD, as first used, are
     pulled by the step itself and left 4-6x runs large enough to decide where a segment split)."""
     n = len(x)
-    local = np.array([np.median(x[max(0, i - half):i + half + 1]) for i in range(n)])
+    local = np.array([np.median(x[max(0, i - half) : i + half + 1]) for i in range(n)])
     sigma = 1.4826 * float(np.median(np.abs(x - local))) or 1e-12
     return np.clip(x, local - width * sigma, local + width * sigma)
 
 
-def change_points(values: list[float], min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = 0.001,
-                  min_segment: int = 3) -> list[ChangePoint]:
+def change_points(
+    values: list[float], min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = 0.001, min_segment: int = 3
+) -> list[ChangePoint]:
     """Steps in a series of per-run medians (positive numbers), in order of position.
 
     Binary segmentation on log(median): in a segment, outliers are clipped against their neighbours
@@ -474,8 +500,9 @@ def change_points(values: list[float], min_effect: float = DEFAULT_MIN_EFFECT, a
     return sorted(found, key=lambda c: c.index)
 
 
-def effect_interval(baseline: list[float], candidate: list[float], sigma: float = 0.0, level: float = 0.95,
-                    most: int = 400) -> tuple[float, float] | None:
+def effect_interval(
+    baseline: list[float], candidate: list[float], sigma: float = 0.0, level: float = 0.95, most: int = 400
+) -> tuple[float, float] | None:
     """A ``level`` confidence interval of the effect (candidate / baseline time - 1) of one case.
 
     Within the runs, the Hodges-Lehmann interval of the shift of log(time): the order statistics of the

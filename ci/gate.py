@@ -192,8 +192,12 @@ class GateResult:
 # ---------------------------------------------------------------------------------------------
 def _check_fraction(name: str, value: Any, bounds: tuple[float, float]) -> float:
     lo, hi = bounds
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo < value < hi:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not lo < value < hi
+    ):
         raise GateUndecided(f"{name} must be a finite number in ({lo:g}, {hi:g}), got {value!r}")
     return float(value)
 
@@ -202,20 +206,24 @@ def check_values(min_effect: Any, fdr: Any, min_effects: dict[str, Any] | None) 
     """The option values alone: finite, and inside MIN_EFFECT_RANGE / FDR_RANGE (open intervals)."""
     _check_fraction("--min-effect", min_effect, MIN_EFFECT_RANGE)
     _check_fraction("--fdr", fdr, FDR_RANGE)
-    return {name: _check_fraction(f"--case-min-effect {name}", value, MIN_EFFECT_RANGE)
-            for name, value in (min_effects or {}).items()}
+    return {
+        name: _check_fraction(f"--case-min-effect {name}", value, MIN_EFFECT_RANGE)
+        for name, value in (min_effects or {}).items()
+    }
 
 
-def check_options(candidate: RunDocument, min_effect: Any, fdr: Any,
-                  min_effects: dict[str, Any] | None) -> dict[str, float]:
+def check_options(
+    candidate: RunDocument, min_effect: Any, fdr: Any, min_effects: dict[str, Any] | None
+) -> dict[str, float]:
     """Validate the gate's options; every name in ``min_effects`` must be a kernel or case of the candidate."""
     out = check_values(min_effect, fdr, min_effects)
     names = {c.key for c in candidate.cases} | {c.kernel for c in candidate.cases}
     for name in out:
         if name not in names:
             kernels = ", ".join(sorted({c.kernel for c in candidate.cases})) or "none"
-            raise GateUndecided(f"--case-min-effect {name}: not a kernel or case of the candidate "
-                                f"(its kernels: {kernels})")
+            raise GateUndecided(
+                f"--case-min-effect {name}: not a kernel or case of the candidate (its kernels: {kernels})"
+            )
     return out
 
 
@@ -239,15 +247,24 @@ def _gating_keys(candidate: RunDocument) -> tuple[list[str], list[str]]:
     return perf, acc
 
 
-def eligible_baselines(engine: Engine, candidate: RunDocument, branch: str | None,
-                       now: dt.datetime | None = None) -> list[dict[str, Any]]:
+def eligible_baselines(
+    engine: Engine, candidate: RunDocument, branch: str | None, now: dt.datetime | None = None
+) -> list[dict[str, Any]]:
     """The runs a baseline is assembled from, newest first (commit order): complete runs on the candidate's
     hardware (of ``branch``; any branch when None), not the candidate, not after it in commit order nor
     started after it, not dated after ``now``, holding at least one result; those that share no case with a
     candidate that has results are left out."""
     perf, acc = _gating_keys(candidate)
-    rows = baseline_candidates(engine, hardware_fingerprint(to_data(candidate)["hardware"]), perf, acc,
-                               _times(candidate), now or dt.datetime.now(dt.timezone.utc), branch, candidate.run.id)
+    rows = baseline_candidates(
+        engine,
+        hardware_fingerprint(to_data(candidate)["hardware"]),
+        perf,
+        acc,
+        _times(candidate),
+        now or dt.datetime.now(dt.timezone.utc),
+        branch,
+        candidate.run.id,
+    )
     if perf or acc:  # a candidate with no result at all (a failed run) is compared with the newest
         rows = [r for r in rows if r["perf_shared"] + r["acc_shared"] > 0]
     return rows
@@ -283,14 +300,19 @@ class Baseline:
 
     def describe(self) -> str:
         """The report's line: which runs supplied the baseline, how many cases each."""
-        parts = [f"run {s['id'][:8]} (commit {s['commit'][:12]}): {s['perf']} perf + {s['accuracy']} accuracy"
-                 for s in self.sources]
-        return (f"baseline assembled per case from {len(self.sources)} run{'s' if len(self.sources) != 1 else ''} "
-                f"(each case's newest earlier result): " + "; ".join(parts))
+        parts = [
+            f"run {s['id'][:8]} (commit {s['commit'][:12]}): {s['perf']} perf + {s['accuracy']} accuracy"
+            for s in self.sources
+        ]
+        return (
+            f"baseline assembled per case from {len(self.sources)} run{'s' if len(self.sources) != 1 else ''} "
+            f"(each case's newest earlier result): " + "; ".join(parts)
+        )
 
 
-def assemble_baseline(engine: Engine, candidate: RunDocument, branch: str | None,
-                      now: dt.datetime | None = None) -> Baseline | None:
+def assemble_baseline(
+    engine: Engine, candidate: RunDocument, branch: str | None, now: dt.datetime | None = None
+) -> Baseline | None:
     """The baseline rule, one for ``gate --baseline BRANCH``, Triage and Compare: for each of the candidate's
     kernel-timed and gating accuracy cases, the newest earlier result among :func:`eligible_baselines` (so a
     history cut into partial nights is judged, never refused). None when no eligible run holds any of them
@@ -348,8 +370,9 @@ def baseline_document(engine: Engine, baseline: Baseline) -> RunDocument:
     return baseline.document
 
 
-def choose_baseline(engine: Engine, candidate: RunDocument, branch: str | None,
-                    now: dt.datetime | None = None) -> dict[str, Any] | None:
+def choose_baseline(
+    engine: Engine, candidate: RunDocument, branch: str | None, now: dt.datetime | None = None
+) -> dict[str, Any] | None:
     """The run that supplies the most cases of :func:`assemble_baseline`'s baseline (None: there is none)."""
     found = assemble_baseline(engine, candidate, branch, now)
     return found.run if found else None
@@ -366,8 +389,10 @@ def default_baseline(engine: Engine, candidate: RunDocument, branch: str) -> Bas
 
 
 def _describe(run: dict[str, Any]) -> str:
-    return (f"run {run['id']} (commit {run['commit'][:12]}, {run['status']}, started {run['started']}, "
-            f"{run.get('results', 0)} results)")
+    return (
+        f"run {run['id']} (commit {run['commit'][:12]}, {run['status']}, started {run['started']}, "
+        f"{run.get('results', 0)} results)"
+    )
 
 
 def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -> Baseline:
@@ -388,42 +413,58 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
     by_id = exact or by_id
     branch = branch_runs(engine, spec)
     if by_id and branch and not exact:
-        raise GateUndecided(f"--baseline {spec!r} is both a branch ({len(branch)} runs) and a run-id prefix "
-                            "of run " + ", ".join(r["id"] for r in by_id) + ": give the full run id")
+        raise GateUndecided(
+            f"--baseline {spec!r} is both a branch ({len(branch)} runs) and a run-id prefix "
+            "of run " + ", ".join(r["id"] for r in by_id) + ": give the full run id"
+        )
     if by_id and not branch or exact:
         if len(by_id) > 1:
-            raise GateUndecided(f"--baseline {spec!r} is an ambiguous run-id prefix: it matches "
-                                + ", ".join(r["id"] for r in by_id[:2]) + " and more: give more characters")
+            raise GateUndecided(
+                f"--baseline {spec!r} is an ambiguous run-id prefix: it matches "
+                + ", ".join(r["id"] for r in by_id[:2])
+                + " and more: give more characters"
+            )
         run = by_id[0]
         if run["id"] == exclude:
             raise GateUndecided(f"--baseline {spec!r} is the candidate run itself ({run['id']})")
         if run["fingerprint"] != fingerprint:
-            raise GateUndecided(f"baseline run {run['id']} was measured on {run['hardware']} "
-                                f"({run['fingerprint'][:8]}), the candidate on {device_name} ({fingerprint[:8]})")
+            raise GateUndecided(
+                f"baseline run {run['id']} was measured on {run['hardware']} "
+                f"({run['fingerprint'][:8]}), the candidate on {device_name} ({fingerprint[:8]})"
+            )
         if run["status"] not in ("complete", "partial"):
             raise GateUndecided(f"baseline run {run['id']} is {run['status']}: it has nothing to compare with")
         if not result_counts(engine, [run["id"]]):
             raise GateUndecided(f"baseline run {run['id']} ({run['status']}) holds no results: nothing to compare with")
         perf, acc = _gating_keys(candidate)
-        source = {**_run_ref(run), "perf": len(perf_case_runs(engine, [run["id"]], perf).get(run["id"], ())),
-                  "accuracy": len(accuracy_case_runs(engine, [run["id"]], acc).get(run["id"], ()))}
+        source = {
+            **_run_ref(run),
+            "perf": len(perf_case_runs(engine, [run["id"]], perf).get(run["id"], ())),
+            "accuracy": len(accuracy_case_runs(engine, [run["id"]], acc).get(run["id"], ())),
+        }
         return Baseline(run=run, sources=[source], run_of={})
     if not branch:
         listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
-        raise GateUndecided(f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
-                            f"branches with runs on {device_name}: {listing}")
+        raise GateUndecided(
+            f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
+            f"branches with runs on {device_name}: {listing}"
+        )
     found = assemble_baseline(engine, candidate, spec)
     if found is not None:
         return found
     here = [r for r in branch if r["fingerprint"] == fingerprint]
     if not here:
         elsewhere = sorted({f"{r['hardware']} ({r['fingerprint'][:8]})" for r in branch})
-        raise GateUndecided(f"no run of branch {spec!r} on {device_name} ({fingerprint[:8]}); it has "
-                            f"{len(branch)} on other hardware: {', '.join(elsewhere)}. "
-                            "Run the collector on the baseline branch here first")
-    parts = [f"searched the complete runs of {spec} on {device_name} up to the candidate (started "
-             f"{candidate.run.started_at}) that hold results and share a case with it; "
-             f"{len(here)} run{'s' if len(here) != 1 else ''} of {spec} on {device_name}"]
+        raise GateUndecided(
+            f"no run of branch {spec!r} on {device_name} ({fingerprint[:8]}); it has "
+            f"{len(branch)} on other hardware: {', '.join(elsewhere)}. "
+            "Run the collector on the baseline branch here first"
+        )
+    parts = [
+        f"searched the complete runs of {spec} on {device_name} up to the candidate (started "
+        f"{candidate.run.started_at}) that hold results and share a case with it; "
+        f"{len(here)} run{'s' if len(here) != 1 else ''} of {spec} on {device_name}"
+    ]
     if here[0]["id"] == exclude:
         parts.append("the newest is the candidate")
     others = [r for r in here if r["id"] != exclude]
@@ -444,14 +485,22 @@ METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples
 REFERENCES = ("cublas_linear", EAGER_IMPL)
 
 
-def _histories(engine: Engine, candidate: RunDocument, branch: str, column: str = "median_ms",
-               now: dt.datetime | None = None) -> tuple[dict[str, list[tuple[float, str | None]]], int]:
+def _histories(
+    engine: Engine, candidate: RunDocument, branch: str, column: str = "median_ms", now: dt.datetime | None = None
+) -> tuple[dict[str, list[tuple[float, str | None]]], int]:
     """(per case, (the kernel's median, its GPU UUID) in commit order; how many runs were read): the history
     that judges the candidate, from :func:`db.queries.judging_runs` (the last HISTORY_RUNS complete runs of
     ``branch`` on the candidate's hardware, no PR push, none after the candidate or ``now``; one query)."""
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
-    runs = judging_runs(engine, fingerprint, branch, _times(candidate), now or dt.datetime.now(dt.timezone.utc),
-                        candidate.run.id, HISTORY_RUNS)
+    runs = judging_runs(
+        engine,
+        fingerprint,
+        branch,
+        _times(candidate),
+        now or dt.datetime.now(dt.timezone.utc),
+        candidate.run.id,
+        HISTORY_RUNS,
+    )
     order = {r["id"]: i for i, r in enumerate(runs)}
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float, str | None]]] = {}
@@ -486,8 +535,10 @@ def _missing(candidate: RunDocument, base: RunDocument) -> list[tuple[str, str, 
     have_acc = {a.case for a in candidate.accuracy if a.kind == "gate"}
     have_perf = {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL}
     out = []
-    for suite, cases, have in (("accuracy", [a.case for a in base.accuracy if a.kind == "gate"], have_acc),
-                               ("perf", [p.case for p in base.perf if p.implementation == KERNEL_IMPL], have_perf)):
+    for suite, cases, have in (
+        ("accuracy", [a.case for a in base.accuracy if a.kind == "gate"], have_acc),
+        ("perf", [p.case for p in base.perf if p.implementation == KERNEL_IMPL], have_perf),
+    ):
         for case in cases:
             kernel = kernel_of[case]
             if complete and (kernel not in kernels or suite not in suites):
@@ -508,13 +559,18 @@ def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) ->
         return base
     result.carried = skipped
     cases = {c.key for c in base.cases if c.kernel in skipped}
-    result.notes.append(f"carried over from baseline run {base.run.id} (unchanged since the candidate's "
-                        f"--changed-since ref, {len(cases)} cases): {', '.join(skipped)}")
-    return base.model_copy(update={
-        "cases": [c for c in base.cases if c.key not in cases],
-        "accuracy": [a for a in base.accuracy if a.case not in cases],
-        "perf": [p for p in base.perf if p.case not in cases],
-        "profiler": [m for m in base.profiler if m.case not in cases]})
+    result.notes.append(
+        f"carried over from baseline run {base.run.id} (unchanged since the candidate's "
+        f"--changed-since ref, {len(cases)} cases): {', '.join(skipped)}"
+    )
+    return base.model_copy(
+        update={
+            "cases": [c for c in base.cases if c.key not in cases],
+            "accuracy": [a for a in base.accuracy if a.case not in cases],
+            "perf": [p for p in base.perf if p.case not in cases],
+            "profiler": [m for m in base.profiler if m.case not in cases],
+        }
+    )
 
 
 def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
@@ -526,8 +582,13 @@ def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
     return out
 
 
-def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocument, kernel_of: dict[str, str],
-                    tolerances: Mapping[str, tuple[float, float]] | None = None) -> int:
+def _judge_accuracy(
+    result: GateResult,
+    candidate: RunDocument,
+    base: RunDocument,
+    kernel_of: dict[str, str],
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+) -> int:
     """Accuracy verdicts from what was measured (the error budget, the errors it comes from, checked against the
     baseline's and the spec's tolerance by :func:`ci.budget.disagreements`, and the NaN/Inf mismatches; the stored
     ``passed`` flag can only make a case fail, never pass); returns how many rows were measured."""
@@ -537,8 +598,9 @@ def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocumen
         if a.kind != "gate":
             continue
         before = base_acc[a.case].error_budget if a.case in base_acc else None
-        v = CaseVerdict(a.case, kernel_of[a.case], "pass", suite="accuracy", budget=a.error_budget,
-                        baseline_budget=before)
+        v = CaseVerdict(
+            a.case, kernel_of[a.case], "pass", suite="accuracy", budget=a.error_budget, baseline_budget=before
+        )
         unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
         over = a.error_budget is not None and a.error_budget > 1
         named = disagreements(a, base_acc.get(a.case), (tolerances or {}).get(a.case))
@@ -557,8 +619,10 @@ def _judge_accuracy(result: GateResult, candidate: RunDocument, base: RunDocumen
             v.message = "; ".join(why) if why else (a.error or "marked failed by the collector")
         elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
             v.status = "warning"
-            v.message = (f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
-                         f"{a.error_budget:.3g}), still within tolerance")
+            v.message = (
+                f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
+                f"{a.error_budget:.3g}), still within tolerance"
+            )
         else:
             v.message = f"error budget {a.error_budget:.3g}"
         measured += v.status not in ("error", "unmeasured")
@@ -574,14 +638,19 @@ def _short_uuid(uuid: str | None) -> str:
     return "-".join(parts[:2]) if len(parts) > 2 else uuid
 
 
-def _reference(candidate: RunDocument, base: RunDocument, case: str, column: str, klass: str
-               ) -> tuple[str, float] | None:
+def _reference(
+    candidate: RunDocument, base: RunDocument, case: str, column: str, klass: str
+) -> tuple[str, float] | None:
     """(what, candidate / baseline time ratio it implies) for the case's same-run reference: the first of
     REFERENCES both runs timed, else the runs' measured ceiling for the case's class (bandwidth for
     memory-bound cases, matmul throughput for GEMM)."""
+
     def timed(doc: RunDocument) -> dict[str, float]:
-        return {p.implementation: getattr(p, column) for p in doc.perf
-                if p.case == case and p.implementation in REFERENCES and getattr(p, column)}
+        return {
+            p.implementation: getattr(p, column)
+            for p in doc.perf
+            if p.case == case and p.implementation in REFERENCES and getattr(p, column)
+        }
 
     mine, theirs = timed(candidate), timed(base)
     for impl in REFERENCES:
@@ -598,7 +667,7 @@ def _gpu_groups(history: list[tuple[float, str | None]]) -> dict[str, list[float
     """Per GPU UUID, a case's per-run times in its history's last segment (runs before a step measured other
     code: GPUs compared across it differ by the step, not by the machine)."""
     groups: dict[str, list[float]] = {}
-    for m, uuid in history[segment_start([m for m, _ in history]):]:
+    for m, uuid in history[segment_start([m for m, _ in history]) :]:
         if uuid:
             groups.setdefault(uuid, []).append(m)
     return groups
@@ -614,8 +683,11 @@ class MachineBound:
     run_source: str
 
 
-def _machine_bounds(compared: list[tuple[CaseVerdict, Comparison, str]], gpu_groups: dict[str, dict[str, list[float]]],
-                    class_of: dict[str, str]) -> MachineBound:
+def _machine_bounds(
+    compared: list[tuple[CaseVerdict, Comparison, str]],
+    gpu_groups: dict[str, dict[str, list[float]]],
+    class_of: dict[str, str],
+) -> MachineBound:
     estimates: dict[str, float] = {}
     for v, c, _ in compared:
         ratio = between_machine_ratio(gpu_groups[v.case])
@@ -641,36 +713,53 @@ def _past_machine_bound(v: CaseVerdict, klass: str, bound: MachineBound, candida
     ratio = v.reference_ratio or 1.0
     if ratio <= limit:
         return None
-    return (f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x any "
-            f"{_model(candidate)} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
-            "re-run on a healthy runner")
+    return (
+        f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x any "
+        f"{_model(candidate)} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
+        "re-run on a healthy runner"
+    )
 
 
-def _broken_machine(shift: Shift | None, compared: list[tuple[CaseVerdict, Comparison, str]], bound: MachineBound,
-                    candidate: RunDocument) -> str | None:
+def _broken_machine(
+    shift: Shift | None,
+    compared: list[tuple[CaseVerdict, Comparison, str]],
+    bound: MachineBound,
+    candidate: RunDocument,
+) -> str | None:
     """Why the whole run is unmeasured, or None: a run-wide shift of the kernels past the whole-run bound that the
     same-run references share (their median change past it too): the machine ran slower than any of its model in
     the history, or the timer broke; nothing it measured can be compared."""
     refs = [v.reference_ratio for v, _, _ in compared if v.reference_ratio]
     if shift is None or shift.ratio <= bound.run or not refs or float(np.median(refs)) <= bound.run:
         return None
-    return (f"this machine ran {float(np.median(refs)):.3g}x slower than the baseline's (its same-run references, "
-            f"median of {len(refs)} cases; the kernels {shift.ratio:.3g}x), past the {bound.run:.3g}x any two "
-            f"{_model(candidate)}s in the history differed by over a run ({bound.run_source}): "
-            "re-run on a healthy runner")
+    return (
+        f"this machine ran {float(np.median(refs)):.3g}x slower than the baseline's (its same-run references, "
+        f"median of {len(refs)} cases; the kernels {shift.ratio:.3g}x), past the {bound.run:.3g}x any two "
+        f"{_model(candidate)}s in the history differed by over a run ({bound.run_source}): "
+        "re-run on a healthy runner"
+    )
 
 
-def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base: RunDocument,
-                kernel_of: dict[str, str], fingerprint: str, min_effects: dict[str, float]) -> int:
+def _judge_perf(
+    result: GateResult,
+    engine: Engine,
+    candidate: RunDocument,
+    base: RunDocument,
+    kernel_of: dict[str, str],
+    fingerprint: str,
+    min_effects: dict[str, float],
+) -> int:
     """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     variant_of = {c.key: c.variant for c in candidate.cases}
     branch = result.baseline["branch"]
     histories, judges = _histories(engine, candidate, branch, median)
-    result.notes.append(f"history: {judges} complete run{'s' if judges != 1 else ''} of {branch} on this hardware "
-                        "(no other branch, no PR push, none after the candidate or now) judge the noise, steps and "
-                        "between-GPU terms; each row names how many of them measured its case")
+    result.notes.append(
+        f"history: {judges} complete run{'s' if judges != 1 else ''} of {branch} on this hardware "
+        "(no other branch, no PR push, none after the candidate or now) judge the noise, steps and "
+        "between-GPU terms; each row names how many of them measured its case"
+    )
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
     other_gpu: set[str] = set()
     gpu_groups: dict[str, dict[str, list[float]]] = {}  # per case: its history's per-run times per GPU
@@ -682,8 +771,9 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
         b = base_perf.get(p.case)
         mine = [s for s in getattr(p, samples) if s > 0]
         theirs = [s for s in getattr(b, samples) if s > 0] if b is not None else []
-        v = CaseVerdict(p.case, kernel, "new", time_ms=getattr(p, median),
-                        baseline_ms=getattr(b, median) if b is not None else None)
+        v = CaseVerdict(
+            p.case, kernel, "new", time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
+        )
         result.verdicts.append(v)
         if p.error:
             v.status, v.message = "error", p.error
@@ -702,14 +792,24 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             gpu_groups[p.case], class_of[p.case] = groups, klass
             if p.device_uuid != b.device_uuid:
                 sigma_m, source = machine_sigma(groups, klass)
-                where = (f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
-                         f"{_short_uuid(p.device_uuid)})" if b.device_uuid and p.device_uuid else
-                         f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
-                         f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})")
+                where = (
+                    f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
+                    f"{_short_uuid(p.device_uuid)})"
+                    if b.device_uuid and p.device_uuid
+                    else f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
+                    f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})"
+                )
                 note = f"{where}: between-GPU noise {sigma_m:.1%}, {source}"
                 other_gpu.add(_short_uuid(b.device_uuid))
-            c = compare_case(p.case, theirs, mine, [m for m, _ in history], effect,
-                             heavy_tailed=result.metric == "call", machine=sigma_m)
+            c = compare_case(
+                p.case,
+                theirs,
+                mine,
+                [m for m, _ in history],
+                effect,
+                heavy_tailed=result.metric == "call",
+                machine=sigma_m,
+            )
             if c.contaminated is not None and p.timing == TIMING_GRAPH:
                 # replayed from a CUDA graph, a sample holds no host time: a median that moves while p20 stays
                 # is the device's own spread (a launch-bound case's), not host delay (3 H200s, 9b9d362d)
@@ -722,54 +822,82 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
             if result.metric == "gpu" and p.timing != b.timing:
                 # graph replay leaves out launch gaps that events around a direct call keep (cuBLAS alone at
                 # [1024,8192]->4096 read 90.6 us replayed, 95-98 us with events on earlier H200 runs)
-                timed = f"timed by {p.timing or 'events (before timing was recorded)'} now, " \
-                        f"by {b.timing or 'events (before timing was recorded)'} in the baseline"
+                timed = (
+                    f"timed by {p.timing or 'events (before timing was recorded)'} now, "
+                    f"by {b.timing or 'events (before timing was recorded)'} in the baseline"
+                )
                 note = f"{note}; {timed}" if note else timed
             compared.append((v, c, note))
     found = {id(c) for c in regressions([c for _, c, _ in compared], result.fdr)}
     if other_gpu:
         crossed = sum(bool(note) for _, _, note in compared)
-        result.notes.append(f"baseline from another GPU ({', '.join(sorted(other_gpu))}) for {crossed} of "
-                            f"{len(compared)} compared cases: their noise includes a between-GPU term")
+        result.notes.append(
+            f"baseline from another GPU ({', '.join(sorted(other_gpu))}) for {crossed} of "
+            f"{len(compared)} compared cases: their noise includes a between-GPU term"
+        )
     shift = run_shift([c for _, c, _ in compared if c.contaminated is None])
     if shift is not None and shift.p > result.fdr:
         shift = None  # too few cases to tell a shift of the run from chance
     if shift is not None:
-        result.notes.append(f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
-                            f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
-                            "judged as one change, not as each case's noise")
+        result.notes.append(
+            f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
+            f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
+            "judged as one change, not as each case's noise"
+        )
     bound = _machine_bounds(compared, gpu_groups, class_of)
     for v, c, note in compared:
-        evidence = (f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} "
-                    + (f"from {c.history} runs of {branch}" if c.basis == "history"
-                       else f"from the noise floor ({c.history} runs of {branch}, fewer than needed)"))
+        evidence = f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} " + (
+            f"from {c.history} runs of {branch}"
+            if c.basis == "history"
+            else f"from the noise floor ({c.history} runs of {branch}, fewer than needed)"
+        )
         times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
         relative = None if v.reference_ratio is None else c.ratio / v.reference_ratio
-        vs_ref = "" if relative is None else (f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
-                                              f"({v.reference} {v.reference_ratio - 1:+.1%})")
+        vs_ref = (
+            ""
+            if relative is None
+            else (
+                f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
+                f"({v.reference} {v.reference_ratio - 1:+.1%})"
+            )
+        )
         tail = vs_ref + (f"; {note}" if note else "")
         # part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case
         # far beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)
-        shifted = (shift is not None and c.effect > c.min_effect
-                   and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect))
+        shifted = (
+            shift is not None
+            and c.effect > c.min_effect
+            and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect)
+        )
         if c.contaminated is not None:
             v.status = "unreliable"
             v.message = f"{c.contaminated.describe()} ({times}){tail}"
         elif id(c) in found or shifted:
-            why = evidence if id(c) in found else (f"part of the run-wide shift ({shift.slower} of {shift.n} cases "
-                                                   f"slower, sign test p={shift.p:.2g}); {evidence}")
+            why = (
+                evidence
+                if id(c) in found
+                else (
+                    f"part of the run-wide shift ({shift.slower} of {shift.n} cases "
+                    f"slower, sign test p={shift.p:.2g}); {evidence}"
+                )
+            )
             # the machine, when the same-run reference moved with the kernel: its ratio to the reference within
             # the minimum effect AND the reference's own change at least REFERENCE_SHARE of the kernel's
-            explained = (relative is not None and relative - 1 < c.min_effect
-                         and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio))
+            explained = (
+                relative is not None
+                and relative - 1 < c.min_effect
+                and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio)
+            )
             klass = bound_class(class_of[v.case], c.baseline_ms)
             past = _past_machine_bound(v, klass, bound, candidate) if explained else None
             if past is not None:
                 v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
             elif explained:
                 v.status = "machine"
-                v.message = (f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
-                             f"kernel ({why}){tail}")
+                v.message = (
+                    f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
+                    f"kernel ({why}){tail}"
+                )
             else:
                 v.status = "regression"
                 v.message = f"{c.effect:+.1%} slower ({times}; {why}; minimum effect {c.min_effect:.0%}){tail}"
@@ -798,10 +926,16 @@ def _judge_perf(result: GateResult, engine: Engine, candidate: RunDocument, base
     return len(compared)
 
 
-def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline,
-           min_effect: float = DEFAULT_MIN_EFFECT, fdr: float = DEFAULT_FDR,
-           min_effects: dict[str, float] | None = None, metric: str = "gpu",
-           tolerances: Mapping[str, tuple[float, float]] | None = None) -> GateResult:
+def decide(
+    engine: Engine,
+    candidate: RunDocument,
+    baseline_spec: str | Baseline,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    fdr: float = DEFAULT_FDR,
+    min_effects: dict[str, float] | None = None,
+    metric: str = "gpu",
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
 
     ``tolerances``: the kernels' specs' (rtol, atol) per accuracy case key (the command line passes them; ``ci``
@@ -819,12 +953,20 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
     assembled = baseline_run(engine, baseline_spec, candidate)
     base_ref, base = assembled.ref, baseline_document(engine, assembled)
     cand_run = to_data(candidate)["run"]
-    result = GateResult(candidate=cand_run, baseline=base_ref, min_effect=float(min_effect), fdr=float(fdr),
-                        metric=metric, assembled=assembled)
-    result.hardware = {"device_name": candidate.hardware.device_name, "fingerprint": fingerprint,
-                       "device_count": candidate.hardware.device_count}
-    result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy)
-                       if a.kind != "gate"]
+    result = GateResult(
+        candidate=cand_run,
+        baseline=base_ref,
+        min_effect=float(min_effect),
+        fdr=float(fdr),
+        metric=metric,
+        assembled=assembled,
+    )
+    result.hardware = {
+        "device_name": candidate.hardware.device_name,
+        "fingerprint": fingerprint,
+        "device_count": candidate.hardware.device_count,
+    }
+    result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy) if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
     if assembled.run_of:
         result.notes.append(assembled.describe())
@@ -835,18 +977,31 @@ def decide(engine: Engine, candidate: RunDocument, baseline_spec: str | Baseline
     missing = _missing(candidate, base)
     references = _reference_rows(candidate)
     for suite, case, kernel in missing:
-        timed = f" (it timed {', '.join(references[case])} but not the kernel)" \
-            if suite == "perf" and case in references else ""
-        result.verdicts.append(CaseVerdict(case, kernel, "missing", f"the baseline measured this {suite} case; "
-                                           f"the candidate ({cand_run['status']} run) did not{timed}", suite=suite))
+        timed = (
+            f" (it timed {', '.join(references[case])} but not the kernel)"
+            if suite == "perf" and case in references
+            else ""
+        )
+        result.verdicts.append(
+            CaseVerdict(
+                case,
+                kernel,
+                "missing",
+                f"the baseline measured this {suite} case; the candidate ({cand_run['status']} run) did not{timed}",
+                suite=suite,
+            )
+        )
     if cand_run["status"] != "complete":
-        result.notes.append(f"the candidate run is {cand_run['status']}"
-                            + (f": {cand_run['notes']}" if cand_run.get("notes") else ""))
+        result.notes.append(
+            f"the candidate run is {cand_run['status']}" + (f": {cand_run['notes']}" if cand_run.get("notes") else "")
+        )
     if measured == 0:
         errored = sum(v.status == "error" for v in result.verdicts)
-        result.undecided = (f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
-                            f"{errored} errored and {len(missing)} missing cases and no result to compare with "
-                            f"baseline run {base_ref['id']}")
+        result.undecided = (
+            f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
+            f"{errored} errored and {len(missing)} missing cases and no result to compare with "
+            f"baseline run {base_ref['id']}"
+        )
     mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result))
     acknowledge(engine, result, fingerprint, candidate)
     result.faster_tests = speedup_tests(engine, candidate, result)
@@ -867,18 +1022,26 @@ def _suspect_reasons(v: CaseVerdict, cand: Any, base: Any) -> list[str]:
     c = v.comparison
     why = []
     if cand.device_uuid != base.device_uuid:
-        why.append(f"its baseline was measured on another GPU ({_short_uuid(base.device_uuid)}; the candidate on "
-                   f"{_short_uuid(cand.device_uuid)}), where a machine's own speed moves it")
+        why.append(
+            f"its baseline was measured on another GPU ({_short_uuid(base.device_uuid)}; the candidate on "
+            f"{_short_uuid(cand.device_uuid)}), where a machine's own speed moves it"
+        )
     if v.status in UNDECIDED:
         why.append(f"the statistics called it {v.status}")
     if why and c.launch_bound and c.baseline_ms < LAUNCH_BOUND_MS:
-        why.append(f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ "
-                   "this much")
+        why.append(
+            f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ this much"
+        )
     return why
 
 
-def mark_suspects(result: GateResult, candidate: RunDocument, base: RunDocument, baseline: Baseline,
-                  confirmations: list[dict[str, Any]]) -> None:
+def mark_suspects(
+    result: GateResult,
+    candidate: RunDocument,
+    base: RunDocument,
+    baseline: Baseline,
+    confirmations: list[dict[str, Any]],
+) -> None:
     """The post-pass over the judged perf cases (after the rules, before acknowledgements).
 
     A perf case slower by at least its minimum effect becomes "suspect" (failing) when the two runs cannot
@@ -907,9 +1070,11 @@ def mark_suspects(result: GateResult, candidate: RunDocument, base: RunDocument,
         why = _suspect_reasons(v, mine[v.case], theirs[v.case])
         if why:
             was, v.status = v.status, SUSPECT
-            v.message = (f"{c.effect:+.1%} slower, at least the minimum effect {c.min_effect:.0%}, and the runs alone "
-                         f"cannot decide: {'; '.join(why)}. Re-measure both commits on one device (kernelwatch "
-                         f"confirm) [the statistics: {was}: {v.message}]")
+            v.message = (
+                f"{c.effect:+.1%} slower, at least the minimum effect {c.min_effect:.0%}, and the runs alone "
+                f"cannot decide: {'; '.join(why)}. Re-measure both commits on one device (kernelwatch "
+                f"confirm) [the statistics: {was}: {v.message}]"
+            )
             suspects += 1
     sha = candidate.run.commit.sha
     newest: dict[str, dict[str, Any]] = {}
@@ -931,12 +1096,16 @@ def mark_suspects(result: GateResult, candidate: RunDocument, base: RunDocument,
             v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
         applied += 1
     if suspects:
-        result.notes.append(f"{suspects} suspect{'s' if suspects != 1 else ''}: slower past the minimum effect where "
-                            "the runs alone cannot decide; `kernelwatch confirm` re-measures them on one device and "
-                            "stores its verdict, which the next gate run uses")
+        result.notes.append(
+            f"{suspects} suspect{'s' if suspects != 1 else ''}: slower past the minimum effect where "
+            "the runs alone cannot decide; `kernelwatch confirm` re-measures them on one device and "
+            "stores its verdict, which the next gate run uses"
+        )
     if applied:
-        result.notes.append(f"{applied} case{'s' if applied != 1 else ''} decided by a stored confirmation "
-                            f"(paired re-measurement of {sha[:12]} against its baseline on one device)")
+        result.notes.append(
+            f"{applied} case{'s' if applied != 1 else ''} decided by a stored confirmation "
+            f"(paired re-measurement of {sha[:12]} against its baseline on one device)"
+        )
 
 
 def _same_commit(a: str, b: str) -> bool:
@@ -992,18 +1161,28 @@ def speedup_tests(engine: Engine, candidate: RunDocument, result: GateResult) ->
     quick = {case: c for case, c in compared.items() if 1 / c.ratio - 1 > c.min_effect}
     if not quick:
         return {}
-    base = (baseline_document(engine, result.assembled) if result.assembled
-            else export_run(engine, result.baseline["id"]))
+    base = (
+        baseline_document(engine, result.assembled) if result.assembled else export_run(engine, result.baseline["id"])
+    )
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     histories, _ = _histories(engine, candidate, result.baseline["branch"])
-    return {p.case: compare_case(p.case, p.samples_ms, base_perf[p.case].samples_ms,
-                                 [m for m, _ in histories.get(p.case, [])], quick[p.case].min_effect,
-                                 machine=quick[p.case].machine_sigma)
-            for p in candidate.perf if p.implementation == KERNEL_IMPL and p.case in quick}
+    return {
+        p.case: compare_case(
+            p.case,
+            p.samples_ms,
+            base_perf[p.case].samples_ms,
+            [m for m, _ in histories.get(p.case, [])],
+            quick[p.case].min_effect,
+            machine=quick[p.case].machine_sigma,
+        )
+        for p in candidate.perf
+        if p.implementation == KERNEL_IMPL and p.case in quick
+    }
 
 
-def speedups(engine: Engine, candidate: RunDocument, result: GateResult,
-             tests: dict[str, Comparison] | None = None) -> dict[str, Comparison]:
+def speedups(
+    engine: Engine, candidate: RunDocument, result: GateResult, tests: dict[str, Comparison] | None = None
+) -> dict[str, Comparison]:
     """Cases significantly faster than the baseline: :func:`speedup_tests` (or ``tests``, its result),
     Benjamini-Hochberg at the gate's FDR over every compared case. Informational: it never changes a verdict.
 

@@ -318,7 +318,7 @@ def _verdict_table(rows: list, title: str, result: GateResult) -> str:
     )
 
 
-def _before_now(v) -> tuple[str, str]:  # noqa: ANN001 - a CaseVerdict
+def _before_now(v) -> tuple[str, str]:
     if v.suite == "perf":
         return _h(_fmt_ms(v.baseline_ms)), _h(_fmt_ms(v.time_ms))
     return tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget))

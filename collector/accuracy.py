@@ -108,9 +108,18 @@ def check_case(spec: KernelSpec, case: Case, device: torch.device, seed: int | N
 def error_result(case: Case, message: str, seed: int | None = None) -> dict[str, Any]:
     """The accuracy record of a case that raised, hung or killed its worker."""
     tol = case.tol
-    return {"max_abs_err": None, "max_rel_err": None, "error_budget": None, "nan_mismatches": 0,
-            "rtol": tol.rtol if tol else 0.0, "atol": tol.atol if tol else 0.0, "trials": case.trials,
-            "seed": case_seed(case) if seed is None else seed, "passed": False, "error": message}
+    return {
+        "max_abs_err": None,
+        "max_rel_err": None,
+        "error_budget": None,
+        "nan_mismatches": 0,
+        "rtol": tol.rtol if tol else 0.0,
+        "atol": tol.atol if tol else 0.0,
+        "trials": case.trials,
+        "seed": case_seed(case) if seed is None else seed,
+        "passed": False,
+        "error": message,
+    }
 
 
 def explore_case(spec: KernelSpec, case: Case, device: torch.device, base: int, seeds: int) -> dict[str, Any]:
@@ -125,8 +134,11 @@ def explore_case(spec: KernelSpec, case: Case, device: torch.device, base: int, 
     for index in range(1, seeds + 1):
         result = check_case(spec, case, device, explore_seed(case, base, index))
         failures += not result["passed"]
-        if worst is None or (result["error_budget"] or 0.0) > (worst["error_budget"] or 0.0) or (
-                result["nan_mismatches"] and not worst["nan_mismatches"]):
+        if (
+            worst is None
+            or (result["error_budget"] or 0.0) > (worst["error_budget"] or 0.0)
+            or (result["nan_mismatches"] and not worst["nan_mismatches"])
+        ):
             worst = result
     if worst is None:
         raise ValueError("exploration needs at least one seed")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.names import TIMING_EVENTS, TIMING_GRAPH  # noqa: F401 - how GPU time was taken (re-exported)
+from kernels.names import TIMING_EVENTS, TIMING_GRAPH
 
 DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
@@ -158,7 +158,7 @@ class Backend:
         if self.kind != "cpu":
             self.module.synchronize(self.device)
 
-    def event(self):  # noqa: ANN201 - torch.cuda.Event, torch.npu.Event or HostEvent
+    def event(self):
         if self.kind == "cpu":
             return HostEvent()
         return self.module.Event(enable_timing=True)
@@ -176,14 +176,26 @@ class Backend:
         H200, measured as a 30% loss on a 45 us kernel; kernels/NOTES.md)."""
         buffer.max()
 
-    def time_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-                     min_reps: int = 10, max_reps: int = 300) -> list[float]:
+    def time_samples(
+        self,
+        fn: Callable[[], object],
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        min_reps: int = 10,
+        max_reps: int = 300,
+    ) -> list[float]:
         """Device milliseconds per call, one sample per repetition: :meth:`device_samples` without its method."""
         return self.device_samples(fn, warmup_ms, rep_ms, min_reps, max_reps)[0]
 
-    def device_samples(self, fn: Callable[[], object], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-                       min_reps: int = 10, max_reps: int = 300,
-                       method: str = "auto") -> tuple[list[float], str]:
+    def device_samples(
+        self,
+        fn: Callable[[], object],
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        min_reps: int = 10,
+        max_reps: int = 300,
+        method: str = "auto",
+    ) -> tuple[list[float], str]:
         """(device milliseconds per call, one sample per repetition with the L2 flushed before each; the
         method: :data:`TIMING_GRAPH` or :data:`TIMING_EVENTS`).
 
@@ -261,7 +273,7 @@ class Backend:
             return samples, TIMING_GRAPH
         return self._held_samples(fn, flush, reps), TIMING_EVENTS
 
-    def _graph_api(self):  # noqa: ANN202 - (graph class, capture context) of torch.cuda / torch.npu, or None
+    def _graph_api(self):
         """The device's graph capture API: ``CUDAGraph`` / ``graph`` on CUDA, ``NPUGraph`` / ``graph`` on
         Ascend (torch_npu registers them under ``torch.npu``); None on the CPU or where it is missing."""
         if self.kind == "cpu":
@@ -271,7 +283,7 @@ class Backend:
         ctx = getattr(mod, "graph", None)
         return None if cls is None or ctx is None else (cls, ctx)
 
-    def _capture(self, fn: Callable[[], object], strict: bool = False):  # noqa: ANN202 - a graph or None
+    def _capture(self, fn: Callable[[], object], strict: bool = False):
         """``fn`` captured into a graph after three warm-up calls on a side stream (PyTorch's recipe), and
         replayed once; None when the device has no graphs or the capture or replay raises."""
         api = self._graph_api()
@@ -374,8 +386,9 @@ class Backend:
         self.synchronize()
         return (time.perf_counter() - start) * 1e3
 
-    def call_samples(self, fn: Callable[[], object], batch_ms: float = CALL_BATCH_MS,
-                     batches: int = CALL_BATCHES) -> list[float]:
+    def call_samples(
+        self, fn: Callable[[], object], batch_ms: float = CALL_BATCH_MS, batches: int = CALL_BATCHES
+    ) -> list[float]:
         """Wall milliseconds per call with calls issued back to back, one sample per batch.
 
         A batch is N calls and one synchronisation: (host time of the batch) / N, so a call costs
@@ -424,6 +437,7 @@ class Backend:
         cpu = self.kind == "cpu"
         n = 1 << (22 if cpu else 28)
         bufs = [torch.randn(n, device=self.device), torch.empty(n, device=self.device)]
+
         def median_ms(fn: Callable[[], object], rep_ms: float) -> float:  # one long op: no host side to exclude
             return statistics.median(self.device_samples(fn, rep_ms=rep_ms, method=TIMING_EVENTS)[0])
 
@@ -433,6 +447,8 @@ class Backend:
         bufs = [torch.randn(m, m, device=self.device, dtype=dtype) for _ in range(2)]
         mm = median_ms(lambda: bufs[0] @ bufs[1], 300)
         bufs.clear()
-        return {"peak_gbps": round(2 * n * 4 / (copy * 1e-3) / 1e9, 3),
-                "peak_read_gbps": round(n * 4 / (read * 1e-3) / 1e9, 3),
-                "peak_tflops": round(2 * m**3 / (mm * 1e-3) / 1e12, 6)}
+        return {
+            "peak_gbps": round(2 * n * 4 / (copy * 1e-3) / 1e9, 3),
+            "peak_read_gbps": round(n * 4 / (read * 1e-3) / 1e9, 3),
+            "peak_tflops": round(2 * m**3 / (mm * 1e-3) / 1e12, 6),
+        }

@@ -29,8 +29,9 @@ def fill_missing(engine: Engine, extra_modules: tuple[str, ...] = ()) -> int:
         if spec is None:
             continue
         try:
-            found[row["key"]] = spec.case_ceiling(Case.make(row["kernel"], row["variant"], row["dtype"],
-                                                            **(row["params"] or {})))
+            found[row["key"]] = spec.case_ceiling(
+                Case.make(row["kernel"], row["variant"], row["dtype"], **(row["params"] or {}))
+            )
         except (KeyError, TypeError, ValueError):  # params this spec does not know (an older or made-up case)
             continue
     set_ceilings(engine, found)

@@ -54,8 +54,10 @@ class Changes:
 
         out = []
         if self.run:
-            why = ", ".join(f"{k} ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})"
-                            for k, files in sorted(self.run.items()))
+            why = ", ".join(
+                f"{k} ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})"
+                for k, files in sorted(self.run.items())
+            )
             out.append(f"kernels run, changed since {self.ref} ({self.commit[:12]}): {why}".replace(";", ","))
         if self.skipped:
             out.append(skipped_note(f"{self.ref} ({self.commit[:12]})", self.skipped))
@@ -68,16 +70,20 @@ def _git(args: list[str], root: Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ChangeError(f"--changed-since: git could not run in {root}: {exc}") from None
     if proc.returncode != 0:
-        raise ChangeError(f"--changed-since: git {args[0]} failed in {root}: "
-                          f"{(proc.stderr.strip().splitlines() or ['no message'])[-1]}")
+        raise ChangeError(
+            f"--changed-since: git {args[0]} failed in {root}: "
+            f"{(proc.stderr.strip().splitlines() or ['no message'])[-1]}"
+        )
     return proc.stdout
 
 
 def resolve_ref(ref: str, root: Path = ROOT) -> str:
     """The commit ``ref`` names, or :class:`ChangeError` naming what is wrong with it."""
     if not ref or not _REF.fullmatch(ref) or ".." in ref:
-        raise ChangeError(f"--changed-since {ref!r}: not a git revision (a branch, tag or commit: letters, digits "
-                          "and ./_-~^@{}+, not starting with '-', no '..')")
+        raise ChangeError(
+            f"--changed-since {ref!r}: not a git revision (a branch, tag or commit: letters, digits "
+            "and ./_-~^@{}+, not starting with '-', no '..')"
+        )
     try:
         return _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], root).strip()
     except ChangeError:

@@ -65,22 +65,39 @@ from db.files import replaced_link_note
 from db.journal import JournalWriter
 from db.schema import RunDocument, devices_note, host_note, new_run_id
 
-__all__ = ["SUITES", "Options", "SelectionError", "check_run_fields", "check_selection", "devices_note",
-           "format_phases", "reproduce_command", "run_collection", "select_items"]
+__all__ = [
+    "SUITES",
+    "Options",
+    "SelectionError",
+    "check_run_fields",
+    "check_selection",
+    "devices_note",
+    "format_phases",
+    "reproduce_command",
+    "run_collection",
+    "select_items",
+]
 
 
 def _cpu_notes(opts: Options, device: str) -> list[str]:
     if device != "cpu" or "perf" not in opts.suites:
         return []
     if opts.time_on_cpu:
-        return ["perf suite timed on the CPU in Triton's interpreter (--cpu-perf): a test of the "
-                "collector, the numbers mean nothing"]
+        return [
+            "perf suite timed on the CPU in Triton's interpreter (--cpu-perf): a test of the "
+            "collector, the numbers mean nothing"
+        ]
     print("kernelwatch: perf suite skipped on cpu (Triton's interpreter: timings would mean nothing)", file=sys.stderr)
     return ["perf suite skipped: on the CPU kernels run in Triton's interpreter; its timings mean nothing"]
 
 
-def _describe(replies: dict[int, dict[str, Any]], handles: list[WorkerHandle], tally: Tally,
-              ceilings: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+def _describe(
+    replies: dict[int, dict[str, Any]],
+    handles: list[WorkerHandle],
+    tally: Tally,
+    ceilings: dict[str, dict[str, Any]],
+    notes: list[str],
+) -> dict[str, Any]:
     """The first described device stands for the run; every device's ceilings go to ``ceilings``."""
     for index, reply in sorted(replies.items()):
         tally.worker_phases.update(reply.get("phases", {}))
@@ -113,8 +130,10 @@ def run_collection(opts: Options) -> RunDocument:
         raise ValueError(f"--explore-seeds must be 0 or more, got {opts.explore_seeds}")
     run_seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
     if opts.explore_seeds:
-        notes.append(f"exploration: {opts.explore_seeds} fresh seeds per accuracy case, base {run_seed} "
-                     "(accuracy rows of kind explore; never part of the verdict)")
+        notes.append(
+            f"exploration: {opts.explore_seeds} fresh seeds per accuracy case, base {run_seed} "
+            "(accuracy rows of kind explore; never part of the verdict)"
+        )
     run_id = opts.run_id or new_run_id()
     started = dt.datetime.now(dt.timezone.utc)
     commit = git_info()
@@ -142,15 +161,23 @@ def run_collection(opts: Options) -> RunDocument:
             if cache is not None:
                 wall["precompile"], wall["precompile.compile"] = _precompile(opts, items, replies, cache, notes)
             if journal is not None:
-                journal.header(run_info(opts, run_id, device, commit, described, started, None, "running", notes,
-                                        None), hardware_of(described), len(items) + len(profiles))
+                journal.header(
+                    run_info(opts, run_id, device, commit, described, started, None, "running", notes, None),
+                    hardware_of(described),
+                    len(items) + len(profiles),
+                )
             live = [h for h in handles if h.index in replies]
             group_costs: dict[str, float] = {}
             for i in items + profiles:
                 group = progress_group(i, cases)
                 group_costs[group] = group_costs.get(group, 0.0) + cost_of(i, cases)
-            tally.progress = Progress(len(items) + len(profiles), opts.progress, total_cost=sum(group_costs.values()),
-                                      group_costs=group_costs, workers=len(live))
+            tally.progress = Progress(
+                len(items) + len(profiles),
+                opts.progress,
+                total_cost=sum(group_costs.values()),
+                group_costs=group_costs,
+                workers=len(live),
+            )
             t_suites = time.monotonic()
             run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally)
             t_suites_end = time.monotonic()
@@ -161,8 +188,11 @@ def run_collection(opts: Options) -> RunDocument:
                 status = "failed"
             elif missing:
                 status = "partial"
-            notes.append("interrupted: cases not run are missing" if missing else
-                         "interrupted during exploration: every gating case ran, some exploration did not")
+            notes.append(
+                "interrupted: cases not run are missing"
+                if missing
+                else "interrupted during exploration: every gating case ran, some exploration did not"
+            )
         except RuntimeError as exc:
             status = "failed"
             notes.append(str(exc))
@@ -193,15 +223,26 @@ def run_collection(opts: Options) -> RunDocument:
     _worker_compiles(tally.worker_phases, notes)
     phases_s = {k: round(v, 3) for k, v in wall.items()}
     phases_s.update({f"worker.{k}": round(v, 3) for k, v in sorted(tally.worker_phases.items())})
-    doc = assemble(opts, device, commit, described, started, status,
-                   [tally.records[i] for i in items + profiles if i in tally.records], notes, run_id, phases_s)
+    doc = assemble(
+        opts,
+        device,
+        commit,
+        described,
+        started,
+        status,
+        [tally.records[i] for i in items + profiles if i in tally.records],
+        notes,
+        run_id,
+        phases_s,
+    )
     if journal is not None:
         _end_journal(journal, doc)
     return doc
 
 
-def _precompile(opts: Options, items: list[WorkItem], replies: dict[int, dict[str, Any]], cache: CacheDirs,
-                notes: list[str]) -> tuple[float, float]:
+def _precompile(
+    opts: Options, items: list[WorkItem], replies: dict[int, dict[str, Any]], cache: CacheDirs, notes: list[str]
+) -> tuple[float, float]:
     """Compile every launch of ``items`` ahead of the suites (:mod:`collector.precompile`), once per kind
     of device among the workers, on the cores the workers leave; the run's notes say how warm the cache was.
     ``KERNELWATCH_PRECOMPILE=0`` turns it off (a comparison, or a way round a failure of its own).
@@ -219,11 +260,14 @@ def _precompile(opts: Options, items: list[WorkItem], replies: dict[int, dict[st
         if target_of(info) is None:
             continue
         if opts.progress:
-            print(f"kernelwatch: compiling the launches of {len(items)} items for {info.name} ahead of the suites",
-                  file=sys.stderr, flush=True)
+            print(
+                f"kernelwatch: compiling the launches of {len(items)} items for {info.name} ahead of the suites",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             outcome = precompile(items, info, spare_processes(len(replies), host_cpus()), opts.extra_modules)
-        except Exception as exc:  # noqa: BLE001 - without it every launch compiles in its worker, as before
+        except Exception as exc:
             notes.append(f"precompile failed ({type(exc).__name__}: {str(exc)[:200]}): the workers compiled")
             continue
         notes.append(outcome.note(cache.triton))
@@ -237,12 +281,14 @@ def _worker_compiles(worker_phases: Counter, notes: list[str]) -> None:
     """The workers' compile counts travel with their phase seconds: into a note, out of the seconds."""
     cached, missed = worker_phases.pop("compile.cached", 0), worker_phases.pop("compile.missed", 0)
     if cached or missed:
-        notes.append(f"kernel compilations in the workers: {int(cached)} found in Triton's cache, {int(missed)} "
-                     "compiled there")
+        notes.append(
+            f"kernel compilations in the workers: {int(cached)} found in Triton's cache, {int(missed)} compiled there"
+        )
 
 
-def _profile_items(opts: Options, device: str, items: list[WorkItem], cases: dict[WorkItem, Any],
-                   notes: list[str]) -> list[WorkItem]:
+def _profile_items(
+    opts: Options, device: str, items: list[WorkItem], cases: dict[WorkItem, Any], notes: list[str]
+) -> list[WorkItem]:
     """``("profile", key)`` per perf item when ``--profile`` is asked for on a device with a profiler."""
     if not opts.profile:
         return []
@@ -250,8 +296,10 @@ def _profile_items(opts: Options, device: str, items: list[WorkItem], cases: dic
         notes.append("--profile: no profiler on the CPU, no counters recorded")
         return []
     if device == "cpu":
-        notes.append("--profile with --cpu-perf: the profiling phase ran each case once with no profiler "
-                     "(a test of the collector), no counters recorded")
+        notes.append(
+            "--profile with --cpu-perf: the profiling phase ran each case once with no profiler "
+            "(a test of the collector), no counters recorded"
+        )
     profiles = [("profile", key) for suite, key in items if suite == "perf"]
     for item in profiles:
         cases[item] = cases[("perf", item[1])]
@@ -289,8 +337,9 @@ def _profile(opts: Options, tally: Tally, profiles: list[WorkItem], devices: lis
                 if event.kind in ("tick", "rows") and event.key not in ticked:
                     ticked.add(event.key)
                     item = ("profile", event.key)
-                    tally.progress.update(event.key, cost_of(item, tally.cases), event.seconds,
-                                          progress_group(item, tally.cases))
+                    tally.progress.update(
+                        event.key, cost_of(item, tally.cases), event.seconds, progress_group(item, tally.cases)
+                    )
                 if event.kind == "rows":
                     if any(r.get("error") and r["name"] == r["source"] for r in event.rows):
                         errors[event.kernel] += 1
@@ -302,9 +351,12 @@ def _profile(opts: Options, tally: Tally, profiles: list[WorkItem], devices: lis
 def _handles(opts: Options, device: str, run_seed: int) -> list[WorkerHandle]:
     """One worker per device; with several, the host's CPU cores are shared among them."""
     workers = worker_devices(device, opts.all_devices)
-    config = {"extra_modules": list(opts.extra_modules), "explore": (run_seed, opts.explore_seeds),
-              "threads": max(1, host_cpus() // len(workers)) if len(workers) > 1 else 0,
-              "time_on_cpu": opts.time_on_cpu}
+    config = {
+        "extra_modules": list(opts.extra_modules),
+        "explore": (run_seed, opts.explore_seeds),
+        "threads": max(1, host_cpus() // len(workers)) if len(workers) > 1 else 0,
+        "time_on_cpu": opts.time_on_cpu,
+    }
     ctx = mp.get_context("spawn")
     return [WorkerHandle(ctx, i, d, label, config) for i, (d, label) in enumerate(workers)]
 
@@ -324,7 +376,7 @@ def _end_journal(journal: JournalWriter, doc: RunDocument) -> None:
         journal.remove()
 
 
-def _interrupt(signum, frame) -> None:  # noqa: ANN001
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 

@@ -109,8 +109,9 @@ def select_specs(names: tuple[str, ...] = (), extra_modules: tuple[str, ...] = (
     return {n: s for n, s in specs.items() if not names or n in names}
 
 
-def enumerate_jobs(targets: list[str], names: tuple[str, ...] = (),
-                   extra_modules: tuple[str, ...] = ()) -> tuple[list[Job], dict[Job, Any]]:
+def enumerate_jobs(
+    targets: list[str], names: tuple[str, ...] = (), extra_modules: tuple[str, ...] = ()
+) -> tuple[list[Job], dict[Job, Any]]:
     """Distinct launches over every spec case for each target, and for each the Launch to compile."""
     from kernels.plan import launches
 
@@ -123,8 +124,15 @@ def enumerate_jobs(targets: list[str], names: tuple[str, ...] = (),
             for case in (*spec.accuracy_cases(), *spec.perf_cases()):
                 for step in launches(spec.launch_plans(case, device)):
                     fn = getattr(step.fn, "fn", step.fn)
-                    key = (target, fn.__module__, step.name, tuple(step.signature.items()),
-                           tuple((k, _show(v)) for k, v in step.constexprs.items()), step.num_warps, step.num_stages)
+                    key = (
+                        target,
+                        fn.__module__,
+                        step.name,
+                        tuple(step.signature.items()),
+                        tuple((k, _show(v)) for k, v in step.constexprs.items()),
+                        step.num_warps,
+                        step.num_stages,
+                    )
                     found.setdefault(key, step)
                     entry = meta.setdefault(key, {"dtypes": set(), "cases": 0})
                     entry["dtypes"].add(case.dtype)
@@ -133,8 +141,18 @@ def enumerate_jobs(targets: list[str], names: tuple[str, ...] = (),
     for key, step in found.items():
         target, module, kernel, sig, const, warps, stages = key
         cube_vector = bool(step.footprint and step.footprint.cube_vector)
-        job = Job(target, module, kernel, sig, const, warps, stages, cube_vector, ",".join(sorted(meta[key]["dtypes"])),
-                  meta[key]["cases"])
+        job = Job(
+            target,
+            module,
+            kernel,
+            sig,
+            const,
+            warps,
+            stages,
+            cube_vector,
+            ",".join(sorted(meta[key]["dtypes"])),
+            meta[key]["cases"],
+        )
         jobs.append(job)
         steps[job] = step
     return jobs, steps
@@ -214,8 +232,9 @@ def _compile_ascend(job: Job, step: Any) -> str:
                 raise RuntimeError(f"ConvertTritonIRToLinalgIR: {_first_error_line(stderr)}") from None
             crashes.append(f"exit {exc.returncode}")  # the tool crashed: a lowering failure would repeat
     else:
-        raise RuntimeError(f"ConvertTritonIRToLinalgIR: triton-adapter-opt crashed {len(crashes)} times "
-                           f"({', '.join(crashes)})")
+        raise RuntimeError(
+            f"ConvertTritonIRToLinalgIR: triton-adapter-opt crashed {len(crashes)} times ({', '.join(crashes)})"
+        )
     match = re.search(r'mix_mode = "(\w+)"', linalg)
     mode = match.group(1) if match else "unknown"
     if (mode != "aiv") != job.cube_vector:
@@ -231,7 +250,7 @@ def compile_one(index: int) -> Result:
     start = time.perf_counter()
     try:
         detail = _compile_ascend(job, step) if job.target == ASCEND_TARGET else _compile_cuda(job, step)
-    except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the check
+    except Exception as exc:
         name = type(exc).__name__
         message = str(exc)
         if name == "MLIRCompilationError" or message.startswith(("ConvertTritonIRToLinalgIR", "plan mismatch")):
@@ -242,21 +261,23 @@ def compile_one(index: int) -> Result:
     return Result(job, True, time.perf_counter() - start, detail=detail)
 
 
-def run_targets(targets: list[str], workers: int, names: tuple[str, ...] = (),
-                extra_modules: tuple[str, ...] = ()) -> tuple[list[Result], dict[str, str]]:
+def run_targets(
+    targets: list[str], workers: int, names: tuple[str, ...] = (), extra_modules: tuple[str, ...] = ()
+) -> tuple[list[Result], dict[str, str]]:
     import triton
 
     jobs, _ = enumerate_jobs(targets, names, extra_modules)
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                initargs=(targets, names, extra_modules)) as pool:
+    with cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(targets, names, extra_modules)
+    ) as pool:
         results = list(pool.map(compile_one, range(len(jobs))))
     versions = {"triton": triton.__version__}
     try:
         from importlib.metadata import version
 
         versions["triton-ascend"] = version("triton-ascend")
-    except Exception:  # noqa: BLE001 - not installed in this environment
+    except Exception:
         pass
     return results, versions
 
@@ -268,8 +289,10 @@ def summary(results: list[Result]) -> list[tuple[str, str, int, int, float]]:
     rows: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in results:
         rows[(r.job.kernel, r.job.target)].append(r)
-    return [(kernel, target, sum(r.ok for r in rs), sum(not r.ok for r in rs), sum(r.seconds for r in rs))
-            for (kernel, target), rs in sorted(rows.items())]
+    return [
+        (kernel, target, sum(r.ok for r in rs), sum(not r.ok for r in rs), sum(r.seconds for r in rs))
+        for (kernel, target), rs in sorted(rows.items())
+    ]
 
 
 def print_summary(results: list[Result], wall: float) -> None:
@@ -287,47 +310,65 @@ _SUMMARY_ROW = re.compile(r"^\| `([^`]+)` \| ([\w-]+) \| \d+ \| \d+ \| [0-9.]+ \
 _DETAIL_ROW = re.compile(r"^\| ([\w-]+) \| `([^`]+)` \| `")
 
 
-def write_report(path: Path, results: list[Result], versions: dict[str, str], wall: float, cache: str,
-                 only: tuple[str, ...] = ()) -> None:
+def write_report(
+    path: Path, results: list[Result], versions: dict[str, str], wall: float, cache: str, only: tuple[str, ...] = ()
+) -> None:
     """The report of ``results``. With ``only`` (spec names) and an existing report at ``path``, that
     report's rows of every other kernel function are kept and its header says what was regenerated."""
-    header = [f"Compilers: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}. Wall time {wall:.0f} s "
-              f"with a {cache} Triton cache for the CUDA targets."]
+    header = [
+        f"Compilers: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}. Wall time {wall:.0f} s "
+        f"with a {cache} Triton cache for the CUDA targets."
+    ]
     kept_summary: list[str] = []
     kept_detail: list[str] = []
     if only and path.exists():
         mine = {r.job.kernel for r in results}
         old = path.read_text().splitlines()
         compilers = next((line for line in old if line.startswith("Compilers:")), None)
-        header = [line for line in old if line.startswith(("Compilers:", "Regenerated alone:"))
-                  and line != compilers] if compilers is None else [compilers]
-        header += [line for line in old if line.startswith("Regenerated alone:")
-                   and not any(f"`{n}`" in line for n in only)]
-        header.append(f"Regenerated alone: the launches of {', '.join(f'`{n}`' for n in only)} "
-                      f"(`--kernels`), {wall:.0f} s wall with a {cache} Triton cache; every other row is from "
-                      "the run above.")
+        header = (
+            [line for line in old if line.startswith(("Compilers:", "Regenerated alone:")) and line != compilers]
+            if compilers is None
+            else [compilers]
+        )
+        header += [
+            line for line in old if line.startswith("Regenerated alone:") and not any(f"`{n}`" in line for n in only)
+        ]
+        header.append(
+            f"Regenerated alone: the launches of {', '.join(f'`{n}`' for n in only)} "
+            f"(`--kernels`), {wall:.0f} s wall with a {cache} Triton cache; every other row is from "
+            "the run above."
+        )
         kept_summary = [line for line in old if (m := _SUMMARY_ROW.match(line)) and m.group(1) not in mine]
         kept_detail = [line for line in old if (m := _DETAIL_ROW.match(line)) and m.group(2) not in mine]
     summary_rows = kept_summary + [f"| `{k}` | {t} | {ok} | {bad} | {s:.1f} |" for k, t, ok, bad, s in summary(results)]
     detail_rows = list(kept_detail)
     for r in results:
         status = f"ok ({r.detail})" if r.ok else f"FAIL: {r.error}"
-        detail_rows.append(f"| {r.job.target} | `{r.job.kernel}` | `{r.job.config}` | {r.job.dtypes} | "
-                           f"{r.job.cases} | {status.replace('|', '/')} |")
-    lines = ["# Compile check: every kernel launch, every target", "",
-             "Generated by `make compile-check` (`python -m collector.compile_check`); do not edit by hand.", "",
-             *[line for h in header for line in (h, "")],
-             "| kernel | target | ok | failed | compile s |", "| --- | --- | --- | --- | --- |"]
+        detail_rows.append(
+            f"| {r.job.target} | `{r.job.kernel}` | `{r.job.config}` | {r.job.dtypes} | "
+            f"{r.job.cases} | {status.replace('|', '/')} |"
+        )
+    lines = [
+        "# Compile check: every kernel launch, every target",
+        "",
+        "Generated by `make compile-check` (`python -m collector.compile_check`); do not edit by hand.",
+        "",
+        *[line for h in header for line in (h, "")],
+        "| kernel | target | ok | failed | compile s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     lines += sorted(summary_rows, key=lambda line: _SUMMARY_ROW.match(line).groups())
-    lines += ["", "| target | kernel | configuration [argument types] | dtypes | cases | status |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| target | kernel | configuration [argument types] | dtypes | cases | status |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     lines += sorted(detail_rows, key=lambda line: (*_DETAIL_ROW.match(line).groups(), line))
     path.write_text("\n".join(lines) + "\n")
 
 
 def _to_json(results: list[Result], versions: dict[str, str]) -> str:
-    return json.dumps({"versions": versions, "results": [
-        {**asdict(r), "job": asdict(r.job)} for r in results]})
+    return json.dumps({"versions": versions, "results": [{**asdict(r), "job": asdict(r.job)} for r in results]})
 
 
 def _from_json(text: str) -> tuple[list[Result], dict[str, str]]:
@@ -341,36 +382,62 @@ def _from_json(text: str) -> tuple[list[Result], dict[str, str]]:
     return results, data["versions"]
 
 
-def _ascend_results(python: str, workers: int, names: tuple[str, ...] = (),
-                    extra_modules: tuple[str, ...] = ()) -> tuple[list[Result], dict[str, str]]:
+def _ascend_results(
+    python: str, workers: int, names: tuple[str, ...] = (), extra_modules: tuple[str, ...] = ()
+) -> tuple[list[Result], dict[str, str]]:
     """Run the Ascend part in triton-ascend's own environment and read its results back."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         paths = [str(ROOT), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-        command = [python, "-m", "collector.compile_check", "--targets", ASCEND_TARGET, "--jobs", str(workers),
-                   "--fresh", "--json", out.name, "--kernels", ",".join(names),
-                   "--extra-kernels", ",".join(extra_modules)]
+        command = [
+            python,
+            "-m",
+            "collector.compile_check",
+            "--targets",
+            ASCEND_TARGET,
+            "--jobs",
+            str(workers),
+            "--fresh",
+            "--json",
+            out.name,
+            "--kernels",
+            ",".join(names),
+            "--extra-kernels",
+            ",".join(extra_modules),
+        ]
         proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         text = Path(out.name).read_text()
     if not text:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise SystemExit(f"compile-check: the Ascend environment ({python}) could not run the check "
-                         f"(exit {proc.returncode}): {' | '.join(tail)}")
+        raise SystemExit(
+            f"compile-check: the Ascend environment ({python}) could not run the check "
+            f"(exit {proc.returncode}): {' | '.join(tail)}"
+        )
     return _from_json(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", default=",".join(CUDA_TARGETS),
-                        help=f"comma-separated, of {', '.join((*CUDA_TARGETS, ASCEND_TARGET))}")
-    parser.add_argument("--ascend-python", default=None, help="python of triton-ascend's environment: adds "
-                        f"{ASCEND_TARGET}, compiled there")
+    parser.add_argument(
+        "--targets",
+        default=",".join(CUDA_TARGETS),
+        help=f"comma-separated, of {', '.join((*CUDA_TARGETS, ASCEND_TARGET))}",
+    )
+    parser.add_argument(
+        "--ascend-python",
+        default=None,
+        help=f"python of triton-ascend's environment: adds {ASCEND_TARGET}, compiled there",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--report", type=Path, default=None, help="write every configuration and status here (.md)")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kernelwatch" / "compile-check")
     parser.add_argument("--fresh", action="store_true", help="compile into an empty cache (a cold run)")
-    parser.add_argument("--kernels", default="", help="comma-separated spec names: compile only their launches "
-                        "(and, with --report, replace only their rows of an existing report)")
+    parser.add_argument(
+        "--kernels",
+        default="",
+        help="comma-separated spec names: compile only their launches "
+        "(and, with --report, replace only their rows of an existing report)",
+    )
     parser.add_argument("--extra-kernels", default="", help="comma-separated spec modules outside kernels/")
     parser.add_argument("--list", action="store_true", help="print the launches that would compile, and exit")
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)

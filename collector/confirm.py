@@ -142,9 +142,14 @@ def summarise(result: CaseConfirm, alpha_look: float) -> None:
         result.low, result.high = math.exp(ci[0]), math.exp(ci[1])
 
 
-def run_rounds(cases: list[str], measure: Callable[[str, str], float], min_effect: float = 0.05,
-               alpha: float = ALPHA, max_rounds: int = MAX_ROUNDS,
-               results: dict[str, CaseConfirm] | None = None) -> dict[str, CaseConfirm]:
+def run_rounds(
+    cases: list[str],
+    measure: Callable[[str, str], float],
+    min_effect: float = 0.05,
+    alpha: float = ALPHA,
+    max_rounds: int = MAX_ROUNDS,
+    results: dict[str, CaseConfirm] | None = None,
+) -> dict[str, CaseConfirm]:
     """Alternating paired rounds until every case has a verdict or ``max_rounds`` pass.
 
     ``measure(side, case)`` times one case on ``"baseline"`` or ``"candidate"`` and returns milliseconds.
@@ -235,9 +240,16 @@ class Worker:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if device.startswith("cpu"):
             env["TRITON_INTERPRET"] = "1"
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), str(BACKENDS), device, *extra_modules],
-                                     cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), str(BACKENDS), device, *extra_modules],
+            cwd=tree,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
 
     def ask(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.send(msg)
@@ -259,7 +271,7 @@ class Worker:
             if not line:
                 raise ConfirmError(self._died())
             if line.startswith(REPLY):
-                return json.loads(line[len(REPLY):])
+                return json.loads(line[len(REPLY) :])
         raise ConfirmError(f"the {self.side} worker did not answer within {timeout_s:.0f} s")
 
     def _died(self) -> str:
@@ -279,10 +291,19 @@ class Worker:
             self.proc.wait()
 
 
-def confirm(repo: Path, baseline_sha: str, candidate_sha: str, cases: list[str], device: str = "cuda",
-            extra_modules: tuple[str, ...] = (), min_effect: float = 0.05, alpha: float = ALPHA,
-            max_rounds: int = MAX_ROUNDS, round_ms: float = ROUND_MS,
-            progress: Callable[[str], None] | None = None) -> dict[str, CaseConfirm]:
+def confirm(
+    repo: Path,
+    baseline_sha: str,
+    candidate_sha: str,
+    cases: list[str],
+    device: str = "cuda",
+    extra_modules: tuple[str, ...] = (),
+    min_effect: float = 0.05,
+    alpha: float = ALPHA,
+    max_rounds: int = MAX_ROUNDS,
+    round_ms: float = ROUND_MS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, CaseConfirm]:
     """Check both commits out, start a worker for each, and run :func:`run_rounds` on ``cases``."""
     from collector.accuracy import case_seed
 
@@ -294,11 +315,15 @@ def confirm(repo: Path, baseline_sha: str, candidate_sha: str, cases: list[str],
     cand = resolve_commit(repo, candidate_sha, "the candidate commit")
     say = progress or (lambda _line: None)
     seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
-    with tempfile.TemporaryDirectory(prefix="kw-confirm-") as tmp, \
-            worktree(repo, base, Path(tmp) / "baseline") as base_tree, \
-            worktree(repo, cand, Path(tmp) / "candidate") as cand_tree:
-        workers = {"baseline": Worker("baseline", base_tree, device, extra_modules),
-                   "candidate": Worker("candidate", cand_tree, device, extra_modules)}
+    with (
+        tempfile.TemporaryDirectory(prefix="kw-confirm-") as tmp,
+        worktree(repo, base, Path(tmp) / "baseline") as base_tree,
+        worktree(repo, cand, Path(tmp) / "candidate") as cand_tree,
+    ):
+        workers = {
+            "baseline": Worker("baseline", base_tree, device, extra_modules),
+            "candidate": Worker("candidate", cand_tree, device, extra_modules),
+        }
         try:
             results = {c: CaseConfirm(c) for c in cases}
             say(f"baseline {base[:12]} and candidate {cand[:12]}: importing, building inputs, compiling")
@@ -333,24 +358,48 @@ class _Key:
         self.key = key
 
 
-def records(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str, min_effect: float,
-            device_uuid: str | None, when: float | None = None) -> list[Confirmation]:
+def records(
+    results: dict[str, CaseConfirm],
+    baseline_sha: str,
+    candidate_sha: str,
+    min_effect: float,
+    device_uuid: str | None,
+    when: float | None = None,
+) -> list[Confirmation]:
     """The verdicts as stored data (``db.schema.Confirmation``), one per case that was measured (a case one of
     the commits lacks, or whose kernel raised, has no measurement to keep)."""
     import datetime as dt
 
     at = format_time(dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc))
-    return [Confirmation(case=r.case, baseline_commit=baseline_sha, candidate_commit=candidate_sha, verdict=r.verdict,
-                         rounds=r.rounds, ratio=r.ratio, low=r.low, high=r.high, min_effect=min_effect,
-                         device_uuid=device_uuid, seconds=round(r.seconds, 3), confirmed_at=at)
-            for r in results.values() if r.rounds and not r.note]
+    return [
+        Confirmation(
+            case=r.case,
+            baseline_commit=baseline_sha,
+            candidate_commit=candidate_sha,
+            verdict=r.verdict,
+            rounds=r.rounds,
+            ratio=r.ratio,
+            low=r.low,
+            high=r.high,
+            min_effect=min_effect,
+            device_uuid=device_uuid,
+            seconds=round(r.seconds, 3),
+            confirmed_at=at,
+        )
+        for r in results.values()
+        if r.rounds and not r.note
+    ]
 
 
 def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str) -> str:
     """The Markdown table of the verdicts, one row per case with its rounds."""
-    lines = [f"## Paired confirmation: {candidate_sha[:12]} (candidate) vs {baseline_sha[:12]} (baseline), one device",
-             "", "| case | verdict | rounds | candidate / baseline | interval | baseline ms (median) | "
-             "candidate ms (median) | timing |", "| --- | --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    lines = [
+        f"## Paired confirmation: {candidate_sha[:12]} (candidate) vs {baseline_sha[:12]} (baseline), one device",
+        "",
+        "| case | verdict | rounds | candidate / baseline | interval | baseline ms (median) | "
+        "candidate ms (median) | timing |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
 
     def med(v: list[float]) -> str:
         return f"{sorted(v)[len(v) // 2]:.4f}" if v else "-"
@@ -360,6 +409,8 @@ def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: st
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
         case = r.case.replace("|", "\\|")
         verdict = r.verdict + (f" ({r.note})" if r.note else "")
-        lines.append(f"| `{case}` | {verdict.replace('|', '/')} | {r.rounds} | {ratio} | {interval} | "
-                     f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} |")
+        lines.append(
+            f"| `{case}` | {verdict.replace('|', '/')} | {r.rounds} | {ratio} | {interval} | "
+            f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} |"
+        )
     return "\n".join(lines)

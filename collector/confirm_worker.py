@@ -30,7 +30,7 @@ from typing import Any
 REPLY = "KWCONFIRM "
 
 
-def _load_backend(path: str):  # noqa: ANN202 - the driver's collector.backends module
+def _load_backend(path: str):
     spec = importlib.util.spec_from_file_location("kernelwatch_confirm_backends", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
@@ -75,13 +75,14 @@ def main(argv: list[str]) -> int:
                     fn()
                     backend.synchronize()
                     calls[item["key"]] = fn
-                except Exception as exc:  # noqa: BLE001 - reported per case, the other cases go on
+                except Exception as exc:
                     first = (str(exc).strip().splitlines() or [""])[0]
                     errors[item["key"]] = f"{type(exc).__name__}: {first[:200]}"
             _reply({"tree": os.path.abspath(kernels.__file__), "missing": missing, "errors": errors})
         elif msg["op"] == "measure":
-            samples, timing = backend.device_samples(calls[msg["key"]], warmup_ms=msg["rep_ms"] / 4,
-                                                     rep_ms=msg["rep_ms"], min_reps=5)
+            samples, timing = backend.device_samples(
+                calls[msg["key"]], warmup_ms=msg["rep_ms"] / 4, rep_ms=msg["rep_ms"], min_reps=5
+            )
             _reply({"median_ms": statistics.median(samples), "samples": len(samples), "timing": timing})
     return 0
 

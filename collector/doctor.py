@@ -76,7 +76,7 @@ def check_device(requested: str) -> tuple[Check, str]:
     try:
         kind = detect_device() if requested == "auto" else requested
         check_available(kind)
-    except Exception as exc:  # noqa: BLE001 - torch_npu without CANN's libraries raises ImportError or OSError
+    except Exception as exc:
         kind = requested if requested != "auto" else "cpu"
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         build = cpu_only_torch() if kind == "cuda" else None
@@ -104,7 +104,7 @@ def check_compute_units(kind: str) -> Check:
 
     try:
         info = describe(torch.device(kind if kind != "cpu" else "cpu"))
-    except Exception as exc:  # noqa: BLE001 - any driver failure is the finding
+    except Exception as exc:
         return Check("compute units", False, "?", f"cannot read the device's core counts: {exc}")
     extra = f", {info.cube_units} AI cores" if info.cube_units else ""
     return Check("compute units", True, f"{info.compute_units} ({info.vendor}{extra})", required=False)
@@ -115,31 +115,62 @@ def check_versions(kind: str) -> list[Check]:
     import torch
 
     build = cpu_only_torch() if kind == "cuda" else None
-    checks = [Check("torch", False, f"{torch.__version__} (CPU-only build)",
-                    "a CUDA run needs a CUDA build of PyTorch: pip install torch from the index of your CUDA version "
-                    "(https://pytorch.org/get-started/locally/)") if build else
-              Check("torch", True, torch.__version__, required=False)]
+    checks = [
+        Check(
+            "torch",
+            False,
+            f"{torch.__version__} (CPU-only build)",
+            "a CUDA run needs a CUDA build of PyTorch: pip install torch from the index of your CUDA version "
+            "(https://pytorch.org/get-started/locally/)",
+        )
+        if build
+        else Check("torch", True, torch.__version__, required=False)
+    ]
     triton_spec = importlib.util.find_spec("triton")
     community, ascend = _dist_version("triton"), _dist_version("triton-ascend")
     if triton_spec is None:
-        checks.append(Check("triton", False, "missing", "triton is not importable: install kernelwatch[triton] "
-                            "(CPU, CUDA) or kernelwatch[npu] (Ascend)"))
+        checks.append(
+            Check(
+                "triton",
+                False,
+                "missing",
+                "triton is not importable: install kernelwatch[triton] (CPU, CUDA) or kernelwatch[npu] (Ascend)",
+            )
+        )
     elif kind == "npu" and community is not None:
-        checks.append(Check("triton", False, f"community triton {community}",
-                            "community triton is installed on an NPU host and overwrites triton-ascend's package: "
-                            "pip uninstall -y triton && pip install --force-reinstall triton-ascend=="
-                            f"{ASCEND_PINS['triton-ascend']}"))
+        checks.append(
+            Check(
+                "triton",
+                False,
+                f"community triton {community}",
+                "community triton is installed on an NPU host and overwrites triton-ascend's package: "
+                "pip uninstall -y triton && pip install --force-reinstall triton-ascend=="
+                f"{ASCEND_PINS['triton-ascend']}",
+            )
+        )
     elif kind == "npu" and ascend is None:
-        checks.append(Check("triton", False, "not triton-ascend",
-                            f"the NPU needs triton-ascend {ASCEND_PINS['triton-ascend']}: "
-                            "pip install kernelwatch[npu]"))
+        checks.append(
+            Check(
+                "triton",
+                False,
+                "not triton-ascend",
+                f"the NPU needs triton-ascend {ASCEND_PINS['triton-ascend']}: pip install kernelwatch[npu]",
+            )
+        )
     elif kind in ("cuda", "cpu") and community is None and ascend is not None:
-        checks.append(Check("triton", False, f"triton-ascend {ascend}",
-                            "triton-ascend cannot run CUDA or the CPU interpreter here: use community triton "
-                            "(kernelwatch[triton]) in its own environment"))
+        checks.append(
+            Check(
+                "triton",
+                False,
+                f"triton-ascend {ascend}",
+                "triton-ascend cannot run CUDA or the CPU interpreter here: use community triton "
+                "(kernelwatch[triton]) in its own environment",
+            )
+        )
     else:
-        checks.append(Check("triton", True, f"triton-ascend {ascend}" if ascend else f"triton {community}",
-                            required=False))
+        checks.append(
+            Check("triton", True, f"triton-ascend {ascend}" if ascend else f"triton {community}", required=False)
+        )
     npu = _dist_version("torch-npu") or _dist_version("torch_npu")
     if kind == "npu":
         for name, have in (("torch_npu", npu), ("triton-ascend", ascend)):
@@ -160,20 +191,31 @@ def check_cann(kind: str, env: Mapping[str, str]) -> list[Check]:
     required = kind == "npu"
     home = env.get("ASCEND_HOME_PATH")
     if not home:
-        home_check = Check("ASCEND_HOME_PATH", not required, "not set",
-                           "ASCEND_HOME_PATH is not set: source CANN's set_env.sh (ci/ascend-env.sh does) before "
-                           "kernelwatch" if required else "", required=required)
+        home_check = Check(
+            "ASCEND_HOME_PATH",
+            not required,
+            "not set",
+            "ASCEND_HOME_PATH is not set: source CANN's set_env.sh (ci/ascend-env.sh does) before kernelwatch"
+            if required
+            else "",
+            required=required,
+        )
     elif not Path(home).is_dir():
-        home_check = Check("ASCEND_HOME_PATH", not required, home, f"ASCEND_HOME_PATH={home} is not a directory",
-                           required=required)
+        home_check = Check(
+            "ASCEND_HOME_PATH", not required, home, f"ASCEND_HOME_PATH={home} is not a directory", required=required
+        )
     else:
         home_check = Check("ASCEND_HOME_PATH", True, home, required=required)
     version = cann_version(env)
     pin = ASCEND_PINS["cann"]
     if version is None:
-        cann = Check("CANN", not required, "not found",
-                     "no CANN version file under ASCEND_TOOLKIT_HOME / ASCEND_HOME_PATH" if required else "",
-                     required=required)
+        cann = Check(
+            "CANN",
+            not required,
+            "not found",
+            "no CANN version file under ASCEND_TOOLKIT_HOME / ASCEND_HOME_PATH" if required else "",
+            required=required,
+        )
     else:
         note = "" if version.startswith(pin) else f" (not the documented {pin})"
         cann = Check("CANN", True, version + note, required=False)
@@ -183,18 +225,29 @@ def check_cann(kind: str, env: Mapping[str, str]) -> list[Check]:
 def check_compiler(kind: str, env: Mapping[str, str]) -> list[Check]:
     """A C compiler and Python headers: Triton builds its launcher stub with them on CUDA and Ascend."""
     required = kind in ("cuda", "npu")
-    found = next((path for name in ([env["CC"]] if env.get("CC") else []) + list(COMPILERS)
-                  if (path := _which(name, env))), None)
-    compiler = Check("C compiler", found is not None or not required, found or "not found",
-                     "" if found or not required else
-                     "no C compiler (cc, gcc, clang or $CC) on PATH: Triton compiles its launcher with one; "
-                     "install gcc", required=required)
+    found = next(
+        (path for name in ([env["CC"]] if env.get("CC") else []) + list(COMPILERS) if (path := _which(name, env))), None
+    )
+    compiler = Check(
+        "C compiler",
+        found is not None or not required,
+        found or "not found",
+        ""
+        if found or not required
+        else "no C compiler (cc, gcc, clang or $CC) on PATH: Triton compiles its launcher with one; install gcc",
+        required=required,
+    )
     include = sysconfig.get_paths().get("include", "")
     has_headers = Path(include, "Python.h").is_file()
-    headers = Check("Python headers", has_headers or not required, include if has_headers else "not found",
-                    "" if has_headers or not required else
-                    f"no Python.h under {include}: install the python3-dev package for this Python",
-                    required=required)
+    headers = Check(
+        "Python headers",
+        has_headers or not required,
+        include if has_headers else "not found",
+        ""
+        if has_headers or not required
+        else f"no Python.h under {include}: install the python3-dev package for this Python",
+        required=required,
+    )
     return [compiler, headers]
 
 
@@ -207,8 +260,13 @@ def check_profiler(kind: str, profile: bool, env: Mapping[str, str]) -> Check:
     if path:
         return Check("profiler", True, f"{tool} {path}", required=profile)
     hint = "install Nsight Compute" if tool == "ncu" else "source CANN's set_env.sh"
-    return Check("profiler", not profile, f"{tool} not found",
-                 f"--profile needs {tool} on PATH: {hint}" if profile else "", required=profile)
+    return Check(
+        "profiler",
+        not profile,
+        f"{tool} not found",
+        f"--profile needs {tool} on PATH: {hint}" if profile else "",
+        required=profile,
+    )
 
 
 def check_database(url: str | None) -> Check:
@@ -234,14 +292,19 @@ def check_database(url: str | None) -> Check:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         engine.dispose()
-    except (DatabaseError, Exception) as exc:  # noqa: BLE001 - any driver error means unreachable
+    except (DatabaseError, Exception) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Check("database", False, shown, f"database {shown} is not reachable: {first[:200]}")
     return Check("database", True, shown)
 
 
-def diagnose(device: str = "auto", profile: bool = False, db_url: str | None = None,
-             env: Mapping[str, str] | None = None, check_db: bool = True) -> list[Check]:
+def diagnose(
+    device: str = "auto",
+    profile: bool = False,
+    db_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    check_db: bool = True,
+) -> list[Check]:
     """Every check, in the order the report prints them."""
     env = dict(os.environ if env is None else env)
     device_check, kind = check_device(device)

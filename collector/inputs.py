@@ -51,8 +51,12 @@ class DeviceDraws(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         host = kwargs.get("generator")
-        if (any(func is draw for draw in DRAWS) and isinstance(host, torch.Generator) and host.device.type == "cpu"
-                and torch.device(kwargs.get("device") or "cpu").type == "cpu"):
+        if (
+            any(func is draw for draw in DRAWS)
+            and isinstance(host, torch.Generator)
+            and host.device.type == "cpu"
+            and torch.device(kwargs.get("device") or "cpu").type == "cpu"
+        ):
             kwargs["generator"] = self._stream(host)
             kwargs["device"] = self.device
             self.redirected += 1

@@ -42,8 +42,12 @@ def git_info(cwd: str | Path = ".") -> dict[str, Any]:
     sha = _git(["rev-parse", "HEAD"], cwd)
     if sha is None:
         return {"sha": UNKNOWN, "branch": UNKNOWN, "time": None, "subject": None, "dirty": None}
-    branch = (os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME")
-              or _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd) or UNKNOWN)
+    branch = (
+        os.environ.get("GITHUB_HEAD_REF")
+        or os.environ.get("GITHUB_REF_NAME")
+        or _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
+        or UNKNOWN
+    )
     status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
     return {
         "sha": sha,
@@ -57,8 +61,14 @@ def git_info(cwd: str | Path = ".") -> dict[str, Any]:
 def software_versions() -> dict[str, str | None]:
     import torch
 
-    versions: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__,
-                                       "triton": None, "torch_npu": None, "cuda": torch.version.cuda, "cann": None}
+    versions: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": None,
+        "torch_npu": None,
+        "cuda": torch.version.cuda,
+        "cann": None,
+    }
     try:
         import triton
 
@@ -105,8 +115,12 @@ def _cann_version() -> str | None:
 
 def _nvidia_driver() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
@@ -154,24 +168,42 @@ def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
     if device_type == "cuda":
         props = torch.cuda.get_device_properties(index)
         bw, tf = DATASHEET.get(props.name, (None, None))
-        return {"vendor": "nvidia", "device_name": props.name, "device_count": torch.cuda.device_count(),
-                "compute_units": describe(torch.device("cuda", index)).compute_units,
-                "memory_bytes": props.total_memory,
-                "driver": _nvidia_driver(), "toolkit": f"CUDA {torch.version.cuda}",
-                "peak_gbps_datasheet": bw, "peak_tflops_datasheet": tf}
+        return {
+            "vendor": "nvidia",
+            "device_name": props.name,
+            "device_count": torch.cuda.device_count(),
+            "compute_units": describe(torch.device("cuda", index)).compute_units,
+            "memory_bytes": props.total_memory,
+            "driver": _nvidia_driver(),
+            "toolkit": f"CUDA {torch.version.cuda}",
+            "peak_gbps_datasheet": bw,
+            "peak_tflops_datasheet": tf,
+        }
     if device_type == "npu":
         import torch_npu  # noqa: F401
 
         props = torch.npu.get_device_properties(index)
         cann = _cann_version()
         # vector cores, as the grids use them (kernels.device.describe), not vector + cube cores
-        return {"vendor": "ascend", "device_name": torch.npu.get_device_name(index),
-                "device_count": torch.npu.device_count(),
-                "compute_units": describe(torch.device("npu", index)).compute_units,
-                "memory_bytes": props.total_memory,
-                "driver": None, "toolkit": f"CANN {cann}" if cann else None,
-                "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}
-    return {"vendor": "cpu", "device_name": _cpu_name(), "device_count": 1,
-            "compute_units": describe(torch.device("cpu")).compute_units,
-            "memory_bytes": _memory_bytes(), "driver": None, "toolkit": "triton-interpreter",
-            "peak_gbps_datasheet": None, "peak_tflops_datasheet": None}
+        return {
+            "vendor": "ascend",
+            "device_name": torch.npu.get_device_name(index),
+            "device_count": torch.npu.device_count(),
+            "compute_units": describe(torch.device("npu", index)).compute_units,
+            "memory_bytes": props.total_memory,
+            "driver": None,
+            "toolkit": f"CANN {cann}" if cann else None,
+            "peak_gbps_datasheet": None,
+            "peak_tflops_datasheet": None,
+        }
+    return {
+        "vendor": "cpu",
+        "device_name": _cpu_name(),
+        "device_count": 1,
+        "compute_units": describe(torch.device("cpu")).compute_units,
+        "memory_bytes": _memory_bytes(),
+        "driver": None,
+        "toolkit": "triton-interpreter",
+        "peak_gbps_datasheet": None,
+        "peak_tflops_datasheet": None,
+    }

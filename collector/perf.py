@@ -45,14 +45,30 @@ def summarise(samples: list[float]) -> dict[str, Any]:
         raise ValueError("no samples to summarise")
     stored = [float(v) for v in samples]
     s = sorted(stored)
-    return {"median_ms": statistics.median(s), "p20_ms": _quantile(s, 0.2), "p80_ms": _quantile(s, 0.8),
-            "min_ms": s[0], "samples_ms": stored}
+    return {
+        "median_ms": statistics.median(s),
+        "p20_ms": _quantile(s, 0.2),
+        "p80_ms": _quantile(s, 0.8),
+        "min_ms": s[0],
+        "samples_ms": stored,
+    }
 
 
 def _empty(impl: str, error: str | None, device: str | None = None) -> dict[str, Any]:
-    return {"implementation": impl, "median_ms": None, "p20_ms": None, "p80_ms": None, "min_ms": None,
-            "samples_ms": [], "error": error, "call_ms": None, "call_samples_ms": [], "peak_mem_bytes": None,
-            "device": device, "timing": None}
+    return {
+        "implementation": impl,
+        "median_ms": None,
+        "p20_ms": None,
+        "p80_ms": None,
+        "min_ms": None,
+        "samples_ms": [],
+        "error": error,
+        "call_ms": None,
+        "call_samples_ms": [],
+        "peak_mem_bytes": None,
+        "device": device,
+        "timing": None,
+    }
 
 
 def _one_line(exc: BaseException) -> str:
@@ -60,7 +76,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # noqa: ANN001
+def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
     """GPU time, cost per call and peak memory of one implementation (see the module docstring)."""
     try:
         with backend.phase("perf.warmup"):
@@ -70,15 +86,23 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:  # n
             samples, timing = backend.device_samples(fn)
         with backend.phase("perf.call"):
             calls = backend.call_samples(fn)
-    except Exception as exc:  # noqa: BLE001 - a failing baseline (say torch.compile) is recorded, not fatal
+    except Exception as exc:
         return _empty(impl, _one_line(exc), backend.label)
     with backend.phase("perf.memory"):
         try:
             peak = backend.peak_memory(fn)
-        except Exception:  # noqa: BLE001 - an allocator without statistics loses the number, not the timings
+        except Exception:
             peak = None
-    return {"implementation": impl, **summarise(samples), "error": None, "call_ms": statistics.median(calls),
-            "call_samples_ms": calls, "peak_mem_bytes": peak, "device": backend.label, "timing": timing}
+    return {
+        "implementation": impl,
+        **summarise(samples),
+        "error": None,
+        "call_ms": statistics.median(calls),
+        "call_samples_ms": calls,
+        "peak_mem_bytes": peak,
+        "device": backend.label,
+        "timing": timing,
+    }
 
 
 class BaselineCache:
@@ -94,8 +118,9 @@ class BaselineCache:
         self._store[key] = results
 
 
-def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None],
-              baselines: BaselineCache, seed: int) -> list[dict[str, Any]]:
+def perf_case(
+    spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None], baselines: BaselineCache, seed: int
+) -> list[dict[str, Any]]:
     """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
     with backend.phase("perf.inputs"):
         with drawn_on(backend.device):  # random inputs born on the device: collector.inputs
@@ -116,20 +141,31 @@ def perf_case(spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, f
     return finish(spec, case, results, peaks)
 
 
-def finish(spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]],
-           peaks: dict[str, float | None]) -> list[dict[str, Any]]:
+def finish(
+    spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]], peaks: dict[str, float | None]
+) -> list[dict[str, Any]]:
     """Derived numbers: GB/s, TFLOP/s, % of roofline, speedup over eager, target met."""
     nbytes, flops = spec.bytes_moved(case), spec.flops(case)
     peak_gbps, peak_tflops = peaks.get("peak_gbps"), peaks.get("peak_tflops")
-    floor_s = max(nbytes / (peak_gbps * 1e9) if peak_gbps else 0.0,
-                  flops / (peak_tflops * 1e12) if peak_tflops and flops else 0.0)
+    floor_s = max(
+        nbytes / (peak_gbps * 1e9) if peak_gbps else 0.0, flops / (peak_tflops * 1e12) if peak_tflops and flops else 0.0
+    )
     medians = {name: r["median_ms"] for name, r in results.items()}
     eager = medians.get(EAGER_IMPL)
     out = []
     for name, r in results.items():
         t = r["median_ms"]
-        row = {**r, "bytes": nbytes, "flops": flops or None, "gbps": None, "tflops": None, "pct_peak": None,
-               "speedup_vs_eager": None, "target": None, "target_met": None}
+        row = {
+            **r,
+            "bytes": nbytes,
+            "flops": flops or None,
+            "gbps": None,
+            "tflops": None,
+            "pct_peak": None,
+            "speedup_vs_eager": None,
+            "target": None,
+            "target_met": None,
+        }
         if t:
             row["gbps"] = nbytes / (t * 1e-3) / 1e9
             row["tflops"] = flops / (t * 1e-3) / 1e12 if flops else None
@@ -144,7 +180,15 @@ def finish(spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]],
 
 def error_results(spec: KernelSpec, case: Case, message: str, device: str | None = None) -> list[dict[str, Any]]:
     """The perf record of a case that raised, hung or killed its worker."""
-    row = {**_empty(KERNEL_IMPL, message, device), "bytes": spec.bytes_moved(case), "flops": spec.flops(case) or None,
-           "gbps": None, "tflops": None, "pct_peak": None, "speedup_vs_eager": None,
-           "target": case.target.describe() if case.target else None, "target_met": False if case.target else None}
+    row = {
+        **_empty(KERNEL_IMPL, message, device),
+        "bytes": spec.bytes_moved(case),
+        "flops": spec.flops(case) or None,
+        "gbps": None,
+        "tflops": None,
+        "pct_peak": None,
+        "speedup_vs_eager": None,
+        "target": case.target.describe() if case.target else None,
+        "target_met": False if case.target else None,
+    }
     return [row]

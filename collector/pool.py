@@ -89,7 +89,7 @@ def progress_group(item: WorkItem, cases: dict[WorkItem, Any]) -> str:
 class WorkerHandle:
     """One device's worker process, restarted when a case kills it."""
 
-    def __init__(self, ctx, index: int, device: str, label: str, config: dict[str, Any]) -> None:  # noqa: ANN001
+    def __init__(self, ctx, index: int, device: str, label: str, config: dict[str, Any]) -> None:
         self.ctx, self.index, self.device, self.label = ctx, index, device, label
         self.config = {**config, "device": device, "label": label}
         self.process = None
@@ -100,8 +100,12 @@ class WorkerHandle:
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.process = self.ctx.Process(target=worker_main, name=f"kernelwatch-{self.label}",
-                                        args=(child, {**self.config, "parent": os.getpid()}), daemon=True)
+        self.process = self.ctx.Process(
+            target=worker_main,
+            name=f"kernelwatch-{self.label}",
+            args=(child, {**self.config, "parent": os.getpid()}),
+            daemon=True,
+        )
         self.process.start()
         child.close()
         self.conn = parent
@@ -186,12 +190,18 @@ def start_workers(handles: list[WorkerHandle], notes: list[str]) -> dict[int, di
                 h.kill()
                 pending.remove(h)
     if not replies:
-        raise RuntimeError(f"no worker could describe its device: {'; '.join(notes[-len(handles):])}")
+        raise RuntimeError(f"no worker could describe its device: {'; '.join(notes[-len(handles) :])}")
     return replies
 
 
-def run_items(live: list[WorkerHandle], handles: list[WorkerHandle], dispatcher: Dispatcher,
-              ceilings: dict[str, dict[str, Any]], case_timeout_s: float, tally: Tally) -> None:
+def run_items(
+    live: list[WorkerHandle],
+    handles: list[WorkerHandle],
+    dispatcher: Dispatcher,
+    ceilings: dict[str, dict[str, Any]],
+    case_timeout_s: float,
+    tally: Tally,
+) -> None:
     """Deal every item to the ``live`` workers until none is left; each finished item (its result, or
     the error of a worker that died or ran past ``case_timeout_s``) goes to ``tally.finish``."""
     while not dispatcher.finished:

@@ -68,13 +68,16 @@ def cache_dirs(env: Mapping[str, str] | None = None) -> CacheDirs:
     inductor_env = env.get("TORCHINDUCTOR_CACHE_DIR") or None
     if env.get("KERNELWATCH_CACHE_DIR"):
         root = Path(env["KERNELWATCH_CACHE_DIR"]).expanduser()
-        return CacheDirs(root / "triton", Path(inductor_env) if inductor_env else root / "inductor",
-                         "KERNELWATCH_CACHE_DIR")
+        return CacheDirs(
+            root / "triton", Path(inductor_env) if inductor_env else root / "inductor", "KERNELWATCH_CACHE_DIR"
+        )
     if env.get("TRITON_CACHE_DIR"):
-        return CacheDirs(Path(env["TRITON_CACHE_DIR"]).expanduser(), Path(inductor_env) if inductor_env else None,
-                         "TRITON_CACHE_DIR")
-    return CacheDirs(DEFAULT_ROOT / "triton", Path(inductor_env) if inductor_env else DEFAULT_ROOT / "inductor",
-                     "default")
+        return CacheDirs(
+            Path(env["TRITON_CACHE_DIR"]).expanduser(), Path(inductor_env) if inductor_env else None, "TRITON_CACHE_DIR"
+        )
+    return CacheDirs(
+        DEFAULT_ROOT / "triton", Path(inductor_env) if inductor_env else DEFAULT_ROOT / "inductor", "default"
+    )
 
 
 def use_cache_dirs() -> CacheDirs:
@@ -118,10 +121,12 @@ class Outcome:
 
     def note(self, cache: Path | None = None) -> str:
         where = f" in {cache}" if cache is not None else ""
-        text = (f"Triton cache {self.state}{where}: {self.cached} of {self.launches} launches for {self.target} "
-                f"cached, {self.compiled} compiled ahead ({self.compile_s:.1f} s over {self.processes} processes, "
-                f"{self.wall_s:.1f} s wall), {self.failed} failed, {self.unpredicted} of {self.cases} cases "
-                "not predicted (compiled in the worker)")
+        text = (
+            f"Triton cache {self.state}{where}: {self.cached} of {self.launches} launches for {self.target} "
+            f"cached, {self.compiled} compiled ahead ({self.compile_s:.1f} s over {self.processes} processes, "
+            f"{self.wall_s:.1f} s wall), {self.failed} failed, {self.unpredicted} of {self.cases} cases "
+            "not predicted (compiled in the worker)"
+        )
         if self.errors:
             text += ", first failures: " + " | ".join(self.errors)
         return text.replace(";", ",")  # the run's notes are joined with "; "
@@ -140,8 +145,7 @@ def spare_processes(workers: int, cpus: int) -> int:
     return max(1, cpus - workers)
 
 
-def precompile(items: Iterable[WorkItem], info: Any, processes: int,
-               extra_modules: tuple[str, ...] = ()) -> Outcome:
+def precompile(items: Iterable[WorkItem], info: Any, processes: int, extra_modules: tuple[str, ...] = ()) -> Outcome:
     """Compile every launch of ``items`` for the device ``info`` describes, in ``processes`` spawned
     processes, into ``$TRITON_CACHE_DIR`` (set it first: :func:`use_cache_dirs`). Raises ValueError for a
     device this module does not precompile (see :func:`target_of`)."""
@@ -155,8 +159,9 @@ def precompile(items: Iterable[WorkItem], info: Any, processes: int,
         return outcome
     ctx = mp.get_context("spawn")
     fields = {k: v for k, v in asdict(info).items() if not k.startswith("_")}
-    with cf.ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_init,
-                                initargs=(fields, tuple(extra_modules), target)) as pool:
+    with cf.ProcessPoolExecutor(
+        max_workers=processes, mp_context=ctx, initializer=_init, initargs=(fields, tuple(extra_modules), target)
+    ) as pool:
         chunk = max(1, len(cases) // (processes * 4))
         launches: dict[str, tuple] = {}
         for found in pool.map(_dry_run, cases, chunksize=chunk):
@@ -221,8 +226,15 @@ def _init(info_fields: dict[str, Any], extra_modules: tuple[str, ...], target: t
         for case in spec.perf_cases():
             index[("perf", case.key)] = (spec, case)
     gpu = GPUTarget(*target)
-    _STATE.update(index=index, info=DeviceInfo(**{**info_fields, "interpreter": False}), target=gpu,
-                  backend=make_backend(gpu), mode=FakeTensorMode(allow_non_fake_inputs=True), binders={}, hit=[])
+    _STATE.update(
+        index=index,
+        info=DeviceInfo(**{**info_fields, "interpreter": False}),
+        target=gpu,
+        backend=make_backend(gpu),
+        mode=FakeTensorMode(allow_non_fake_inputs=True),
+        binders={},
+        hit=[],
+    )
     knobs.compilation.listener = _listen
 
 
@@ -248,7 +260,7 @@ def _dry_run(item: WorkItem) -> list[tuple[str, tuple]] | str:
             else:
                 spec.run(case, inputs)
         return [_specialise(step, args) for step, args in recorder.calls]
-    except Exception as exc:  # noqa: BLE001 - a case that cannot run dry compiles in its worker, as before
+    except Exception as exc:
         return f"{item[1]}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
     finally:
         kernel_device._simulated.reset(token)
@@ -276,8 +288,10 @@ def _specialise(step: Any, args: tuple) -> tuple[str, tuple]:
     src = ASTSource(fn, signature, constexprs, attrs)
     key = get_cache_key(src, backend, options, get_cache_invalidating_env_vars())
     python_fn = fn.fn
-    return (hashlib.sha256(key.encode()).hexdigest(),
-            (python_fn.__module__, python_fn.__name__, signature, constexprs, attrs, kwargs))
+    return (
+        hashlib.sha256(key.encode()).hexdigest(),
+        (python_fn.__module__, python_fn.__name__, signature, constexprs, attrs, kwargs),
+    )
 
 
 def _jit_function(module: str, name: str) -> Any:
@@ -301,9 +315,12 @@ def _compile(launch: tuple) -> tuple[bool, float, str]:
     _STATE["hit"].clear()
     try:
         options = _STATE["backend"].parse_options(kwargs)
-        triton.compile(ASTSource(_jit_function(module, name), signature, constexprs, attrs), target=_STATE["target"],
-                       options=options.__dict__)
-    except Exception as exc:  # noqa: BLE001 - one launch that does not compile fails in its worker, with its case
+        triton.compile(
+            ASTSource(_jit_function(module, name), signature, constexprs, attrs),
+            target=_STATE["target"],
+            options=options.__dict__,
+        )
+    except Exception as exc:
         text = str(exc).strip().splitlines()
         return False, time.perf_counter() - start, f"{name}: {type(exc).__name__}: {text[0][:200] if text else ''}"
     return bool(_STATE["hit"] and _STATE["hit"][-1]), time.perf_counter() - start, ""

@@ -104,8 +104,14 @@ class Runner:
     """Runs one kernel's batches on one device; ``emit`` gets each :class:`Event`; ``live`` holds the running
     processes so that an interrupted run can stop them."""
 
-    def __init__(self, device: str, extra_modules: tuple[str, ...], emit: Callable[[Event], None],
-                 live: set[subprocess.Popen], case_timeout_s: float = CASE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        device: str,
+        extra_modules: tuple[str, ...],
+        emit: Callable[[Event], None],
+        live: set[subprocess.Popen],
+        case_timeout_s: float = CASE_TIMEOUT_S,
+    ) -> None:
         self.device, self.extra_modules, self.emit, self.live = device, extra_modules, emit, live
         self.case_timeout_s = case_timeout_s
 
@@ -115,38 +121,69 @@ class Runner:
         ncu = shutil.which("ncu")
         if source_of(self.device) == "ncu" and ncu is None:
             for key, _ in job.cases:
-                self.emit(Event("rows", job.kernel, self.device, key,
-                                error_rows(self.device, "ncu is not on the PATH: no counters recorded")))
+                self.emit(
+                    Event(
+                        "rows",
+                        job.kernel,
+                        self.device,
+                        key,
+                        error_rows(self.device, "ncu is not on the PATH: no counters recorded"),
+                    )
+                )
         else:
             remaining = list(job.cases)
             while remaining:
                 try:
                     outcome = self._batch(job, remaining, ncu)
-                except Exception as exc:  # noqa: BLE001 - the profiler's failure is these cases' error, not the run's end
+                except Exception as exc:
                     for key, _ in remaining:
-                        self.emit(Event("rows", job.kernel, self.device, key,
-                                        error_rows(self.device, f"profiling failed: {type(exc).__name__}: {exc}")))
+                        self.emit(
+                            Event(
+                                "rows",
+                                job.kernel,
+                                self.device,
+                                key,
+                                error_rows(self.device, f"profiling failed: {type(exc).__name__}: {exc}"),
+                            )
+                        )
                     break
                 for index, rows in sorted(outcome.rows.items()):
-                    self.emit(Event("rows", job.kernel, self.device, remaining[index][0], rows,
-                                    outcome.seconds.get(index, 0.0)))
+                    self.emit(
+                        Event(
+                            "rows", job.kernel, self.device, remaining[index][0], rows, outcome.seconds.get(index, 0.0)
+                        )
+                    )
                 if outcome.stopped_at is None:
                     break
                 if not outcome.started:
                     for key, _ in remaining:
                         self.emit(Event("rows", job.kernel, self.device, key, error_rows(self.device, outcome.why)))
                     break
-                self.emit(Event("rows", job.kernel, self.device, remaining[outcome.stopped_at][0],
-                                error_rows(self.device, outcome.why)))
-                remaining = remaining[outcome.stopped_at + 1:]
+                self.emit(
+                    Event(
+                        "rows",
+                        job.kernel,
+                        self.device,
+                        remaining[outcome.stopped_at][0],
+                        error_rows(self.device, outcome.why),
+                    )
+                )
+                remaining = remaining[outcome.stopped_at + 1 :]
         self.emit(Event("end", job.kernel, self.device, seconds=time.monotonic() - begun, n=len(job.cases)))
 
     def _batch(self, job: Job, cases: list[tuple[str, str]], ncu: str | None) -> _Outcome:
         with tempfile.TemporaryDirectory(prefix="kw-profile-") as tmp:
             folder = Path(tmp)
             (folder / "cases.json").write_text(json.dumps([key for key, _ in cases]), encoding="utf-8")
-            target = [sys.executable, "-m", "collector.profile_target", job.kernel, self.device,
-                      str(folder / "cases.json"), *(a for m in self.extra_modules for a in ("--module", m))]
+            target = [
+                sys.executable,
+                "-m",
+                "collector.profile_target",
+                job.kernel,
+                self.device,
+                str(folder / "cases.json"),
+                *(a for m in self.extra_modules for a in ("--module", m)),
+            ]
             report, npu_out = folder / "kernel.ncu-rep", folder / "npu.jsonl"
             source = source_of(self.device)
             if source == "ncu":
@@ -165,8 +202,9 @@ class Runner:
                 if proc.poll() is None:
                     _kill_group(proc)
             done, failed, seconds, running, tail, why, started = watched
-            rows: dict[int, Rows] = {i: error_rows(self.device, f"the case raised in the profiled process: {m}")
-                                     for i, m in failed.items()}
+            rows: dict[int, Rows] = {
+                i: error_rows(self.device, f"the case raised in the profiled process: {m}") for i, m in failed.items()
+            }
             if done:
                 rows.update(self._results(job, cases, done, report, npu_out, ncu))
             stopped = None
@@ -176,11 +214,12 @@ class Runner:
                     stopped = None
                 if why is None:
                     last = " | ".join(tail)[-300:]
-                    why = f"the profiled process exited with status {proc.returncode} during this case" + \
-                        (f": {last}" if last else "")
+                    why = f"the profiled process exited with status {proc.returncode} during this case" + (
+                        f": {last}" if last else ""
+                    )
             return _Outcome(rows, stopped, why or "", started, seconds)
 
-    def _watch(self, job: Job, cases: list[tuple[str, str]], proc: subprocess.Popen):  # noqa: ANN202
+    def _watch(self, job: Job, cases: list[tuple[str, str]], proc: subprocess.Popen):
         """Read the target's marks until the process ends; kill the target when a case stops progressing."""
         done: set[int] = set()
         failed: dict[int, str] = {}
@@ -215,7 +254,7 @@ class Runner:
                         if line:
                             tail.append(line[:200])
                         continue
-                    words = line[len(MARK):].split(maxsplit=2)
+                    words = line[len(MARK) :].split(maxsplit=2)
                     if len(words) < 2 or not words[1].lstrip("-").isdigit():
                         continue
                     what, number = words[0], int(words[1])
@@ -233,16 +272,18 @@ class Runner:
                                 seconds[number] = float(words[2])
                         else:
                             failed[number] = words[2] if len(words) > 2 else "no message"
-                        self.emit(Event("tick", job.kernel, self.device, cases[number][0],
-                                        seconds=seconds.get(number, 0.0)))
+                        self.emit(
+                            Event("tick", job.kernel, self.device, cases[number][0], seconds=seconds.get(number, 0.0))
+                        )
         finally:
             selector.close()
             proc.stderr.close()
         proc.wait()
         return done, failed, seconds, running, tail, why, started
 
-    def _results(self, job: Job, cases: list[tuple[str, str]], done: set[int], report: Path, npu_out: Path,
-                 ncu: str | None) -> dict[int, Rows]:
+    def _results(
+        self, job: Job, cases: list[tuple[str, str]], done: set[int], report: Path, npu_out: Path, ncu: str | None
+    ) -> dict[int, Rows]:
         if source_of(self.device) == "none":
             return {i: [] for i in done}
         if source_of(self.device) == "torch_npu":
@@ -252,8 +293,10 @@ class Runner:
                     with suppress(ValueError, KeyError, TypeError):
                         entry = json.loads(line)
                         found[int(entry["index"])] = list(entry["rows"])
-            return {i: found.get(i) or error_rows(self.device, "the profiled process wrote no counters for this case")
-                    for i in done}
+            return {
+                i: found.get(i) or error_rows(self.device, "the profiled process wrote no counters for this case")
+                for i in done
+            }
         try:
             texts = [_import(ncu, report, by_range) for by_range in (False, True)]
             _keep(report, texts, f"{job.kernel}-{self.device.replace(':', '')}-{cases[0][0]}")
@@ -268,8 +311,9 @@ def _import(ncu: str, report: Path, by_range: bool) -> str:
     if not report.exists():
         raise ProfileError("ncu wrote no report (was it stopped, or could it not read the counters?)")
     try:
-        out = subprocess.run(ncu_import_command(ncu, report, by_range), capture_output=True, text=True,
-                             timeout=IMPORT_TIMEOUT_S)
+        out = subprocess.run(
+            ncu_import_command(ncu, report, by_range), capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         raise ProfileError(f"ncu --import did not finish in {IMPORT_TIMEOUT_S:g} s") from None
     if out.returncode != 0:
@@ -313,8 +357,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-def profile_events(jobs: list[Job], devices: list[str], extra_modules: tuple[str, ...],
-                   case_timeout_s: float = CASE_TIMEOUT_S) -> Iterator[Event]:
+def profile_events(
+    jobs: list[Job], devices: list[str], extra_modules: tuple[str, ...], case_timeout_s: float = CASE_TIMEOUT_S
+) -> Iterator[Event]:
     """Profile ``jobs`` on ``devices`` (one process per device at a time) and yield their events as they come.
 
     Closing the iterator early (an interrupted run) kills the profiled processes still running."""
@@ -335,8 +380,10 @@ def profile_events(jobs: list[Job], devices: list[str], extra_modules: tuple[str
         finally:
             events.put(None)
 
-    threads = [threading.Thread(target=work, args=(d,), name=f"kernelwatch-profile-{d}", daemon=True)
-               for d in devices[:max(1, len(jobs))]]
+    threads = [
+        threading.Thread(target=work, args=(d,), name=f"kernelwatch-profile-{d}", daemon=True)
+        for d in devices[: max(1, len(jobs))]
+    ]
     for t in threads:
         t.start()
     running = len(threads)

@@ -50,8 +50,13 @@ ASCEND_RATIOS = (*ASCEND_VECTOR, *ASCEND_CUBE)
 # vector < 30%, vector wait < 40%) and DRAM busy on CUDA. compute: the matrix units busy, cube ratio on Ascend, SM
 # throughput on CUDA; what the vector side or DRAM does then has no documented ideal.
 IDEALS: dict[str, dict[str, str | None]] = {
-    "memory": {"dram_throughput_pct": ">80", "aiv_mte2_ratio": ">0.8", "aiv_mte3_ratio": "<0.01",
-               "aiv_vec_ratio": "<0.3", "aiv_vec_wait_ratio": "<0.4"},
+    "memory": {
+        "dram_throughput_pct": ">80",
+        "aiv_mte2_ratio": ">0.8",
+        "aiv_mte3_ratio": "<0.01",
+        "aiv_vec_ratio": "<0.3",
+        "aiv_vec_wait_ratio": "<0.4",
+    },
     "compute": {"sm_throughput_pct": ">80", "aic_cube_ratio": ">0.8"},
 }
 
@@ -87,10 +92,18 @@ def _number(text: str) -> float | None:
         return None
 
 
-def metric(source: str, name: str, value: float | None, unit: str | None, ideal: str | None = None,
-           error: str | None = None) -> dict[str, Any]:
-    return {"source": source, "name": name, "value": value, "unit": unit, "ideal": ideal,
-            "meets_ideal": meets(ideal, value), "error": error}
+def metric(
+    source: str, name: str, value: float | None, unit: str | None, ideal: str | None = None, error: str | None = None
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "ideal": ideal,
+        "meets_ideal": meets(ideal, value),
+        "error": error,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +118,7 @@ def ncu_csv_kernels(text: str, source: str = "ncu output") -> dict[str, dict[str
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
-        raise ProfileError(f"{source}: no ncu CSV header (a line starting with \"ID\") found")
+        raise ProfileError(f'{source}: no ncu CSV header (a line starting with "ID") found')
     reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
     needed = {"ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"}
     missing = needed - set(reader.fieldnames or ())
@@ -127,8 +140,9 @@ def with_launch(rows: list[dict[str, Any]], launch: str) -> list[dict[str, Any]]
     return [{**r, "launch": launch[:NAME_LEN]} for r in rows]
 
 
-def ncu_rows(metrics: Mapping[str, tuple[str, str]], bound: str = "memory",
-             overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+def ncu_rows(
+    metrics: Mapping[str, tuple[str, str]], bound: str = "memory", overrides: Mapping[str, str | None] | None = None
+) -> list[dict[str, Any]]:
     """The metric rows of one profiled kernel (``ncu_csv_kernels``' ``metrics``), one per :data:`NCU_METRICS`;
     a metric ncu did not report, or reported as ``n/a``, is a row without a value that says so."""
     ideals = ideals_for(bound, overrides)
@@ -139,13 +153,22 @@ def ncu_rows(metrics: Mapping[str, tuple[str, str]], bound: str = "memory",
             continue
         reported_unit, text = metrics[name]
         value = _number(text)
-        rows.append(metric("ncu", short, value, reported_unit or unit, ideals.get(short),
-                           None if value is not None else f"ncu reported {text!r}"))
+        rows.append(
+            metric(
+                "ncu",
+                short,
+                value,
+                reported_unit or unit,
+                ideals.get(short),
+                None if value is not None else f"ncu reported {text!r}",
+            )
+        )
     return rows
 
 
-def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
-                  overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+def parse_ncu_csv(
+    text: str, source: str = "ncu output", bound: str = "memory", overrides: Mapping[str, str | None] | None = None
+) -> list[dict[str, Any]]:
     """Metric rows of the first profiled kernel in ``ncu --csv`` output (thousands separators, ``n/a``)."""
     first = next(iter(ncu_csv_kernels(text, source).values()))
     return ncu_rows(first["metrics"], bound, overrides)
@@ -153,15 +176,37 @@ def parse_ncu_csv(text: str, source: str = "ncu output", bound: str = "memory",
 
 def ncu_export_command(ncu: str, kernel_regex: str, report: Path, target: list[str]) -> list[str]:
     """Profile every launch matching ``kernel_regex`` inside the target's NVTX range into ``report``."""
-    return [ncu, "--export", str(report), "--force-overwrite", "--clock-control", "none",
-            "--metrics", ",".join(NCU_METRICS), "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-            "--kernel-name", f"regex:{kernel_regex}", *target]
+    return [
+        ncu,
+        "--export",
+        str(report),
+        "--force-overwrite",
+        "--clock-control",
+        "none",
+        "--metrics",
+        ",".join(NCU_METRICS),
+        "--nvtx",
+        "--nvtx-include",
+        f"{NVTX_RANGE}/",
+        "--kernel-name",
+        f"regex:{kernel_regex}",
+        *target,
+    ]
 
 
 def ncu_import_command(ncu: str, report: Path, by_range: bool) -> list[str]:
     """The report as CSV; ``by_range`` names each kernel by its innermost NVTX range instead (which case)."""
-    return [ncu, "--import", str(report), "--csv", "--page", "details", "--print-units", "base",
-            *(["--print-nvtx-rename", "kernel"] if by_range else [])]
+    return [
+        ncu,
+        "--import",
+        str(report),
+        "--csv",
+        "--page",
+        "details",
+        "--print-units",
+        "base",
+        *(["--print-nvtx-rename", "kernel"] if by_range else []),
+    ]
 
 
 def attribute(kernels: dict[str, dict[str, Any]], ranges: dict[str, dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -172,21 +217,34 @@ def attribute(kernels: dict[str, dict[str, Any]], ranges: dict[str, dict[str, An
     for kid, entry in kernels.items():
         found = pattern.search(ranges.get(kid, {}).get("name", ""))
         if found is None:
-            raise ProfileError(f"ncu report: kernel {kid} ({entry['name'][:60]}) has no {CASE_RANGE} range name "
-                               "(does this ncu support --print-nvtx-rename?)")
+            raise ProfileError(
+                f"ncu report: kernel {kid} ({entry['name'][:60]}) has no {CASE_RANGE} range name "
+                "(does this ncu support --print-nvtx-rename?)"
+            )
         out.setdefault(int(found.group(1)), []).append(entry)
     return out
 
 
-def case_rows(launches: list[dict[str, Any]], kernel_regex: str, bound: str = "memory",
-              overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+def case_rows(
+    launches: list[dict[str, Any]],
+    kernel_regex: str,
+    bound: str = "memory",
+    overrides: Mapping[str, str | None] | None = None,
+) -> list[dict[str, Any]]:
     """One case's metric rows: its first profiled launch whose name matches the case's own kernel regex."""
     pattern = re.compile(kernel_regex)
     chosen = next((k for k in launches if pattern.search(k["name"])), None)
     if chosen is None:
         ran = ", ".join(sorted({k["name"][:60] for k in launches})) or "none"
-        return [metric("ncu", "ncu", None, None,
-                       error=f"no launch matching {kernel_regex!r} in the profiled call (profiled: {ran})")]
+        return [
+            metric(
+                "ncu",
+                "ncu",
+                None,
+                None,
+                error=f"no launch matching {kernel_regex!r} in the profiled call (profiled: {ran})",
+            )
+        ]
     return with_launch(ncu_rows(chosen["metrics"], bound, overrides), chosen["name"])
 
 
@@ -211,8 +269,9 @@ def _matching_rows(text: str, kernel_regex: str, source: str) -> list[dict[str, 
     fields = reader.fieldnames or []
     name_columns = [c for c in NAME_COLUMNS if c in fields]
     if not name_columns:
-        raise ProfileError(f"{source}: no Name, Op Name, OP Type or Type column "
-                           f"(columns: {', '.join(fields[:6]) or 'none'})")
+        raise ProfileError(
+            f"{source}: no Name, Op Name, OP Type or Type column (columns: {', '.join(fields[:6]) or 'none'})"
+        )
     pattern = re.compile(kernel_regex)
     rows = [r for r in reader if any(pattern.search(r.get(c) or "") for c in name_columns)]
     if not rows:
@@ -254,8 +313,9 @@ def _ascend_means(rows: list[dict[str, str]]) -> dict[str, float | None]:
     return out
 
 
-def ascend_metrics(parsed: dict[str, float | None], bound: str = "memory",
-                   overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+def ascend_metrics(
+    parsed: dict[str, float | None], bound: str = "memory", overrides: Mapping[str, str | None] | None = None
+) -> list[dict[str, Any]]:
     """Metric rows with the ideals of ``bound``: the vector columns of a memory-bound kernel and the cube
     columns of a compute-bound one are always reported (missing ones as missing); the other core type's
     columns only when the profiler wrote them (a mixed cube+vector kernel has both)."""
@@ -266,19 +326,36 @@ def ascend_metrics(parsed: dict[str, float | None], bound: str = "memory",
         value = parsed.get(name)
         if name not in expected and value is None:
             continue
-        rows.append(metric("torch_npu", name, value, "ratio", ideals.get(name),
-                           None if value is not None else f"{name} absent from the profiler output"))
+        rows.append(
+            metric(
+                "torch_npu",
+                name,
+                value,
+                "ratio",
+                ideals.get(name),
+                None if value is not None else f"{name} absent from the profiler output",
+            )
+        )
     hit, miss = parsed.get("aiv_write_cache_hit"), parsed.get("aiv_write_cache_miss_allocate")
     rate = hit / (hit + miss) if hit is not None and miss is not None and hit + miss > 0 else None
-    rows.append(metric("torch_npu", "l2_write_hit_rate", rate, "ratio", None,
-                       None if rate is not None else "L2Cache pass columns absent"))
+    rows.append(
+        metric(
+            "torch_npu",
+            "l2_write_hit_rate",
+            rate,
+            "ratio",
+            None,
+            None if rate is not None else "L2Cache pass columns absent",
+        )
+    )
     rows.append(metric("torch_npu", "duration_us", parsed.get("duration_us"), "us"))
     rows.append(metric("torch_npu", "block_dim", parsed.get("block_dim"), None))
     return rows
 
 
-def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN001
-                overrides: Mapping[str, str | None] | None = None) -> list[dict[str, Any]]:
+def profile_npu(
+    run_once, kernel_regex: str, bound: str = "memory", overrides: Mapping[str, str | None] | None = None
+) -> list[dict[str, Any]]:
     """Three profiler passes over ``run_once`` (never run on an NPU in this project's own CI)."""
     try:
         import torch_npu
@@ -291,10 +368,13 @@ def profile_npu(run_once, kernel_regex: str, bound: str = "memory",  # noqa: ANN
         try:
             config = torch_npu.profiler._ExperimentalConfig(
                 profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
-                aic_metrics=getattr(torch_npu.profiler.AiCMetrics, group))
+                aic_metrics=getattr(torch_npu.profiler.AiCMetrics, group),
+            )
             with torch_npu.profiler.profile(
-                    activities=[torch_npu.profiler.ProfilerActivity.NPU], experimental_config=config,
-                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(folder))):
+                activities=[torch_npu.profiler.ProfilerActivity.NPU],
+                experimental_config=config,
+                on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(folder)),
+            ):
                 run_once()
             found = sorted(folder.rglob("ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
             if not found:

@@ -20,8 +20,11 @@ MEDIAN_FROM = 3  # finished items of a group before its rate is their median sec
 
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
 
 
 class Progress:
@@ -42,9 +45,18 @@ class Progress:
     over the whole estimate. Without seconds per item the estimate falls back to elapsed x cost left / cost done.
     """
 
-    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 every: int | None = None, interval_s: float = LOG_INTERVAL_S, total_cost: float | None = None,
-                 group_costs: dict[str, float] | None = None, workers: int = 1, clock=time.monotonic) -> None:  # noqa: ANN001
+    def __init__(
+        self,
+        total: int,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        every: int | None = None,
+        interval_s: float = LOG_INTERVAL_S,
+        total_cost: float | None = None,
+        group_costs: dict[str, float] | None = None,
+        workers: int = 1,
+        clock=time.monotonic,
+    ) -> None:
         self.total, self.enabled = total, enabled
         self.total_cost = total_cost if total_cost else float(total)  # the time left is estimated from costs
         self.group_costs = dict(group_costs or {})
@@ -64,8 +76,13 @@ class Progress:
         if enabled and isatty is not None and isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="case", dynamic_ncols=True, file=self.stream,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+            self.bar = tqdm(
+                total=total,
+                unit="case",
+                dynamic_ncols=True,
+                file=self.stream,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}",
+            )
 
     def update(self, name: str = "", cost: float = 1.0, seconds: float | None = None, group: str = "") -> None:
         self.done += 1
@@ -118,8 +135,12 @@ class Progress:
         left = self.left_s(now)
         pct = 100.0 * self.done / self.total if self.total else 100.0
         last = f", last {name}" if name else ""
-        print(f"kernelwatch: {self.done}/{self.total} items ({pct:.0f}%), {_clock(elapsed)} elapsed, "
-              f"~{_clock(left)} left{last}", file=self.stream, flush=True)
+        print(
+            f"kernelwatch: {self.done}/{self.total} items ({pct:.0f}%), {_clock(elapsed)} elapsed, "
+            f"~{_clock(left)} left{last}",
+            file=self.stream,
+            flush=True,
+        )
         self.last_line = now
 
     def close(self) -> None:
@@ -128,21 +149,30 @@ class Progress:
 
 
 PHASE_NAMES = {
-    "setup": "setup (devices, cases, git)", "workers": "workers start + ceilings",
-    "precompile": "compile ahead (spare cores)", "suites": "suites",
-    "stop": "workers stop", "profiling": "profiling (after the suites)", "journal": "journal writes",
+    "setup": "setup (devices, cases, git)",
+    "workers": "workers start + ceilings",
+    "precompile": "compile ahead (spare cores)",
+    "suites": "suites",
+    "stop": "workers stop",
+    "profiling": "profiling (after the suites)",
+    "journal": "journal writes",
     "total": "total",
-    "worker.startup": "start-up (imports, device)", "worker.ceilings": "ceilings (copy, read, matmul)",
-    "worker.accuracy": "accuracy suite", "worker.perf.inputs": "perf: inputs",
-    "worker.perf.warmup": "perf: compile + warm-up", "worker.perf.timing": "perf: device timing",
-    "worker.perf.call": "perf: cost per call", "worker.perf.memory": "perf: peak memory",
+    "worker.startup": "start-up (imports, device)",
+    "worker.ceilings": "ceilings (copy, read, matmul)",
+    "worker.accuracy": "accuracy suite",
+    "worker.perf.inputs": "perf: inputs",
+    "worker.perf.warmup": "perf: compile + warm-up",
+    "worker.perf.timing": "perf: device timing",
+    "worker.perf.call": "perf: cost per call",
+    "worker.perf.memory": "perf: peak memory",
 }
 
 
 def format_phases(phases: dict[str, float], writing_s: float | None = None) -> str:
     """The per-phase time summary printed at the end of ``collect`` (``run.phases_s``: see :mod:`collector.collect`)."""
-    wall = [k for k in ("setup", "workers", "precompile", "suites", "stop", "profiling", "journal", "total")
-            if k in phases]
+    wall = [
+        k for k in ("setup", "workers", "precompile", "suites", "stop", "profiling", "journal", "total") if k in phases
+    ]
     work = [k for k in PHASE_NAMES if k.startswith("worker.") and k in phases]
     work += sorted(k for k in phases if k.startswith("worker.") and k not in PHASE_NAMES)
     devices = sorted(k.removeprefix("busy.") for k in phases if k.startswith("busy."))

@@ -39,16 +39,37 @@ def error_result(item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, 
     return error_results(spec, case, message, device)
 
 
-def make_record(item: WorkItem, result: Any, cases: dict[WorkItem, Any], device: str, errored: bool,
-                seconds: float, phases: dict[str, float]) -> dict[str, Any]:
+def make_record(
+    item: WorkItem,
+    result: Any,
+    cases: dict[WorkItem, Any],
+    device: str,
+    errored: bool,
+    seconds: float,
+    phases: dict[str, float],
+) -> dict[str, Any]:
     """The journal record of one finished item: its case and result rows as the artifact holds them."""
     spec, case = cases[item]
     record: dict[str, Any] = {
-        "suite": item[0], "key": item[1], "device": device, "errored": errored, "seconds": round(seconds, 6),
-        "finished_at": format_time(dt.datetime.now(dt.timezone.utc)), "phases": phases,
-        "case": CaseInfo(key=case.key, kernel=case.kernel, variant=case.variant, dtype=case.dtype,
-                         params=case.json_params(), ceiling=spec.case_ceiling(case)).model_dump(mode="json"),
-        "accuracy": [], "perf": [], "profiler": []}
+        "suite": item[0],
+        "key": item[1],
+        "device": device,
+        "errored": errored,
+        "seconds": round(seconds, 6),
+        "finished_at": format_time(dt.datetime.now(dt.timezone.utc)),
+        "phases": phases,
+        "case": CaseInfo(
+            key=case.key,
+            kernel=case.kernel,
+            variant=case.variant,
+            dtype=case.dtype,
+            params=case.json_params(),
+            ceiling=spec.case_ceiling(case),
+        ).model_dump(mode="json"),
+        "accuracy": [],
+        "perf": [],
+        "profiler": [],
+    }
     if item[0] == "accuracy":
         record["accuracy"] = [{"case": case.key, **result}]
     elif item[0] == "explore":
@@ -86,8 +107,15 @@ class Tally:
             record = make_record(item, result, self.cases, h.label, failed, seconds, phases)
         except ArtifactError as exc:  # a value the schema refuses is this case's error, not the run's end
             failed = True
-            record = make_record(item, self.error_result(item, f"result refused by the schema: {exc}"[:500], h.label),
-                                 self.cases, h.label, True, seconds, phases)
+            record = make_record(
+                item,
+                self.error_result(item, f"result refused by the schema: {exc}"[:500], h.label),
+                self.cases,
+                h.label,
+                True,
+                seconds,
+                phases,
+            )
         self.dispatcher.complete(h.index, record)
         self.records[item] = record
         if failed:
@@ -103,8 +131,15 @@ class Tally:
         except ArtifactError as exc:
             from collector.profile_phase import error_rows
 
-            record = make_record(item, error_rows(device, f"counters refused by the schema: {exc}"), self.cases,
-                                 device, False, seconds, {})
+            record = make_record(
+                item,
+                error_rows(device, f"counters refused by the schema: {exc}"),
+                self.cases,
+                device,
+                False,
+                seconds,
+                {},
+            )
         self.records[item] = record
         if self.journal is not None:
             self.journal.result(record)
@@ -114,29 +149,62 @@ def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
     def fmt(value: Any, unit: str) -> str:
         return "?" if value is None else f"{value} {unit}"
 
-    parts = [f"{label} copy {fmt(c.get('peak_gbps'), 'GB/s')}, read {fmt(c.get('peak_read_gbps'), 'GB/s')}, "
-             f"{fmt(c.get('peak_tflops'), 'TFLOP/s')}" for label, c in ceilings.items()]
+    parts = [
+        f"{label} copy {fmt(c.get('peak_gbps'), 'GB/s')}, read {fmt(c.get('peak_read_gbps'), 'GB/s')}, "
+        f"{fmt(c.get('peak_tflops'), 'TFLOP/s')}"
+        for label, c in ceilings.items()
+    ]
     return "ceilings per device (each result is compared with its own device's): " + "; ".join(parts)
 
 
 def unknown_hardware(device: str) -> dict[str, Any]:
-    return {"vendor": vendor(device), "device_name": "unknown",
-            "device_count": 0, "compute_units": None, "memory_bytes": None, "driver": None, "toolkit": None,
-            "peak_gbps": None, "peak_gbps_datasheet": None, "peak_tflops": None, "peak_tflops_datasheet": None,
-            "peak_read_gbps": None}
+    return {
+        "vendor": vendor(device),
+        "device_name": "unknown",
+        "device_count": 0,
+        "compute_units": None,
+        "memory_bytes": None,
+        "driver": None,
+        "toolkit": None,
+        "peak_gbps": None,
+        "peak_gbps_datasheet": None,
+        "peak_tflops": None,
+        "peak_tflops_datasheet": None,
+        "peak_read_gbps": None,
+    }
 
 
 def hardware_of(described: dict[str, Any]) -> Hardware:
     return Hardware(**{k: described["hardware"].get(k) for k in Hardware.model_fields})
 
 
-def run_info(opts: Options, run_id: str, device: str, commit: dict[str, Any], described: dict[str, Any],
-             started: dt.datetime, finished: dt.datetime | None, status: str, notes: list[str],
-             phases_s: dict[str, float] | None) -> RunInfo:
-    return RunInfo(id=run_id, commit=Commit(**commit), trigger=opts.trigger, ci_job=opts.ci_job, device=device,
-                   command=opts.command, versions=described.get("versions", {}), started_at=format_time(started),
-                   finished_at=format_time(finished) if finished else None, status=status, synthetic=False,
-                   notes="; ".join(notes) or None, phases_s=phases_s)
+def run_info(
+    opts: Options,
+    run_id: str,
+    device: str,
+    commit: dict[str, Any],
+    described: dict[str, Any],
+    started: dt.datetime,
+    finished: dt.datetime | None,
+    status: str,
+    notes: list[str],
+    phases_s: dict[str, float] | None,
+) -> RunInfo:
+    return RunInfo(
+        id=run_id,
+        commit=Commit(**commit),
+        trigger=opts.trigger,
+        ci_job=opts.ci_job,
+        device=device,
+        command=opts.command,
+        versions=described.get("versions", {}),
+        started_at=format_time(started),
+        finished_at=format_time(finished) if finished else None,
+        status=status,
+        synthetic=False,
+        notes="; ".join(notes) or None,
+        phases_s=phases_s,
+    )
 
 
 def check_run_fields(opts: Options) -> None:
@@ -158,10 +226,29 @@ def check_run_fields(opts: Options) -> None:
         raise ValueError(f"the run cannot be recorded: run.{describe(exc)}") from None
 
 
-def assemble(opts: Options, device: str, commit: dict[str, Any], described: dict[str, Any], started: dt.datetime,
-             status: str, records: list[dict[str, Any]], notes: list[str], run_id: str | None = None,
-             phases_s: dict[str, float] | None = None) -> RunDocument:
+def assemble(
+    opts: Options,
+    device: str,
+    commit: dict[str, Any],
+    described: dict[str, Any],
+    started: dt.datetime,
+    status: str,
+    records: list[dict[str, Any]],
+    notes: list[str],
+    run_id: str | None = None,
+    phases_s: dict[str, float] | None = None,
+) -> RunDocument:
     """The run as a typed document (``db.schema``) from the records of its finished items."""
-    run = run_info(opts, run_id or new_run_id(), device, commit, described, started, dt.datetime.now(dt.timezone.utc),
-                   status, notes, phases_s)
+    run = run_info(
+        opts,
+        run_id or new_run_id(),
+        device,
+        commit,
+        described,
+        started,
+        dt.datetime.now(dt.timezone.utc),
+        status,
+        notes,
+        phases_s,
+    )
     return build_document(run.model_dump(mode="json"), hardware_of(described).model_dump(mode="json"), records)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def plan(items: list[Hashable], group_of: Callable[[Hashable], Hashable],
-         cost_of: Callable[[Hashable], float]) -> list[list[Hashable]]:
+def plan(
+    items: list[Hashable], group_of: Callable[[Hashable], Hashable], cost_of: Callable[[Hashable], float]
+) -> list[list[Hashable]]:
     """Items grouped by ``group_of`` (item order kept inside a group), groups by total cost, largest first.
 
     Longest-processing-time-first list scheduling: with m workers its makespan is at most

@@ -97,8 +97,10 @@ def _check_selection(opts: Options, chosen: list[Any], known: set[str], items: l
         if key not in known:
             other = [s for s in SUITES if s not in opts.suites and key in _suite_keys(chosen, s)]
             if other:
-                raise SelectionError(f"--case {key!r} is a case of the {other[0]} suite, which this run does not "
-                                     f"include (suites: {', '.join(opts.suites)})")
+                raise SelectionError(
+                    f"--case {key!r} is a case of the {other[0]} suite, which this run does not "
+                    f"include (suites: {', '.join(opts.suites)})"
+                )
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise SelectionError(f"--case {key!r}: no such case in {where}{hint}")
@@ -117,8 +119,10 @@ def effective_suites(opts: Options) -> tuple[str, tuple[str, ...]]:
     if device == "cpu" and not opts.time_on_cpu:
         suites = tuple(s for s in suites if s != "perf")
         if not suites:
-            raise SelectionError("nothing to run: the perf suite is skipped on cpu (Triton's interpreter: timings "
-                                 "would mean nothing); add --suite accuracy, or run on a GPU or NPU")
+            raise SelectionError(
+                "nothing to run: the perf suite is skipped on cpu (Triton's interpreter: timings "
+                "would mean nothing); add --suite accuracy, or run on a GPU or NPU"
+            )
     return device, suites
 
 

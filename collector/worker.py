@@ -148,7 +148,7 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
             else:
                 result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(case))
                 errored = any(r["implementation"] == KERNEL_IMPL and r["error"] for r in result)
-        except Exception as exc:  # noqa: BLE001 - any failure of a case is that case's result
+        except Exception as exc:
             message = describe_error(exc)
             if os.environ.get("KERNELWATCH_DEBUG"):
                 traceback.print_exc()
@@ -159,12 +159,19 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
             else:
                 result = error_results(spec, case, message, backend.label)
             errored = True
-        conn.send({"item": (suite, key), "result": result, "errored": errored,
-                   "seconds": time.perf_counter() - begun, "phases": backend.take_phases()})
+        conn.send(
+            {
+                "item": (suite, key),
+                "result": result,
+                "errored": errored,
+                "seconds": time.perf_counter() - begun,
+                "phases": backend.take_phases(),
+            }
+        )
         sys.stderr.flush()
 
 
-def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:  # noqa: ANN001
+def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:
     """Count the project kernels' compilations in this worker as Triton's cache answered them
     (``compile.cached`` / ``compile.missed`` in the reply's phases; the parent takes them out of the
     seconds): after :mod:`collector.precompile`, a miss is a launch it did not predict."""
@@ -178,7 +185,7 @@ def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:  # noqa: A
     knobs.compilation.listener = listen
 
 
-def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
+def _describe(backend) -> dict[str, Any]:
     import torch
 
     from collector.metadata import hardware_info, physical_device, software_versions
@@ -191,5 +198,4 @@ def _describe(backend) -> dict[str, Any]:  # noqa: ANN001
     hw.update(peaks)
     physical = physical_device(torch.cuda.get_device_properties(index)) if backend.kind == "cuda" else None
     plans = {k: v for k, v in asdict(describe(backend.device)).items() if not k.startswith("_")}
-    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical,
-            "plan_device": plans}
+    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical, "plan_device": plans}

@@ -19,8 +19,11 @@ def lines(eng: Engine, fingerprint: str, case: str | None = None, commit: str | 
     rows = queries.confirmations(eng, fingerprint, [case] if case else None, candidate_commit=commit)
     out = []
     for row in reversed(rows[-SHOWN:]):
-        what = (f"{row['candidate_commit'][:8]} vs {row['baseline_commit'][:8]}" if case
-                else f"{row['case']} (vs {row['baseline_commit'][:8]})")
+        what = (
+            f"{row['candidate_commit'][:8]} vs {row['baseline_commit'][:8]}"
+            if case
+            else f"{row['case']} (vs {row['baseline_commit'][:8]})"
+        )
         out.append(f"{what}: {Confirmation.model_validate(row).describe()}")
     return out
 

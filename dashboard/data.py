@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from dashboard.charts import IMPL_NAMES
 from db import queries
 from db.engine import open_database
-from kernels.names import (  # noqa: F401 - the views read data.KERNEL_IMPL, data.PEER_IMPLS
+from kernels.names import (
     ALL_LABELS,
     COMPILE_IMPL,
     EAGER_IMPL,
@@ -59,8 +59,12 @@ def hardware_rank(run: dict[str, Any]) -> tuple:
     "(synthetic)"), accelerators before the CPU, measured runs before synthetic ones, newest first. A
     synthetic run on a real GPU (the demo branch) still comes before the CPU."""
     started = run["started"] or ""
-    return ("synthetic" in (run.get("hardware") or "").lower(), run["device"] == "cpu", bool(run["synthetic"]),
-            [-ord(c) for c in started])
+    return (
+        "synthetic" in (run.get("hardware") or "").lower(),
+        run["device"] == "cpu",
+        bool(run["synthetic"]),
+        [-ord(c) for c in started],
+    )
 
 
 def when(iso: str | None) -> str:
@@ -73,14 +77,23 @@ def when(iso: str | None) -> str:
 # Profiler counters as stored (collector/profiling.py: NCU_METRICS short names, Ascend pipe ratios) -> what a
 # reader calls them; a metric not listed shows its stored name.
 METRIC_NAMES = {
-    "duration_ns": "kernel duration", "dram_throughput_pct": "DRAM throughput (% of peak)",
-    "dram_bytes_read": "DRAM bytes read", "dram_bytes_write": "DRAM bytes written",
-    "sm_throughput_pct": "SM throughput (% of peak)", "l2_hit_rate_pct": "L2 hit rate",
-    "l2_write_hit_rate_pct": "L2 write hit rate", "aiv_vec_ratio": "vector unit busy (AIV vec)",
-    "aiv_mte2_ratio": "MTE2 busy: loads GM->UB (AIV)", "aiv_mte3_ratio": "MTE3 busy: stores UB->GM (AIV)",
-    "aiv_scalar_ratio": "scalar unit busy (AIV)", "aiv_vec_wait_ratio": "vector unit waiting (AIV)",
-    "aic_cube_ratio": "cube unit busy (AIC)", "aic_mte1_ratio": "MTE1 busy (AIC)", "aic_mte2_ratio": "MTE2 busy (AIC)",
-    "aic_fixpipe_ratio": "fixpipe busy (AIC)", "aic_scalar_ratio": "scalar unit busy (AIC)",
+    "duration_ns": "kernel duration",
+    "dram_throughput_pct": "DRAM throughput (% of peak)",
+    "dram_bytes_read": "DRAM bytes read",
+    "dram_bytes_write": "DRAM bytes written",
+    "sm_throughput_pct": "SM throughput (% of peak)",
+    "l2_hit_rate_pct": "L2 hit rate",
+    "l2_write_hit_rate_pct": "L2 write hit rate",
+    "aiv_vec_ratio": "vector unit busy (AIV vec)",
+    "aiv_mte2_ratio": "MTE2 busy: loads GM->UB (AIV)",
+    "aiv_mte3_ratio": "MTE3 busy: stores UB->GM (AIV)",
+    "aiv_scalar_ratio": "scalar unit busy (AIV)",
+    "aiv_vec_wait_ratio": "vector unit waiting (AIV)",
+    "aic_cube_ratio": "cube unit busy (AIC)",
+    "aic_mte1_ratio": "MTE1 busy (AIC)",
+    "aic_mte2_ratio": "MTE2 busy (AIC)",
+    "aic_fixpipe_ratio": "fixpipe busy (AIC)",
+    "aic_scalar_ratio": "scalar unit busy (AIC)",
 }
 
 
@@ -106,8 +119,11 @@ def triage_runs(eng: Engine, fingerprint: str, kernel: str | None = None) -> lis
     newest with gating accuracy results (of ``kernel`` when one is picked), as [(role, run)]: one entry "perf and
     accuracy" when one run is both, else "perf" then "accuracy" (either may be missing). A newer perf-only run
     does not hide accuracy, nor a newer run of other kernels the picked kernel's results."""
-    runs = [r for r in queries.list_runs(eng, hardware=fingerprint, limit=TRIAGE_SCAN)
-            if r["fingerprint"] == fingerprint and r["status"] in ("complete", "partial")]
+    runs = [
+        r
+        for r in queries.list_runs(eng, hardware=fingerprint, limit=TRIAGE_SCAN)
+        if r["fingerprint"] == fingerprint and r["status"] in ("complete", "partial")
+    ]
     contents = queries.run_contents(eng, [r["id"] for r in runs])
 
     def has(run: dict[str, Any], kind: str) -> bool:
@@ -131,7 +147,7 @@ def point_label(commit: str, run_id: str) -> str:
 def short_case(case: str, kernel: str | None = None) -> str:
     """A case key without its kernel name (the page already says which kernel)."""
     if kernel and case.startswith(kernel + "/"):
-        return case[len(kernel) + 1:]
+        return case[len(kernel) + 1 :]
     return case
 
 
@@ -140,6 +156,7 @@ def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
     dtype kept, and of its parameters only those that the same kernel's other rows do not all share, a word-valued
     one as its value, a flag as its name ("masked/bf16 bwd shape=4x16x1024x1024", "fold_gamma/fp16 no bias fwd").
     One row of a kernel keeps every parameter."""
+
     def split(case: str, kernel: str) -> tuple[str, list[str]]:
         head, _, params = short_case(case, kernel).rpartition("/")
         return (head, params.split(",")) if head else (params, [])
@@ -257,8 +274,10 @@ def floor_ceiling(run: dict[str, Any], ceiling: str | None) -> tuple[float, str]
         if copy and read:
             return copy / read, f"% of the read ceiling (measured read-only stream, {read:,.0f} GB/s)"
         ceiling = f"{copy:,.0f} GB/s" if copy else "not recorded"
-        return 1.0, (f"% of the copy-bandwidth floor (measured copy rate, {ceiling}); this case only reads, "
-                     "and a read-only stream can beat the copy rate: values over 100% are possible")
+        return 1.0, (
+            f"% of the copy-bandwidth floor (measured copy rate, {ceiling}); this case only reads, "
+            "and a read-only stream can beat the copy rate: values over 100% are possible"
+        )
     text = "% of the roofline floor: max(bytes / measured copy GB/s, FLOPs / measured matmul rate)"
     if ceiling is None:
         text += " (the runs that measured this case did not record its ceiling; a read-only stream may exceed 100%)"
@@ -311,18 +330,37 @@ def vs_best_peer(rows: pd.DataFrame) -> float | None:
     return geomean([b / kern[c] for c, b in best.items() if c in kern.index and kern[c] and kern[c] > 0])
 
 
-def perf_frame(eng: Engine, runs: list[dict], kernel: str | None, with_samples: bool = False,
-               implementations: tuple[str, ...] = (), with_params: bool = True) -> pd.DataFrame:
+def perf_frame(
+    eng: Engine,
+    runs: list[dict],
+    kernel: str | None,
+    with_samples: bool = False,
+    implementations: tuple[str, ...] = (),
+    with_params: bool = True,
+) -> pd.DataFrame:
     """Perf rows of some runs with each run's commit, labels and order (oldest first)."""
     rows = queries.perf_rows(eng, [r["id"] for r in runs], kernel, implementations, with_samples, with_params)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    meta = pd.DataFrame([{"run_id": r["id"], "commit": r["commit"], "subject": r["subject"],
-                          "commit_time": r["commit_time"] or r["started"], "started": r["started"],
-                          "synthetic": r["synthetic"], "hardware": r["hardware"], "fingerprint": r["fingerprint"],
-                          "device": r["device"], "order": i, "x": point_label(r["commit"], r["id"])}
-                         for i, r in enumerate(runs)])
+    meta = pd.DataFrame(
+        [
+            {
+                "run_id": r["id"],
+                "commit": r["commit"],
+                "subject": r["subject"],
+                "commit_time": r["commit_time"] or r["started"],
+                "started": r["started"],
+                "synthetic": r["synthetic"],
+                "hardware": r["hardware"],
+                "fingerprint": r["fingerprint"],
+                "device": r["device"],
+                "order": i,
+                "x": point_label(r["commit"], r["id"]),
+            }
+            for i, r in enumerate(runs)
+        ]
+    )
     frame = frame.merge(meta, on="run_id")
     if with_params:
         frame["shape"] = frame["params"].map(shape_of)

@@ -17,12 +17,18 @@ import urllib.parse
 from pathlib import Path
 
 PAGES = ("triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 DEFAULT_CASE = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
 
 
-def settle(page, timeout: float = 180) -> None:  # noqa: ANN001
+def settle(page, timeout: float = 180) -> None:
     """Wait until the page's script run is over: no status widget, no stale or skeleton element, every Plotly
     chart drawn, and the DOM unchanged for two seconds."""
     deadline, last, stable = time.time() + timeout, None, 0
@@ -41,8 +47,14 @@ def settle(page, timeout: float = 180) -> None:  # noqa: ANN001
         last = state
 
 
-def capture(url: str, out: Path, width: int = 1280, case: str = DEFAULT_CASE,
-            chromium: str = "/usr/bin/chromium", height: int = 1800) -> list[tuple[str, Path, bool]]:
+def capture(
+    url: str,
+    out: Path,
+    width: int = 1280,
+    case: str = DEFAULT_CASE,
+    chromium: str = "/usr/bin/chromium",
+    height: int = 1800,
+) -> list[tuple[str, Path, bool]]:
     """(page, PNG, whether it shows an exception) for every page of the dashboard at ``url``."""
     from playwright.sync_api import sync_playwright
 

@@ -15,8 +15,26 @@ import streamlit as st
 
 from dashboard.safe import md
 
-ALLOWED = {"kernel", "hardware", "variant", "dtype", "shape", "last", "run", "a", "b", "metric", "impl", "case",
-           "base", "group", "series", "view", "show", "cell"}
+ALLOWED = {
+    "kernel",
+    "hardware",
+    "variant",
+    "dtype",
+    "shape",
+    "last",
+    "run",
+    "a",
+    "b",
+    "metric",
+    "impl",
+    "case",
+    "base",
+    "group",
+    "series",
+    "view",
+    "show",
+    "cell",
+}
 _RUN = re.compile(r"^[0-9a-f-]{4,36}$")
 _TEXT = re.compile(r"^[\w.,=x*/ -]{1,80}$")
 _INT = re.compile(r"^[0-9]{1,9}$", re.ASCII)  # ASCII digits only: str.isdigit() accepts "²", which int() refuses

@@ -30,12 +30,17 @@ from kernels.names import KERNEL_IMPL
 
 SPARK_RUNS = 30
 RESOLVED = "slower (resolved)"  # a slowdown a newer run of the same hardware no longer shows
-SEVERITY = (*SEVERITY[:SEVERITY.index("slower") + 1], RESOLVED, *SEVERITY[SEVERITY.index("slower") + 1:])
+SEVERITY = (*SEVERITY[: SEVERITY.index("slower") + 1], RESOLVED, *SEVERITY[SEVERITY.index("slower") + 1 :])
 # What Overview counts per kernel (each a set of labels), in its column order.
-SUMMARY = {"slower": ("slower",), "faster": ("faster",), "within noise": ("slower (within noise)",
-                                                                          "faster (within noise)"),
-           "accuracy failed": ("accuracy failed",), "accuracy warning": ("accuracy warning",),
-           "errored / not measured": ("errored", "missing", "unmeasured", "unreliable"), "unchanged": ("unchanged",)}
+SUMMARY = {
+    "slower": ("slower",),
+    "faster": ("faster",),
+    "within noise": ("slower (within noise)", "faster (within noise)"),
+    "accuracy failed": ("accuracy failed",),
+    "accuracy warning": ("accuracy warning",),
+    "errored / not measured": ("errored", "missing", "unmeasured", "unreliable"),
+    "unchanged": ("unchanged",),
+}
 
 
 @dataclass
@@ -92,8 +97,14 @@ def _gpu(perf: Any | None) -> str | None:
     return short_gpu(perf.device_uuid) or (f"{perf.device} (no UUID)" if perf.device else None)
 
 
-def _rows(eng: Engine, cand: dict[str, Any], base: dict[str, Any] | None, document: RunDocument,
-          base_doc: RunDocument | None, result: GateResult | None) -> list[dict]:
+def _rows(
+    eng: Engine,
+    cand: dict[str, Any],
+    base: dict[str, Any] | None,
+    document: RunDocument,
+    base_doc: RunDocument | None,
+    result: GateResult | None,
+) -> list[dict]:
     doc = to_data(document)
     kernel_of = {c["key"]: c["kernel"] for c in doc["cases"]}
     perf = {p.case: p for p in document.perf if p.implementation == KERNEL_IMPL}
@@ -129,8 +140,9 @@ def _rows(eng: Engine, cand: dict[str, Any], base: dict[str, Any] | None, docume
             if swapped is not None:  # past the minimum effect faster: the evidence is the swapped test's
                 p_value = swapped.p
             if now_p is not None and before_p is not None:
-                interval = effect_interval(before_p.samples_ms, now_p.samples_ms,
-                                           math.hypot(comparison.sigma, comparison.machine_sigma))
+                interval = effect_interval(
+                    before_p.samples_ms, now_p.samples_ms, math.hypot(comparison.sigma, comparison.machine_sigma)
+                )
         accuracy = next((v for v in vs if v.suite == "accuracy"), None)
         budget = acc.get(case, {}).get("error_budget")
         before_budget = accuracy.baseline_budget if accuracy is not None else None
@@ -141,26 +153,40 @@ def _rows(eng: Engine, cand: dict[str, Any], base: dict[str, Any] | None, docume
         if before is None and comparison is not None and now:
             before = now / comparison.ratio
         suite = "accuracy" if verdict.startswith("accuracy") or (case not in perf and case in acc) else "perf"
-        rows.append({
-            "verdict": verdict, "kernel": kernel_of[case], "case": case,
-            "effect %": None if effect is None else 100 * effect, "p": p_value,
-            "interval %": None if interval is None else [100 * interval[0], 100 * interval[1]],
-            "now us": None if now is None else now * 1e3, "before us": None if before is None else before * 1e3,
-            "budget": budget, "before budget": before_budget,
-            "budget change": None if budget is None or before_budget is None else f"{before_budget:.3g} → {budget:.3g}",
-            "trend us": spark.get(case, []),
-            "GPU": _gpu(now_p), "before GPU": _gpu(before_p),
-            "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
-            "bisect": bisect_command(case, cand["fingerprint"][:12]),
-            "details": message, "resolved": None,
-        })
+        rows.append(
+            {
+                "verdict": verdict,
+                "kernel": kernel_of[case],
+                "case": case,
+                "effect %": None if effect is None else 100 * effect,
+                "p": p_value,
+                "interval %": None if interval is None else [100 * interval[0], 100 * interval[1]],
+                "now us": None if now is None else now * 1e3,
+                "before us": None if before is None else before * 1e3,
+                "budget": budget,
+                "before budget": before_budget,
+                "budget change": None
+                if budget is None or before_budget is None
+                else f"{before_budget:.3g} → {budget:.3g}",
+                "trend us": spark.get(case, []),
+                "GPU": _gpu(now_p),
+                "before GPU": _gpu(before_p),
+                "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
+                "bisect": bisect_command(case, cand["fingerprint"][:12]),
+                "details": message,
+                "resolved": None,
+            }
+        )
     rows.sort(key=_order)
     return rows
 
 
 def _order(row: dict[str, Any]) -> tuple:
-    return (SEVERITY.index(row["verdict"]) if row["verdict"] in SEVERITY else len(SEVERITY),
-            -abs(row["effect %"] or 0), row["case"])
+    return (
+        SEVERITY.index(row["verdict"]) if row["verdict"] in SEVERITY else len(SEVERITY),
+        -abs(row["effect %"] or 0),
+        row["case"],
+    )
 
 
 def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -173,14 +199,17 @@ def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]
     ids = [r["id"] for r in runs]
     if cand["id"] not in ids:
         return
-    newer = runs[ids.index(cand["id"]) + 1:]
+    newer = runs[ids.index(cand["id"]) + 1 :]
     if not newer:
         return
     order = {r["id"]: i for i, r in enumerate(newer)}
     latest: dict[str, dict] = {}
     for p in queries.perf_rows(eng, list(order), implementations=(KERNEL_IMPL,), with_params=False):
-        if p["case"] in slow and p["median_ms"] and (p["case"] not in latest
-                                                      or order[p["run_id"]] > order[latest[p["case"]]["run_id"]]):
+        if (
+            p["case"] in slow
+            and p["median_ms"]
+            and (p["case"] not in latest or order[p["run_id"]] > order[latest[p["case"]]["run_id"]])
+        ):
             latest[p["case"]] = p
     run_of = {r["id"]: r for r in newer}
     for case, p in latest.items():
@@ -190,8 +219,10 @@ def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]
             run = run_of[p["run_id"]]
             row["verdict"] = RESOLVED
             row["resolved"] = f"{run['commit'][:8]} (run {run['id'][:8]})"
-            row["details"] = (f"resolved: the newer run {run['id'][:8]} (commit {run['commit'][:8]}) measured "
-                              f"{p['median_ms'] * 1e3:.4g} us, {change:+.1%} from the baseline; " + row["details"])
+            row["details"] = (
+                f"resolved: the newer run {run['id'][:8]} (commit {run['commit'][:8]}) measured "
+                f"{p['median_ms'] * 1e3:.4g} us, {change:+.1%} from the baseline; " + row["details"]
+            )
     rows.sort(key=_order)
 
 
@@ -231,8 +262,7 @@ def sections(eng: Engine, fingerprint: str, kernel: str | None, judge: Judge) ->
 def counts(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
     """(verdict, cases), most severe first: the line above each Triage table."""
     found = Counter(r["verdict"] for r in rows)
-    return sorted(found.items(), key=lambda kv: (SEVERITY.index(kv[0]) if kv[0] in SEVERITY else len(SEVERITY),
-                                                 kv[0]))
+    return sorted(found.items(), key=lambda kv: (SEVERITY.index(kv[0]) if kv[0] in SEVERITY else len(SEVERITY), kv[0]))
 
 
 def kernel_summary(eng: Engine, fingerprint: str, kernel: str, judge: Judge) -> dict[str, Any]:

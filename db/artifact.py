@@ -39,8 +39,21 @@ from db.schema import (
     validate,
 )
 
-__all__ = ["SCHEMA", "ArtifactError", "RunDocument", "content_hash", "dumps", "format_time", "hardware_fingerprint",
-           "load_artifact", "parse_artifact", "parse_time", "to_data", "validate", "write_artifact"]
+__all__ = [
+    "SCHEMA",
+    "ArtifactError",
+    "RunDocument",
+    "content_hash",
+    "dumps",
+    "format_time",
+    "hardware_fingerprint",
+    "load_artifact",
+    "parse_artifact",
+    "parse_time",
+    "to_data",
+    "validate",
+    "write_artifact",
+]
 
 
 def load_artifact(path: str | Path) -> RunDocument:
@@ -114,8 +127,10 @@ def artifact_target(path: str | Path) -> Path:
     if not text or not given.name or given.name in (".", ".."):
         raise ArtifactError(f"{text!r}: an artifact needs a file name")
     if text.endswith(("/", os.sep)):
-        raise ArtifactError(f"{printable(text)}: names a folder; give the artifact's file name "
-                            f"(e.g. {printable(text.rstrip('/' + os.sep) or '.')}/run.json)")
+        raise ArtifactError(
+            f"{printable(text)}: names a folder; give the artifact's file name "
+            f"(e.g. {printable(text.rstrip('/' + os.sep) or '.')}/run.json)"
+        )
     folder = given.absolute().parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"

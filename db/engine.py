@@ -41,8 +41,7 @@ class StoredValueError(DatabaseError):
     def __init__(self, table: str, row: str | None, field: str, problem: str) -> None:
         self.table, self.row, self.field, self.problem = table, row, field, problem
         where = table if not row else row if row.startswith(f"{table} ") else f"{table} of {row}"
-        super().__init__(f"the database holds a damaged value: {where}, field {field}: {problem}; nothing was "
-                         "changed")
+        super().__init__(f"the database holds a damaged value: {where}, field {field}: {problem}; nothing was changed")
 
 
 def unreadable(exc: BaseException, url: str | URL | None = None) -> str:
@@ -52,8 +51,10 @@ def unreadable(exc: BaseException, url: str | URL | None = None) -> str:
     first = cause[0] if cause else type(exc).__name__
     first = first if len(first) <= UNREADABLE_SHOWN else first[:UNREADABLE_SHOWN] + "..."  # it may quote a value
     where = f" {redact(url)}" if url is not None else ""
-    return (f"the database{where} cannot be read ({first}): it is damaged or not what this KernelWatch wrote; "
-            f"nothing was changed")
+    return (
+        f"the database{where} cannot be read ({first}): it is damaged or not what this KernelWatch wrote; "
+        f"nothing was changed"
+    )
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -73,7 +74,7 @@ def redact(url: str | URL) -> str:
         return "<unparseable URL>"
 
 
-def _set_wal(cursor) -> None:  # noqa: ANN001
+def _set_wal(cursor) -> None:
     """Switch to WAL. Changing the journal mode ignores busy_timeout in SQLite, so processes that open a
     new database at the same moment can see "database is locked" here: wait and retry instead."""
     deadline = time.monotonic() + BUSY_TIMEOUT_S
@@ -99,8 +100,11 @@ def _readonly_uri(path: Path, shown: str) -> str:
     ``-wal`` log (or a rollback ``-journal``) holds data the immutable reader would not see: refused.
     """
     logs = [path.with_name(path.name + suffix) for suffix in ("-wal", "-journal")]
-    clean = os.access(path.parent, os.W_OK) and os.access(path, os.W_OK) and not any(
-        log.exists() and log.stat().st_size > 0 for log in logs)
+    clean = (
+        os.access(path.parent, os.W_OK)
+        and os.access(path, os.W_OK)
+        and not any(log.exists() and log.stat().st_size > 0 for log in logs)
+    )
     # A WAL database opened mode=ro creates -wal and -shm beside it and, unable to checkpoint, leaves them
     # there when it closes. A clean database (no unfinished log) in a folder we may write is opened
     # read-write with PRAGMA query_only instead (every write statement fails): the last connection to close
@@ -120,9 +124,11 @@ def _readonly_uri(path: Path, shown: str) -> str:
             raise DatabaseError(f"cannot open database {shown}: {exc}") from None
         for log in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-journal")):
             if log.exists() and log.stat().st_size > 0:
-                raise DatabaseError(f"cannot read {shown}: its folder is read-only and it has an unfinished "
-                                    f"{'write-ahead log' if log.name.endswith('wal') else 'rollback journal'} "
-                                    f"({log.name}); open it once where it can be written") from None
+                raise DatabaseError(
+                    f"cannot read {shown}: its folder is read-only and it has an unfinished "
+                    f"{'write-ahead log' if log.name.endswith('wal') else 'rollback journal'} "
+                    f"({log.name}); open it once where it can be written"
+                ) from None
         return uri + "&immutable=1"
     except sqlite3.Error as exc:
         raise DatabaseError(f"cannot open database {shown}: {exc}") from None
@@ -142,8 +148,11 @@ def _refuse_foreign_sqlite(file: Path, shown: str, hint: str = "") -> None:
         try:
             objects = probe.execute("SELECT type, name FROM sqlite_master").fetchall()
             tables = sorted(name for kind, name in objects if kind == "table")
-            revision = (probe.execute("SELECT version_num FROM alembic_version").fetchone() or (None,))[0] \
-                if "alembic_version" in tables else None
+            revision = (
+                (probe.execute("SELECT version_num FROM alembic_version").fetchone() or (None,))[0]
+                if "alembic_version" in tables
+                else None
+            )
             stamped = any(probe.execute(f"PRAGMA {p}").fetchone()[0] for p in ("user_version", "application_id"))
         finally:
             probe.close()
@@ -163,8 +172,7 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
     if not path or path == ":memory:":
         raise DatabaseError("an in-memory SQLite database cannot be shared between processes; give a file path")
     if path.startswith("file:") or url.query.get("uri"):
-        raise DatabaseError(f"{redact(url)}: SQLite URI filenames are not supported; give a plain path, "
-                            "sqlite:///PATH")
+        raise DatabaseError(f"{redact(url)}: SQLite URI filenames are not supported; give a plain path, sqlite:///PATH")
     if readonly:
         file = Path(path).absolute()
         shown = redact(url)
@@ -175,23 +183,27 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         _refuse_foreign_sqlite(file, shown)
         uri = _readonly_uri(file, shown)
         # The URL stays the user's (messages name it); the connection comes from the read-only URI.
-        engine = create_engine(url, creator=lambda: sqlite3.connect(
-            uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False))
+        engine = create_engine(
+            url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        )
     else:
         target = Path(path)
         if target.exists() and not target.is_file():  # SQLite would create FILE-journal beside a device
-            raise DatabaseError(f"{redact(url)}: not a regular file (a device, FIFO or folder is never a "
-                                "database); nothing was written")
+            raise DatabaseError(
+                f"{redact(url)}: not a regular file (a device, FIFO or folder is never a database); nothing was written"
+            )
         _refuse_foreign_sqlite(target, redact(url), _FOREIGN_HINT)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file where a folder must be, a read-only or missing mount...
-            raise DatabaseError(f"cannot create the folder of database {redact(url)}: "
-                                f"{exc.strerror or exc} ({exc.filename or Path(path).parent})") from None
+            raise DatabaseError(
+                f"cannot create the folder of database {redact(url)}: "
+                f"{exc.strerror or exc} ({exc.filename or Path(path).parent})"
+            ) from None
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+    def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # SQLAlchemy's begin event below issues BEGIN itself
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -204,7 +216,7 @@ def _sqlite_engine(url: URL, readonly: bool) -> Engine:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # noqa: ANN001
+    def _on_begin(conn):
         conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
     return engine
@@ -280,8 +292,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 if sqlite:
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if broken:
-                        raise DatabaseError(f"migration left {len(broken)} rows with dangling references, first "
-                                            f"{broken[0]}: nothing was changed")
+                        raise DatabaseError(
+                            f"migration left {len(broken)} rows with dangling references, first "
+                            f"{broken[0]}: nothing was changed"
+                        )
         finally:
             if sqlite:
                 conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
@@ -317,10 +331,13 @@ def _not_ready(engine: Engine, rev: str | None, foreign_hint: str = "") -> str:
     if rev is None:
         return f"{shown} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"
     if rev not in known_revisions():
-        return (f"{shown} is at schema revision {rev}, which this KernelWatch (head {head}) does not know: "
-                f"it was written by a newer KernelWatch; upgrade KernelWatch")
-    return (f"{shown} is at schema revision {rev}, this KernelWatch needs {head}: "
-            f"run `kernelwatch db upgrade` against it")
+        return (
+            f"{shown} is at schema revision {rev}, which this KernelWatch (head {head}) does not know: "
+            f"it was written by a newer KernelWatch; upgrade KernelWatch"
+        )
+    return (
+        f"{shown} is at schema revision {rev}, this KernelWatch needs {head}: run `kernelwatch db upgrade` against it"
+    )
 
 
 _FOREIGN_HINT = "; nothing was written: give a new file or an empty database of its own"
@@ -355,8 +372,9 @@ def open_database(url: str | None = None, *, readonly: bool = False, migrate: bo
         engine.dispose()
         cause = getattr(exc, "orig", None) or exc
         # one line: libpq adds a hint line to "connection refused" ("Is the server running on that host...")
-        raise DatabaseError(f"cannot open database {redact(resolve_url(url))}: {' '.join(str(cause).split())}"
-                            ) from None
+        raise DatabaseError(
+            f"cannot open database {redact(resolve_url(url))}: {' '.join(str(cause).split())}"
+        ) from None
     return engine
 
 
@@ -371,10 +389,14 @@ def check_tables(engine: Engine) -> None:
     present = set(inspector.get_table_names())
     for table in Base.metadata.sorted_tables:
         if table.name not in present:
-            raise DatabaseError(f"the database {redact(engine.url)} is damaged: its table {table.name} is missing "
-                                f"(schema revision {head_revision()} has it); nothing was changed")
+            raise DatabaseError(
+                f"the database {redact(engine.url)} is damaged: its table {table.name} is missing "
+                f"(schema revision {head_revision()} has it); nothing was changed"
+            )
         columns = {c["name"] for c in inspector.get_columns(table.name)}
         missing = [c.name for c in table.columns if c.name not in columns]
         if missing:
-            raise DatabaseError(f"the database {redact(engine.url)} is damaged: table {table.name} has no column "
-                                f"{', '.join(missing)} (schema revision {head_revision()} has it); nothing was changed")
+            raise DatabaseError(
+                f"the database {redact(engine.url)} is damaged: table {table.name} has no column "
+                f"{', '.join(missing)} (schema revision {head_revision()} has it); nothing was changed"
+            )

@@ -62,7 +62,7 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
                             select(ProfilerMetric.case_id).where(ProfilerMetric.run_id == run_id),
                         )
                     )
-                )
+                ),
             )
         }
 
@@ -123,7 +123,10 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
         "accuracy": accuracy,
         "perf": perf,
         "profiler": profiler,
-        "confirmations": (confirmations(engine, hw.fingerprint, candidate_commit=run.commit_sha)
-                          if is_commit_sha(run.commit_sha) else []),
+        "confirmations": (
+            confirmations(engine, hw.fingerprint, candidate_commit=run.commit_sha)
+            if is_commit_sha(run.commit_sha)
+            else []
+        ),
     }
     return validate(doc)

@@ -91,8 +91,10 @@ def open_input(path: str | Path, what: str = "an artifact file") -> BinaryIO:
 
 
 def _not_regular(name: str, mode: int) -> ArtifactError:
-    return ArtifactError(f"{name}: not a regular file but {file_kind(mode)} (not opened: reading it could block "
-                         "forever); give a file, or a pipe as /dev/stdin")
+    return ArtifactError(
+        f"{name}: not a regular file but {file_kind(mode)} (not opened: reading it could block "
+        "forever); give a file, or a pipe as /dev/stdin"
+    )
 
 
 class NotReplaced(OSError):
@@ -134,5 +136,7 @@ def write_atomic(path: str | Path, data: bytes) -> str | None:
 
 def replaced_link_note(path: str | Path, link: str) -> str:
     """The one line that says an output path was a symbolic link, replaced and not written through."""
-    return (f"{printable(str(path))} was a symbolic link (to {printable(link)}): replaced by a regular file, "
-            f"{printable(link)} not written")
+    return (
+        f"{printable(str(path))} was a symbolic link (to {printable(link)}): replaced by a regular file, "
+        f"{printable(link)} not written"
+    )

@@ -73,8 +73,9 @@ def _hardware_id(conn: Connection, doc: RunDocument) -> int:
 def _hardware_row(conn: Connection, hw: schema.Hardware) -> int:
     fp = hardware_fingerprint(hw)
     row = {k: getattr(hw, k) for k in IDENTITY}
-    row.update(fingerprint=fp, peak_gbps_datasheet=hw.peak_gbps_datasheet,
-               peak_tflops_datasheet=hw.peak_tflops_datasheet)
+    row.update(
+        fingerprint=fp, peak_gbps_datasheet=hw.peak_gbps_datasheet, peak_tflops_datasheet=hw.peak_tflops_datasheet
+    )
     _insert_ignore(conn, Hardware, [row], ["fingerprint"])
     return conn.execute(select(Hardware.id).where(Hardware.fingerprint == fp)).scalar_one()
 
@@ -89,13 +90,16 @@ def _case_ids(conn: Connection, doc: RunDocument, source: str) -> dict[str, int]
     fields = ("kernel", "variant", "dtype", "params")
     for start in range(0, len(keys), 500):
         chunk = keys[start : start + 500]
-        for row in conn.execute(select(Case.key, Case.id, *(getattr(Case, f) for f in fields))
-                                .where(Case.key.in_(chunk))).all():
+        for row in conn.execute(
+            select(Case.key, Case.id, *(getattr(Case, f) for f in fields)).where(Case.key.in_(chunk))
+        ).all():
             ids[row.key] = row.id
             for name in fields:
                 if not _same(getattr(row, name), given[row.key][name]):
-                    raise IngestError(f"{source}: cases: case {row.key!r} is stored with {name} "
-                                      f"{getattr(row, name)!r}; this run gives {given[row.key][name]!r}")
+                    raise IngestError(
+                        f"{source}: cases: case {row.key!r} is stored with {name} "
+                        f"{getattr(row, name)!r}; this run gives {given[row.key][name]!r}"
+                    )
     # A case's ceiling comes from its kernel's spec: a run that states it sets it (runs from before it was
     # recorded leave it as it is).
     stated: dict[str, list[str]] = {}
@@ -104,9 +108,11 @@ def _case_ids(conn: Connection, doc: RunDocument, source: str) -> dict[str, int]
             stated.setdefault(case["ceiling"], []).append(key)
     for ceiling, keys_of in stated.items():
         for start in range(0, len(keys_of), 500):
-            conn.execute(update(Case).where(Case.key.in_(keys_of[start : start + 500]),
-                                            or_(Case.ceiling.is_(None), Case.ceiling != ceiling))
-                         .values(ceiling=ceiling))
+            conn.execute(
+                update(Case)
+                .where(Case.key.in_(keys_of[start : start + 500]), or_(Case.ceiling.is_(None), Case.ceiling != ceiling))
+                .values(ceiling=ceiling)
+            )
     return ids
 
 
@@ -127,7 +133,7 @@ def _same(stored: Any, given: Any) -> bool:
     return json.dumps(stored, sort_keys=True) == json.dumps(given, sort_keys=True)
 
 
-def _t(value: str | None):  # noqa: ANN202
+def _t(value: str | None):
     return None if value is None else parse_time(value)
 
 
@@ -148,22 +154,42 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
     commit = run.commit
     conn.execute(
         Run.__table__.insert().values(
-            id=run.id, hardware_id=hw_id, commit_sha=commit.sha, branch=commit.branch,
-            commit_time=_t(commit.time), commit_subject=commit.subject, dirty=commit.dirty, trigger=run.trigger,
-            ci_job=run.ci_job, device=run.device, command=run.command, versions=run.versions,
-            started_at=_t(run.started_at), finished_at=_t(run.finished_at), status=run.status,
-            synthetic=run.synthetic, notes=run.notes, phases_s=run.phases_s, peak_gbps=hw.peak_gbps,
-            peak_tflops=hw.peak_tflops, peak_read_gbps=hw.peak_read_gbps, peak_gbps_datasheet=hw.peak_gbps_datasheet,
-            peak_tflops_datasheet=hw.peak_tflops_datasheet, driver=hw.driver, toolkit=hw.toolkit,
-            device_count=hw.device_count, content_hash=digest,
+            id=run.id,
+            hardware_id=hw_id,
+            commit_sha=commit.sha,
+            branch=commit.branch,
+            commit_time=_t(commit.time),
+            commit_subject=commit.subject,
+            dirty=commit.dirty,
+            trigger=run.trigger,
+            ci_job=run.ci_job,
+            device=run.device,
+            command=run.command,
+            versions=run.versions,
+            started_at=_t(run.started_at),
+            finished_at=_t(run.finished_at),
+            status=run.status,
+            synthetic=run.synthetic,
+            notes=run.notes,
+            phases_s=run.phases_s,
+            peak_gbps=hw.peak_gbps,
+            peak_tflops=hw.peak_tflops,
+            peak_read_gbps=hw.peak_read_gbps,
+            peak_gbps_datasheet=hw.peak_gbps_datasheet,
+            peak_tflops_datasheet=hw.peak_tflops_datasheet,
+            driver=hw.driver,
+            toolkit=hw.toolkit,
+            device_count=hw.device_count,
+            content_hash=digest,
         )
     )
     ids = _case_ids(conn, doc, source)
     common = {"run_id": run.id, "hardware_id": hw_id}
 
     def rows(section: str) -> list[dict[str, Any]]:
-        return [{**item.model_dump(exclude={"case"}), **common, "case_id": ids[item.case]}
-                for item in getattr(doc, section)]
+        return [
+            {**item.model_dump(exclude={"case"}), **common, "case_id": ids[item.case]} for item in getattr(doc, section)
+        ]
 
     perf = rows("perf")
     for row in perf:
@@ -177,10 +203,18 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
 
 def _write_confirmations(conn: Connection, hw_id: int, items: list[schema.Confirmation]) -> None:
     """Confirmations not stored yet (one is stored once: same hardware, case, commits and time)."""
-    rows = [{**c.model_dump(exclude={"case", "confirmed_at"}), "case_key": c.case, "hardware_id": hw_id,
-             "confirmed_at": parse_time(c.confirmed_at)} for c in items]
-    _insert_ignore(conn, Confirmation, rows, ["hardware_id", "case_key", "baseline_commit", "candidate_commit",
-                                              "confirmed_at"])
+    rows = [
+        {
+            **c.model_dump(exclude={"case", "confirmed_at"}),
+            "case_key": c.case,
+            "hardware_id": hw_id,
+            "confirmed_at": parse_time(c.confirmed_at),
+        }
+        for c in items
+    ]
+    _insert_ignore(
+        conn, Confirmation, rows, ["hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at"]
+    )
 
 
 def store_confirmations(engine: Engine, hardware: schema.Hardware, items: list[schema.Confirmation]) -> int:

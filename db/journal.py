@@ -131,8 +131,10 @@ class JournalWriter:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
             self._fd = os.open(path, flags, 0o644)
         except FileExistsError:
-            raise ArtifactError(f"{path}: a journal of an earlier run is there (recover it with "
-                                f"`kernelwatch collect --resume {path}`, or delete it)") from None
+            raise ArtifactError(
+                f"{path}: a journal of an earlier run is there (recover it with "
+                f"`kernelwatch collect --resume {path}`, or delete it)"
+            ) from None
         except OSError as exc:
             raise ArtifactError(f"{path}: cannot create the journal ({exc.strerror or exc})") from None
         _fsync_dir(path.parent)
@@ -148,7 +150,7 @@ class JournalWriter:
         try:
             view = memoryview(payload)
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             now = time.monotonic()
             if sync or now - self._synced >= FSYNC_EVERY_S:
                 os.fsync(self._fd)
@@ -159,17 +161,27 @@ class JournalWriter:
         self.seconds += time.monotonic() - start
 
     def header(self, run: RunInfo, hardware: Hardware, expected: int) -> None:
-        self._write({"journal": JOURNAL_SCHEMA, "kind": "header", "artifact_schema": SCHEMA,
-                     "run": run.model_dump(mode="json"), "hardware": hardware.model_dump(mode="json"),
-                     "expected": expected}, sync=True)
+        self._write(
+            {
+                "journal": JOURNAL_SCHEMA,
+                "kind": "header",
+                "artifact_schema": SCHEMA,
+                "run": run.model_dump(mode="json"),
+                "hardware": hardware.model_dump(mode="json"),
+                "expected": expected,
+            },
+            sync=True,
+        )
 
     def result(self, record: dict[str, Any]) -> None:
         """One finished work item: ``suite``, ``key``, ``case`` and its ``accuracy``/``perf``/``profiler`` rows."""
         self._write({"kind": "result", **record}, sync=False)
 
     def end(self, status: str, finished_at: str, notes: str | None, phases_s: dict[str, float] | None) -> None:
-        self._write({"kind": "end", "status": status, "finished_at": finished_at, "notes": notes,
-                     "phases_s": phases_s}, sync=True)
+        self._write(
+            {"kind": "end", "status": status, "finished_at": finished_at, "notes": notes, "phases_s": phases_s},
+            sync=True,
+        )
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -210,8 +222,10 @@ def check_record(record: dict[str, Any], where: str) -> dict[str, Any]:
     """A result record with its case and rows validated and normalised by the schema's models."""
     try:
         case = CaseInfo.model_validate(record["case"]).model_dump(mode="json")
-        rows = {section: [model.model_validate(r).model_dump(mode="json") for r in record.get(section, [])]
-                for section, model in SECTIONS.items()}
+        rows = {
+            section: [model.model_validate(r).model_dump(mode="json") for r in record.get(section, [])]
+            for section, model in SECTIONS.items()
+        }
     except ValidationError as exc:
         raise ArtifactError(f"{where}: {describe(exc)}") from None
     except (KeyError, TypeError, AttributeError):
@@ -237,8 +251,7 @@ def build_document(run: dict[str, Any], hardware: dict[str, Any], records: list[
         cases.setdefault(record["case"]["key"], record["case"])
         for name in SECTIONS:
             sections[name].extend(record.get(name, []))
-    return validate({"schema": SCHEMA, "run": run, "hardware": hardware, "cases": list(cases.values()),
-                     **sections})
+    return validate({"schema": SCHEMA, "run": run, "hardware": hardware, "cases": list(cases.values()), **sections})
 
 
 class Journal:
@@ -319,18 +332,26 @@ class Journal:
         notes = [run["notes"]] if run.get("notes") else []
         expected = self.header.get("expected")
         if self.end is not None:
-            run.update(status=self.end.get("status"), finished_at=self.end.get("finished_at"),
-                       phases_s=self.end.get("phases_s"))
+            run.update(
+                status=self.end.get("status"),
+                finished_at=self.end.get("finished_at"),
+                phases_s=self.end.get("phases_s"),
+            )
             notes = [self.end["notes"]] if self.end.get("notes") else []
             # No file name in the notes: a renamed or copied journal is the same run with the same content.
             notes.append("recovered from its journal: the run had ended but was not stored")
         else:
             times = [parse_time(r["finished_at"]) for r in self.results if r.get("finished_at")]
             started = parse_time(run["started_at"])
-            run.update(status="partial" if self.results else "failed",
-                       finished_at=format_time(max([started, *times])), phases_s=_phases(self.results))
-            notes.append(f"recovered from its journal after the collector stopped: "
-                         f"{len(self.results)} of {expected} work items had finished; the others were not run")
+            run.update(
+                status="partial" if self.results else "failed",
+                finished_at=format_time(max([started, *times])),
+                phases_s=_phases(self.results),
+            )
+            notes.append(
+                f"recovered from its journal after the collector stopped: "
+                f"{len(self.results)} of {expected} work items had finished; the others were not run"
+            )
         if self.torn:
             notes.append("the journal's last line was cut off mid-write and was ignored")
         run["notes"] = "; ".join(notes)
@@ -415,5 +436,16 @@ def load_run(path: str | Path) -> RunDocument:
     return parse_artifact(text, str(path))
 
 
-__all__ = ["JOURNAL_DIR", "JOURNAL_SCHEMA", "Journal", "JournalWriter", "build_document", "check_record",
-           "is_journal", "journal_path", "load_run", "recover", "remove_journal"]
+__all__ = [
+    "JOURNAL_DIR",
+    "JOURNAL_SCHEMA",
+    "Journal",
+    "JournalWriter",
+    "build_document",
+    "check_record",
+    "is_journal",
+    "journal_path",
+    "load_run",
+    "recover",
+    "remove_journal",
+]

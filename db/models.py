@@ -225,8 +225,9 @@ class Confirmation(Base):
 
     __tablename__ = "confirmation"
     __table_args__ = (
-        UniqueConstraint("hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at",
-                         name="uq_confirmation"),
+        UniqueConstraint(
+            "hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at", name="uq_confirmation"
+        ),
         Index("ix_confirmation_hw_case", "hardware_id", "case_key"),
     )
 

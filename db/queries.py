@@ -76,8 +76,10 @@ def find_hardware(engine: Engine, hardware: str, rows: list[dict[str, Any]] | No
     if len(matches) != 1:
         names = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in matches[:6]) or "none"
         known = "; ".join(f"{h['device_name']} ({h['fingerprint'][:8]})" for h in rows[:6])
-        raise LookupError(f"--hardware {hardware[:60]!r} must match exactly one hardware: it matches "
-                          f"{len(matches)} ({names})" + ("" if matches else f"; known: {known or 'none'}"))
+        raise LookupError(
+            f"--hardware {hardware[:60]!r} must match exactly one hardware: it matches "
+            f"{len(matches)} ({names})" + ("" if matches else f"; known: {known or 'none'}")
+        )
     return matches[0]
 
 
@@ -115,8 +117,7 @@ def run_results(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     """One flat record per case x implementation (accuracy-only cases as implementation 'triton')."""
     with Session(engine) as conn:
         acc = {
-            r.case_id: r
-            for r in stored.scalars(conn, select(AccuracyResult).where(AccuracyResult.run_id == run_id))
+            r.case_id: r for r in stored.scalars(conn, select(AccuracyResult).where(AccuracyResult.run_id == run_id))
         }
         perf = stored.scalars(conn, select(PerfResult).where(PerfResult.run_id == run_id))
         case_ids = set(acc) | {p.case_id for p in perf}
@@ -189,9 +190,7 @@ def case_history(
     )  # fmt: skip
     with Session(engine) as conn:
         rows = stored.rows(conn, stmt)
-    return [
-        {**r, "commit_time": _iso(r["commit_time"]), "started_at": _iso(r["started_at"])} for r in rows
-    ]
+    return [{**r, "commit_time": _iso(r["commit_time"]), "started_at": _iso(r["started_at"])} for r in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,15 +231,40 @@ def recent_runs(engine: Engine, fingerprint: str, last: int, kernel: str | None 
     return rows[::-1]
 
 
-def perf_rows(engine: Engine, run_ids: list[str], kernel: str | None = None, implementations: tuple[str, ...] = (),
-              with_samples: bool = False, with_params: bool = True) -> list[dict[str, Any]]:
+def perf_rows(
+    engine: Engine,
+    run_ids: list[str],
+    kernel: str | None = None,
+    implementations: tuple[str, ...] = (),
+    with_samples: bool = False,
+    with_params: bool = True,
+) -> list[dict[str, Any]]:
     """Perf results of some runs (one index probe per run), with their case's fields."""
     if not run_ids:
         return []
-    cols = [PerfResult.run_id, PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms,
-            PerfResult.min_ms, PerfResult.call_ms, PerfResult.gbps, PerfResult.tflops, PerfResult.pct_peak,
-            PerfResult.bytes, PerfResult.flops, PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met,
-            PerfResult.error, PerfResult.device_uuid, Case.key.label("case"), Case.kernel, Case.variant, Case.dtype]
+    cols = [
+        PerfResult.run_id,
+        PerfResult.implementation,
+        PerfResult.median_ms,
+        PerfResult.p20_ms,
+        PerfResult.p80_ms,
+        PerfResult.min_ms,
+        PerfResult.call_ms,
+        PerfResult.gbps,
+        PerfResult.tflops,
+        PerfResult.pct_peak,
+        PerfResult.bytes,
+        PerfResult.flops,
+        PerfResult.speedup_vs_eager,
+        PerfResult.target,
+        PerfResult.target_met,
+        PerfResult.error,
+        PerfResult.device_uuid,
+        Case.key.label("case"),
+        Case.kernel,
+        Case.variant,
+        Case.dtype,
+    ]
     if with_params:
         cols += [Case.params, Case.ceiling]
     if with_samples:
@@ -295,8 +319,12 @@ def latest_runs(engine: Engine, statuses: tuple[str, ...] = ("complete", "partia
     out = []
     with Session(engine) as conn:
         for hw in stored.scalars(conn, select(Hardware)):
-            stmt = (select(Run).where(Run.hardware_id == hw.id, Run.status.in_(statuses))
-                    .order_by(Run.started_at.desc()).limit(1))
+            stmt = (
+                select(Run)
+                .where(Run.hardware_id == hw.id, Run.status.in_(statuses))
+                .order_by(Run.started_at.desc())
+                .limit(1)
+            )
             run = next(iter(stored.scalars(conn, stmt)), None)
             if run is not None:
                 out.append(_run_dict(run, hw))
@@ -311,16 +339,26 @@ def run_info(engine: Engine, run_id: str) -> dict[str, Any] | None:
 
 def case_info(engine: Engine, key: str) -> dict[str, Any] | None:
     with engine.connect() as conn:
-        row = next(iter(stored.rows(conn, select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params,
-                                                  Case.ceiling).where(Case.key == key))), None)
+        row = next(
+            iter(
+                stored.rows(
+                    conn,
+                    select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling).where(
+                        Case.key == key
+                    ),
+                )
+            ),
+            None,
+        )
     return None if row is None else dict(row)
 
 
 def cases_without_ceiling(engine: Engine) -> list[dict[str, Any]]:
     """Cases stored with no ceiling (only runs from before it was recorded measured them)."""
     with engine.connect() as conn:
-        return stored.rows(conn, select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params)
-                           .where(Case.ceiling.is_(None)))
+        return stored.rows(
+            conn, select(Case.key, Case.kernel, Case.variant, Case.dtype, Case.params).where(Case.ceiling.is_(None))
+        )
 
 
 def case_keys(engine: Engine, kernel: str) -> list[str]:
@@ -331,20 +369,35 @@ def case_keys(engine: Engine, kernel: str) -> list[str]:
 def case_hardware(engine: Engine, key: str) -> list[str]:
     """Fingerprints of the hardware that measured a case (perf or accuracy)."""
     case_id = select(Case.id).where(Case.key == key).scalar_subquery()
-    stmt = union(select(PerfResult.hardware_id).where(PerfResult.case_id == case_id),
-                 select(AccuracyResult.hardware_id).where(AccuracyResult.case_id == case_id)).subquery()
+    stmt = union(
+        select(PerfResult.hardware_id).where(PerfResult.case_id == case_id),
+        select(AccuracyResult.hardware_id).where(AccuracyResult.case_id == case_id),
+    ).subquery()
     with engine.connect() as conn:
-        return list(conn.execute(select(Hardware.fingerprint).where(Hardware.id.in_(select(stmt.c[0])))
-                                 .order_by(Hardware.device_name)).scalars())
+        return list(
+            conn.execute(
+                select(Hardware.fingerprint).where(Hardware.id.in_(select(stmt.c[0]))).order_by(Hardware.device_name)
+            ).scalars()
+        )
 
 
 def _run_columns() -> list:
-    return [Run.id.label("run_id"), Run.commit_sha.label("commit"), Run.commit_subject.label("subject"),
-            Run.commit_time, Run.started_at.label("started"), Run.synthetic, Run.status, Run.device.label("run_device"),
-            Run.peak_gbps, Run.peak_read_gbps, Run.peak_tflops]
+    return [
+        Run.id.label("run_id"),
+        Run.commit_sha.label("commit"),
+        Run.commit_subject.label("subject"),
+        Run.commit_time,
+        Run.started_at.label("started"),
+        Run.synthetic,
+        Run.status,
+        Run.device.label("run_device"),
+        Run.peak_gbps,
+        Run.peak_read_gbps,
+        Run.peak_tflops,
+    ]
 
 
-def _iso_rows(rows) -> list[dict[str, Any]]:  # noqa: ANN001
+def _iso_rows(rows) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         d = dict(r)
@@ -360,18 +413,45 @@ def case_perf(engine: Engine, key: str, fingerprint: str, last: int = 50) -> lis
     oldest first (commit order), with each run's ceilings."""
     case_id = select(Case.id).where(Case.key == key).scalar_subquery()
     hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
-    runs = (select(PerfResult.run_id).join(Run, Run.id == PerfResult.run_id)
-            .where(PerfResult.case_id == case_id, PerfResult.hardware_id == hw_id,
-                   PerfResult.implementation == KERNEL_IMPL, Run.status.in_(("complete", "partial")))
-            .order_by(*(c.desc() for c in _commit_order())).limit(last))
-    stmt = (select(*_run_columns(), PerfResult.implementation, PerfResult.median_ms, PerfResult.p20_ms,
-                   PerfResult.p80_ms, PerfResult.min_ms, PerfResult.call_ms, PerfResult.peak_mem_bytes,
-                   PerfResult.bytes, PerfResult.flops, PerfResult.gbps, PerfResult.pct_peak,
-                   PerfResult.speedup_vs_eager, PerfResult.target, PerfResult.target_met, PerfResult.error,
-                   PerfResult.device, PerfResult.device_uuid, PerfResult.host, PerfResult.timing)
-            .join(Run, Run.id == PerfResult.run_id)
-            .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
-            .order_by(*_commit_order(), PerfResult.implementation))
+    runs = (
+        select(PerfResult.run_id)
+        .join(Run, Run.id == PerfResult.run_id)
+        .where(
+            PerfResult.case_id == case_id,
+            PerfResult.hardware_id == hw_id,
+            PerfResult.implementation == KERNEL_IMPL,
+            Run.status.in_(("complete", "partial")),
+        )
+        .order_by(*(c.desc() for c in _commit_order()))
+        .limit(last)
+    )
+    stmt = (
+        select(
+            *_run_columns(),
+            PerfResult.implementation,
+            PerfResult.median_ms,
+            PerfResult.p20_ms,
+            PerfResult.p80_ms,
+            PerfResult.min_ms,
+            PerfResult.call_ms,
+            PerfResult.peak_mem_bytes,
+            PerfResult.bytes,
+            PerfResult.flops,
+            PerfResult.gbps,
+            PerfResult.pct_peak,
+            PerfResult.speedup_vs_eager,
+            PerfResult.target,
+            PerfResult.target_met,
+            PerfResult.error,
+            PerfResult.device,
+            PerfResult.device_uuid,
+            PerfResult.host,
+            PerfResult.timing,
+        )
+        .join(Run, Run.id == PerfResult.run_id)
+        .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
+        .order_by(*_commit_order(), PerfResult.implementation)
+    )
     with engine.connect() as conn:
         return _iso_rows(stored.rows(conn, stmt))
 
@@ -380,13 +460,21 @@ def case_accuracy(engine: Engine, key: str, fingerprint: str, last: int = 50) ->
     """Gating accuracy of one case on one hardware, the last ``last`` runs, oldest first."""
     case_id = select(Case.id).where(Case.key == key).scalar_subquery()
     hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
-    stmt = (select(*_run_columns(), AccuracyResult.error_budget, AccuracyResult.max_abs_err,
-                   AccuracyResult.max_rel_err, AccuracyResult.nan_mismatches, AccuracyResult.passed,
-                   AccuracyResult.error)
-            .join(Run, Run.id == AccuracyResult.run_id)
-            .where(AccuracyResult.case_id == case_id, AccuracyResult.hardware_id == hw_id,
-                   AccuracyResult.kind == "gate")
-            .order_by(*(c.desc() for c in _commit_order())).limit(last))
+    stmt = (
+        select(
+            *_run_columns(),
+            AccuracyResult.error_budget,
+            AccuracyResult.max_abs_err,
+            AccuracyResult.max_rel_err,
+            AccuracyResult.nan_mismatches,
+            AccuracyResult.passed,
+            AccuracyResult.error,
+        )
+        .join(Run, Run.id == AccuracyResult.run_id)
+        .where(AccuracyResult.case_id == case_id, AccuracyResult.hardware_id == hw_id, AccuracyResult.kind == "gate")
+        .order_by(*(c.desc() for c in _commit_order()))
+        .limit(last)
+    )
     with engine.connect() as conn:
         return _iso_rows(stored.rows(conn, stmt))[::-1]
 
@@ -395,12 +483,22 @@ def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, 
     """Profiler counters of one case on one hardware, oldest run first."""
     case_id = select(Case.id).where(Case.key == key).scalar_subquery()
     hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
-    stmt = (select(*_run_columns(), ProfilerMetric.source, ProfilerMetric.name, ProfilerMetric.value,
-                   ProfilerMetric.unit, ProfilerMetric.ideal, ProfilerMetric.meets_ideal, ProfilerMetric.error,
-                   ProfilerMetric.launch)
-            .join(Run, Run.id == ProfilerMetric.run_id)
-            .where(ProfilerMetric.case_id == case_id, ProfilerMetric.hardware_id == hw_id)
-            .order_by(*_commit_order(), ProfilerMetric.name))
+    stmt = (
+        select(
+            *_run_columns(),
+            ProfilerMetric.source,
+            ProfilerMetric.name,
+            ProfilerMetric.value,
+            ProfilerMetric.unit,
+            ProfilerMetric.ideal,
+            ProfilerMetric.meets_ideal,
+            ProfilerMetric.error,
+            ProfilerMetric.launch,
+        )
+        .join(Run, Run.id == ProfilerMetric.run_id)
+        .where(ProfilerMetric.case_id == case_id, ProfilerMetric.hardware_id == hw_id)
+        .order_by(*_commit_order(), ProfilerMetric.name)
+    )
     with engine.connect() as conn:
         return _iso_rows(stored.rows(conn, stmt))
 
@@ -408,9 +506,13 @@ def case_profiler(engine: Engine, key: str, fingerprint: str) -> list[dict[str, 
 def profiler_kernels(engine: Engine, fingerprint: str) -> list[str]:
     """Kernels with at least one profiler counter value on this hardware."""
     hw_id = select(Hardware.id).where(Hardware.fingerprint == fingerprint).scalar_subquery()
-    stmt = (select(Case.kernel).join(ProfilerMetric, ProfilerMetric.case_id == Case.id)
-            .where(ProfilerMetric.hardware_id == hw_id, ProfilerMetric.value.is_not(None))
-            .distinct().order_by(Case.kernel))
+    stmt = (
+        select(Case.kernel)
+        .join(ProfilerMetric, ProfilerMetric.case_id == Case.id)
+        .where(ProfilerMetric.hardware_id == hw_id, ProfilerMetric.value.is_not(None))
+        .distinct()
+        .order_by(Case.kernel)
+    )
     with engine.connect() as conn:
         return list(conn.execute(stmt).scalars())
 
@@ -423,12 +525,24 @@ def latest_accuracy_runs(engine: Engine) -> list[dict[str, Any]]:
         kernels = list(conn.execute(select(Case.kernel).distinct()).scalars())
         for hw in stored.scalars(conn, select(Hardware)):
             for kernel in kernels:
-                has = (select(AccuracyResult.id).join(Case, Case.id == AccuracyResult.case_id)
-                       .where(AccuracyResult.run_id == Run.id, AccuracyResult.kind == "gate", Case.kernel == kernel)
-                       .exists())
-                run = next(iter(stored.scalars(conn, select(Run).where(
-                    Run.hardware_id == hw.id, Run.status.in_(("complete", "partial")), has
-                ).order_by(Run.started_at.desc()).limit(1))), None)
+                has = (
+                    select(AccuracyResult.id)
+                    .join(Case, Case.id == AccuracyResult.case_id)
+                    .where(AccuracyResult.run_id == Run.id, AccuracyResult.kind == "gate", Case.kernel == kernel)
+                    .exists()
+                )
+                run = next(
+                    iter(
+                        stored.scalars(
+                            conn,
+                            select(Run)
+                            .where(Run.hardware_id == hw.id, Run.status.in_(("complete", "partial")), has)
+                            .order_by(Run.started_at.desc())
+                            .limit(1),
+                        )
+                    ),
+                    None,
+                )
                 if run is not None:
                     out.append({**_run_dict(run, hw), "kernel": kernel})
     return sorted(out, key=lambda r: (r["hardware"], r["kernel"]))
@@ -436,13 +550,28 @@ def latest_accuracy_runs(engine: Engine) -> list[dict[str, Any]]:
 
 def acks(engine: Engine, fingerprint: str | None = None, case: str | None = None) -> list[dict[str, Any]]:
     """Acknowledged changes, oldest first, each with the commit time of its commit where a run knows it."""
-    commit_time = (select(func.min(func.coalesce(Run.commit_time, Run.started_at)))
-                   .where(Run.commit_sha == Ack.commit_sha).scalar_subquery())
-    stmt = (select(Ack.id, Case.key.label("case"), Case.kernel, Hardware.fingerprint,
-                   Hardware.device_name.label("hardware"), Ack.commit_sha.label("commit"), Ack.reason, Ack.author,
-                   Ack.created_at, commit_time.label("commit_time"))
-            .join(Case, Case.id == Ack.case_id).join(Hardware, Hardware.id == Ack.hardware_id)
-            .order_by(Ack.created_at, Ack.id))
+    commit_time = (
+        select(func.min(func.coalesce(Run.commit_time, Run.started_at)))
+        .where(Run.commit_sha == Ack.commit_sha)
+        .scalar_subquery()
+    )
+    stmt = (
+        select(
+            Ack.id,
+            Case.key.label("case"),
+            Case.kernel,
+            Hardware.fingerprint,
+            Hardware.device_name.label("hardware"),
+            Ack.commit_sha.label("commit"),
+            Ack.reason,
+            Ack.author,
+            Ack.created_at,
+            commit_time.label("commit_time"),
+        )
+        .join(Case, Case.id == Ack.case_id)
+        .join(Hardware, Hardware.id == Ack.hardware_id)
+        .order_by(Ack.created_at, Ack.id)
+    )
     if fingerprint:
         stmt = stmt.where(Hardware.fingerprint == fingerprint)
     if case:
@@ -460,24 +589,36 @@ BASELINE_LOOKBACK = 200  # eligible runs considered, newest first
 def runs_by_id_prefix(engine: Engine, prefix: str, limit: int = 3) -> list[dict[str, Any]]:
     """Runs whose id is ``prefix`` or starts with it (the exact one first), at most ``limit``."""
     with Session(engine) as conn:
-        rows = stored.entities(conn, select(Run, Hardware).join(Hardware)
-                               .where(Run.id.startswith(prefix, autoescape=True))
-                               .order_by(Run.id != prefix, Run.id).limit(limit))
+        rows = stored.entities(
+            conn,
+            select(Run, Hardware)
+            .join(Hardware)
+            .where(Run.id.startswith(prefix, autoescape=True))
+            .order_by(Run.id != prefix, Run.id)
+            .limit(limit),
+        )
     return [_run_dict(r, h) for r, h in rows]
 
 
 def branch_runs(engine: Engine, branch: str) -> list[dict[str, Any]]:
     """Every run of ``branch`` (any hardware, any status), newest first."""
     with Session(engine) as conn:
-        rows = stored.entities(conn, select(Run, Hardware).join(Hardware).where(Run.branch == branch)
-                               .order_by(Run.started_at.desc(), Run.id))
+        rows = stored.entities(
+            conn,
+            select(Run, Hardware).join(Hardware).where(Run.branch == branch).order_by(Run.started_at.desc(), Run.id),
+        )
     return [_run_dict(r, h) for r, h in rows]
 
 
 def branches_on(engine: Engine, fingerprint: str) -> list[tuple[str, int]]:
     """(branch, number of runs) on one hardware, by branch name."""
-    stmt = (select(Run.branch, func.count()).join(Hardware).where(Hardware.fingerprint == fingerprint)
-            .group_by(Run.branch).order_by(Run.branch))
+    stmt = (
+        select(Run.branch, func.count())
+        .join(Hardware)
+        .where(Hardware.fingerprint == fingerprint)
+        .group_by(Run.branch)
+        .order_by(Run.branch)
+    )
     with engine.connect() as conn:
         return [(b, n) for b, n in conn.execute(stmt)]
 
@@ -487,10 +628,12 @@ def result_counts(engine: Engine, run_ids: list[str]) -> dict[str, int]:
     if not run_ids:
         return {}
     out: dict[str, int] = {}
-    perf = (select(PerfResult.run_id, func.count()).where(PerfResult.run_id.in_(run_ids))
-            .group_by(PerfResult.run_id))
-    acc = (select(AccuracyResult.run_id, func.count())
-           .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate").group_by(AccuracyResult.run_id))
+    perf = select(PerfResult.run_id, func.count()).where(PerfResult.run_id.in_(run_ids)).group_by(PerfResult.run_id)
+    acc = (
+        select(AccuracyResult.run_id, func.count())
+        .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate")
+        .group_by(AccuracyResult.run_id)
+    )
     with engine.connect() as conn:
         for stmt in (perf, acc):
             for rid, n in conn.execute(stmt):
@@ -498,9 +641,17 @@ def result_counts(engine: Engine, run_ids: list[str]) -> dict[str, int]:
     return out
 
 
-def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str], acc_cases: list[str],
-                        not_after: tuple[dt.datetime, dt.datetime], now: dt.datetime, branch: str | None = None,
-                        exclude: str | None = None, lookback: int = BASELINE_LOOKBACK) -> list[dict[str, Any]]:
+def baseline_candidates(
+    engine: Engine,
+    fingerprint: str,
+    perf_cases: list[str],
+    acc_cases: list[str],
+    not_after: tuple[dt.datetime, dt.datetime],
+    now: dt.datetime,
+    branch: str | None = None,
+    exclude: str | None = None,
+    lookback: int = BASELINE_LOOKBACK,
+) -> list[dict[str, Any]]:
     """Complete runs on one hardware that could be a candidate's baseline, newest first (commit order), each
     with ``perf_shared`` (its kernel timings of ``perf_cases``), ``acc_shared`` (its gating accuracy rows of
     ``acc_cases``) and ``results`` (all its rows).
@@ -511,14 +662,25 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
     """
     commit_key = func.coalesce(Run.commit_time, Run.started_at)
     when, started = not_after
-    has_results = or_(select(PerfResult.id).where(PerfResult.run_id == Run.id).exists(),
-                      select(AccuracyResult.id).where(AccuracyResult.run_id == Run.id,
-                                                      AccuracyResult.kind == "gate").exists())
-    stmt = (select(Run, Hardware).join(Hardware)
-            .where(Hardware.fingerprint == fingerprint, Run.status == "complete", commit_key <= when,
-                   Run.started_at <= started, Run.started_at <= now,
-                   or_(Run.commit_time.is_(None), Run.commit_time <= now), has_results)
-            .order_by(*(c.desc() for c in _commit_order()), Run.id).limit(lookback))
+    has_results = or_(
+        select(PerfResult.id).where(PerfResult.run_id == Run.id).exists(),
+        select(AccuracyResult.id).where(AccuracyResult.run_id == Run.id, AccuracyResult.kind == "gate").exists(),
+    )
+    stmt = (
+        select(Run, Hardware)
+        .join(Hardware)
+        .where(
+            Hardware.fingerprint == fingerprint,
+            Run.status == "complete",
+            commit_key <= when,
+            Run.started_at <= started,
+            Run.started_at <= now,
+            or_(Run.commit_time.is_(None), Run.commit_time <= now),
+            has_results,
+        )
+        .order_by(*(c.desc() for c in _commit_order()), Run.id)
+        .limit(lookback)
+    )
     if branch is not None:  # a pull request's push is never its branch's baseline (its head may be named main)
         stmt = stmt.where(Run.branch == branch, Run.trigger != "pr")
     if exclude:
@@ -529,12 +691,26 @@ def baseline_candidates(engine: Engine, fingerprint: str, perf_cases: list[str],
     counts = result_counts(engine, ids)
     perf_shared = _shared(engine, PerfResult, ids, perf_cases, PerfResult.implementation == KERNEL_IMPL)
     acc_shared = _shared(engine, AccuracyResult, ids, acc_cases, AccuracyResult.kind == "gate")
-    return [{**r, "results": counts.get(r["id"], 0), "perf_shared": perf_shared.get(r["id"], 0),
-             "acc_shared": acc_shared.get(r["id"], 0)} for r in runs]
+    return [
+        {
+            **r,
+            "results": counts.get(r["id"], 0),
+            "perf_shared": perf_shared.get(r["id"], 0),
+            "acc_shared": acc_shared.get(r["id"], 0),
+        }
+        for r in runs
+    ]
 
 
-def judging_runs(engine: Engine, fingerprint: str, branch: str, not_after: tuple[dt.datetime, dt.datetime],
-                 now: dt.datetime, exclude: str | None, last: int) -> list[dict[str, Any]]:
+def judging_runs(
+    engine: Engine,
+    fingerprint: str,
+    branch: str,
+    not_after: tuple[dt.datetime, dt.datetime],
+    now: dt.datetime,
+    exclude: str | None,
+    last: int,
+) -> list[dict[str, Any]]:
     """The runs whose results may judge a candidate (its noise, steps and between-GPU terms), oldest first
     (commit order): the newest ``last`` complete runs of ``branch`` on one hardware that are not pull-request
     pushes (trigger "pr"), not ``exclude``, not after the candidate in commit order nor started after it
@@ -544,11 +720,22 @@ def judging_runs(engine: Engine, fingerprint: str, branch: str, not_after: tuple
     branch: a run of another branch, a PR push, a partial run or a clock set ahead never enters."""
     commit_key = func.coalesce(Run.commit_time, Run.started_at)
     when, started = not_after
-    stmt = (select(Run, Hardware).join(Hardware)
-            .where(Hardware.fingerprint == fingerprint, Run.branch == branch, Run.status == "complete",
-                   Run.trigger != "pr", commit_key <= when, Run.started_at <= started, Run.started_at <= now,
-                   or_(Run.commit_time.is_(None), Run.commit_time <= now))
-            .order_by(*(c.desc() for c in _commit_order()), Run.id).limit(last))
+    stmt = (
+        select(Run, Hardware)
+        .join(Hardware)
+        .where(
+            Hardware.fingerprint == fingerprint,
+            Run.branch == branch,
+            Run.status == "complete",
+            Run.trigger != "pr",
+            commit_key <= when,
+            Run.started_at <= started,
+            Run.started_at <= now,
+            or_(Run.commit_time.is_(None), Run.commit_time <= now),
+        )
+        .order_by(*(c.desc() for c in _commit_order()), Run.id)
+        .limit(last)
+    )
     if exclude:
         stmt = stmt.where(Run.id != exclude)
     with Session(engine) as conn:
@@ -556,15 +743,18 @@ def judging_runs(engine: Engine, fingerprint: str, branch: str, not_after: tuple
     return rows[::-1]
 
 
-def _shared(engine: Engine, table, run_ids: list[str], keys: list[str], where) -> dict[str, int]:  # noqa: ANN001
+def _shared(engine: Engine, table, run_ids: list[str], keys: list[str], where) -> dict[str, int]:
     if not run_ids or not keys:
         return {}
     out: dict[str, int] = {}
     with engine.connect() as conn:
         for i in range(0, len(keys), 500):  # bound parameters stay far below every backend's limit
-            stmt = (select(table.run_id, func.count()).join(Case, Case.id == table.case_id)
-                    .where(table.run_id.in_(run_ids), Case.key.in_(keys[i:i + 500]), where)
-                    .group_by(table.run_id))
+            stmt = (
+                select(table.run_id, func.count())
+                .join(Case, Case.id == table.case_id)
+                .where(table.run_id.in_(run_ids), Case.key.in_(keys[i : i + 500]), where)
+                .group_by(table.run_id)
+            )
             for rid, n in conn.execute(stmt):
                 out[rid] = out.get(rid, 0) + n
     return out
@@ -577,9 +767,15 @@ def perf_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str]) -> 
     out: dict[str, set[str]] = {}
     with engine.connect() as conn:
         for i in range(0, len(case_keys), 500):
-            stmt = (select(PerfResult.run_id, Case.key).join(Case, Case.id == PerfResult.case_id)
-                    .where(PerfResult.run_id.in_(run_ids), PerfResult.implementation == KERNEL_IMPL,
-                           Case.key.in_(case_keys[i:i + 500])))
+            stmt = (
+                select(PerfResult.run_id, Case.key)
+                .join(Case, Case.id == PerfResult.case_id)
+                .where(
+                    PerfResult.run_id.in_(run_ids),
+                    PerfResult.implementation == KERNEL_IMPL,
+                    Case.key.in_(case_keys[i : i + 500]),
+                )
+            )
             for rid, key in conn.execute(stmt):
                 out.setdefault(rid, set()).add(key)
     return out
@@ -593,9 +789,15 @@ def accuracy_case_runs(engine: Engine, run_ids: list[str], case_keys: list[str])
     out: dict[str, set[str]] = {}
     with engine.connect() as conn:
         for i in range(0, len(case_keys), 500):
-            stmt = (select(AccuracyResult.run_id, Case.key).join(Case, Case.id == AccuracyResult.case_id)
-                    .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate",
-                           Case.key.in_(case_keys[i:i + 500])))
+            stmt = (
+                select(AccuracyResult.run_id, Case.key)
+                .join(Case, Case.id == AccuracyResult.case_id)
+                .where(
+                    AccuracyResult.run_id.in_(run_ids),
+                    AccuracyResult.kind == "gate",
+                    Case.key.in_(case_keys[i : i + 500]),
+                )
+            )
             for rid, key in conn.execute(stmt):
                 out.setdefault(rid, set()).add(key)
     return out
@@ -605,18 +807,39 @@ def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]
     """What each run holds: its kernels (sorted), how many kernel timings (``perf``: Triton rows), gating
     accuracy results (``accuracy``) and profiler metrics (``profiler``) it has, and per kind the kernels that have
     them (``perf_kernels``...). Runs without results get zeros and no kernels."""
-    out = {rid: {"kernels": set(), "perf": 0, "accuracy": 0, "profiler": 0, "perf_kernels": set(),
-                 "accuracy_kernels": set(), "profiler_kernels": set()} for rid in run_ids}
+    out = {
+        rid: {
+            "kernels": set(),
+            "perf": 0,
+            "accuracy": 0,
+            "profiler": 0,
+            "perf_kernels": set(),
+            "accuracy_kernels": set(),
+            "profiler_kernels": set(),
+        }
+        for rid in run_ids
+    }
     if not run_ids:
         return {}
     queries = (
-        ("perf", select(PerfResult.run_id, Case.kernel, func.count()).join(Case, Case.id == PerfResult.case_id)
-         .where(PerfResult.run_id.in_(run_ids), PerfResult.implementation == KERNEL_IMPL)),
-        ("accuracy", select(AccuracyResult.run_id, Case.kernel, func.count())
-         .join(Case, Case.id == AccuracyResult.case_id)
-         .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate")),
-        ("profiler", select(ProfilerMetric.run_id, Case.kernel, func.count())
-         .join(Case, Case.id == ProfilerMetric.case_id).where(ProfilerMetric.run_id.in_(run_ids))),
+        (
+            "perf",
+            select(PerfResult.run_id, Case.kernel, func.count())
+            .join(Case, Case.id == PerfResult.case_id)
+            .where(PerfResult.run_id.in_(run_ids), PerfResult.implementation == KERNEL_IMPL),
+        ),
+        (
+            "accuracy",
+            select(AccuracyResult.run_id, Case.kernel, func.count())
+            .join(Case, Case.id == AccuracyResult.case_id)
+            .where(AccuracyResult.run_id.in_(run_ids), AccuracyResult.kind == "gate"),
+        ),
+        (
+            "profiler",
+            select(ProfilerMetric.run_id, Case.kernel, func.count())
+            .join(Case, Case.id == ProfilerMetric.case_id)
+            .where(ProfilerMetric.run_id.in_(run_ids)),
+        ),
     )
     with engine.connect() as conn:
         for name, stmt in queries:
@@ -627,16 +850,19 @@ def run_contents(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, Any]
     return {rid: {**c, **{k: sorted(v) for k, v in c.items() if k.endswith("kernels")}} for rid, c in out.items()}
 
 
-def contents_text(contents: dict[str, Any], device: str | None = None, device_count: int | None = None,
-                  names: bool = False) -> str:
+def contents_text(
+    contents: dict[str, Any], device: str | None = None, device_count: int | None = None, names: bool = False
+) -> str:
     """One line of what a run holds, e.g. "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" (perf counts kernel
     timings, accuracy gating cases): the words a run picker and ``kernelwatch runs`` use. The device count is
     named for GPUs and NPUs only (on the CPU it is the interpreter workers' host). ``names``: every kernel's
     name instead of their number."""
     suites = [f"{name} {contents[name]}" for name in ("perf", "accuracy", "profiler") if contents.get(name)]
     kernels = contents.get("kernels") or []
-    parts = [" + ".join(suites) or "no results",
-             ", ".join(kernels) if names or len(kernels) == 1 else f"{len(kernels)} kernels" if kernels else ""]
+    parts = [
+        " + ".join(suites) or "no results",
+        ", ".join(kernels) if names or len(kernels) == 1 else f"{len(kernels)} kernels" if kernels else "",
+    ]
     word = {"cuda": "GPU", "npu": "NPU"}.get(device or "")
     if device_count and word:
         parts.append(f"{device_count} {word}" + ("s" if device_count > 1 else ""))
@@ -646,20 +872,35 @@ def contents_text(contents: dict[str, Any], device: str | None = None, device_co
 # ---------------------------------------------------------------------------------------------
 # Confirmations (written by kernelwatch confirm, db.ingest.store_confirmations)
 # ---------------------------------------------------------------------------------------------
-CONFIRMATION_FIELDS = ("baseline_commit", "candidate_commit", "verdict", "rounds", "ratio", "low", "high",
-                       "min_effect", "device_uuid", "seconds", "confirmed_at")
+CONFIRMATION_FIELDS = (
+    "baseline_commit",
+    "candidate_commit",
+    "verdict",
+    "rounds",
+    "ratio",
+    "low",
+    "high",
+    "min_effect",
+    "device_uuid",
+    "seconds",
+    "confirmed_at",
+)
 
 
-def confirmations(engine: Engine, fingerprint: str, cases: list[str] | None = None,
-                  candidate_commit: str | None = None) -> list[dict[str, Any]]:
+def confirmations(
+    engine: Engine, fingerprint: str, cases: list[str] | None = None, candidate_commit: str | None = None
+) -> list[dict[str, Any]]:
     """Stored confirmations on one hardware (of ``cases`` when given; of commits ``candidate_commit`` starts or
     is a prefix of, when given), oldest first, as ``db.schema.Confirmation`` fields (``case`` the key)."""
-    stmt = (select(Confirmation.case_key, *(getattr(Confirmation, f) for f in CONFIRMATION_FIELDS))
-            .join(Hardware, Hardware.id == Confirmation.hardware_id).where(Hardware.fingerprint == fingerprint)
-            .order_by(Confirmation.confirmed_at, Confirmation.id))
+    stmt = (
+        select(Confirmation.case_key, *(getattr(Confirmation, f) for f in CONFIRMATION_FIELDS))
+        .join(Hardware, Hardware.id == Confirmation.hardware_id)
+        .where(Hardware.fingerprint == fingerprint)
+        .order_by(Confirmation.confirmed_at, Confirmation.id)
+    )
     rows: list[dict[str, Any]] = []
     with engine.connect() as conn:
-        chunks = [None] if cases is None else [cases[i:i + 500] for i in range(0, len(cases), 500)]
+        chunks = [None] if cases is None else [cases[i : i + 500] for i in range(0, len(cases), 500)]
         for chunk in chunks:
             query = stmt if chunk is None else stmt.where(Confirmation.case_key.in_(chunk))
             for r in conn.execute(query).mappings():
@@ -667,6 +908,9 @@ def confirmations(engine: Engine, fingerprint: str, cases: list[str] | None = No
                 row["confirmed_at"] = format_time(row["confirmed_at"])
                 rows.append(row)
     if candidate_commit is not None:
-        rows = [r for r in rows if r["candidate_commit"].startswith(candidate_commit)
-                or candidate_commit.startswith(r["candidate_commit"])]
+        rows = [
+            r
+            for r in rows
+            if r["candidate_commit"].startswith(candidate_commit) or candidate_commit.startswith(r["candidate_commit"])
+        ]
     return sorted(rows, key=lambda r: r["confirmed_at"])

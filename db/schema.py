@@ -175,8 +175,9 @@ def _text(max_length: int) -> Any:
 
 
 def _name(max_length: int) -> Any:
-    return Annotated[str, Field(min_length=1, max_length=max_length), AfterValidator(_clean_text),
-                     AfterValidator(_nonblank)]
+    return Annotated[
+        str, Field(min_length=1, max_length=max_length), AfterValidator(_clean_text), AfterValidator(_nonblank)
+    ]
 
 
 Key = _name(KEY_LEN)
@@ -186,11 +187,14 @@ Tag = _name(TAG_LEN)
 Text = _text(TEXT_LEN)
 ShortText = _text(SHORT_LEN)
 Timestamp = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_timestamp)]
-CommitSha = Annotated[str, Field(min_length=1, max_length=SHORT_LEN,
-                                 json_schema_extra={"pattern": f"^({COMMIT_SHA.pattern}|{UNKNOWN_SHA})$"}),
-                      AfterValidator(_commit_sha)]
-RunId = Annotated[str, Field(json_schema_extra={"pattern": f"^{_UUID.pattern}$", "maxLength": 36}),
-                  AfterValidator(_uuid)]
+CommitSha = Annotated[
+    str,
+    Field(min_length=1, max_length=SHORT_LEN, json_schema_extra={"pattern": f"^({COMMIT_SHA.pattern}|{UNKNOWN_SHA})$"}),
+    AfterValidator(_commit_sha),
+]
+RunId = Annotated[
+    str, Field(json_schema_extra={"pattern": f"^{_UUID.pattern}$", "maxLength": 36}), AfterValidator(_uuid)
+]
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
 BigCount = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Seed = Annotated[int, Field(ge=-INT64_MAX, le=INT64_MAX)]
@@ -269,8 +273,9 @@ class RunInfo(Record):
     status: Literal["running", "complete", "failed", "partial"]
     synthetic: bool
     notes: Text | None
-    phases_s: dict[Short, NonNegative] | None = Field(default=None, max_length=64,
-                                                       description="Seconds spent in each phase of the run.")
+    phases_s: dict[Short, NonNegative] | None = Field(
+        default=None, max_length=64, description="Seconds spent in each phase of the run."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> RunInfo:
@@ -298,7 +303,8 @@ class Hardware(Record):
     peak_tflops: NonNegative | None
     peak_tflops_datasheet: NonNegative | None
     peak_read_gbps: NonNegative | None = Field(
-        default=None, description="Measured read-only stream rate (GB/s); a read-mostly kernel's ceiling.")
+        default=None, description="Measured read-only stream rate (GB/s); a read-mostly kernel's ceiling."
+    )
 
 
 IDENTITY = ("vendor", "device_name", "compute_units", "memory_bytes")
@@ -311,8 +317,10 @@ class CaseInfo(Record):
     dtype: Tag
     params: dict[Short, Any] = Field(max_length=64)
     ceiling: Literal[CEILINGS] | None = Field(
-        default=None, description="The measured bandwidth that is the case's 100%: copy, or read for a "
-        "read-only stream (from the kernel's spec); None in runs from before it was recorded.")
+        default=None,
+        description="The measured bandwidth that is the case's 100%: copy, or read for a "
+        "read-only stream (from the kernel's spec); None in runs from before it was recorded.",
+    )
 
     @field_validator("params", mode="after")
     @classmethod
@@ -335,7 +343,8 @@ class AccuracyResult(Record):
     passed: bool
     error: Text | None
     kind: Literal["gate", "explore"] = Field(
-        default="gate", description="gate: the fixed inputs of the case (decides verdicts); explore: fresh seeds.")
+        default="gate", description="gate: the fixed inputs of the case (decides verdicts); explore: fresh seeds."
+    )
 
 
 class PerfResult(Record):
@@ -358,16 +367,20 @@ class PerfResult(Record):
     target_met: bool | None
     error: Text | None
     call_ms: Milliseconds | None = Field(
-        default=None, description="Median wall time per call, calls issued back to back (host + device).")
+        default=None, description="Median wall time per call, calls issued back to back (host + device)."
+    )
     call_samples_ms: Samples = Field(default_factory=list, description="Per batch: wall time / calls.")
     peak_mem_bytes: BigCount | None = Field(
-        default=None, description="Allocator high-water mark over one call, above what was allocated before it.")
+        default=None, description="Allocator high-water mark over one call, above what was allocated before it."
+    )
     device: _text(TAG_LEN) | None = Field(default=None, description="The device that measured it, e.g. cuda:1.")
     device_uuid: _text(NAME_LEN) | None = Field(
-        default=None, description="The physical device behind the label: GPU UUID (GPU-...) or NPU serial.")
+        default=None, description="The physical device behind the label: GPU UUID (GPU-...) or NPU serial."
+    )
     host: _text(NAME_LEN) | None = Field(default=None, description="The host name of the machine that measured it.")
     timing: _text(TAG_LEN) | None = Field(
-        default=None, description="How the GPU time was taken: graph (graph replay) or events (events behind a hold).")
+        default=None, description="How the GPU time was taken: graph (graph replay) or events (events behind a hold)."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PerfResult:
@@ -390,8 +403,10 @@ class ProfilerMetric(Record):
     meets_ideal: bool | None
     error: Text | None
     launch: _text(NAME_LEN) | None = Field(
-        default=None, description="The kernel launch the counters were taken from (its name as the profiler "
-        "reports it); None in runs from before it was recorded.")
+        default=None,
+        description="The kernel launch the counters were taken from (its name as the profiler "
+        "reports it); None in runs from before it was recorded.",
+    )
 
 
 CONFIRM_VERDICTS = ("SAME", "FASTER", "SLOWER", "UNKNOWN")
@@ -441,9 +456,11 @@ class RunDocument(Record):
     perf: list[PerfResult] = Field(max_length=1_000_000)
     profiler: list[ProfilerMetric] = Field(max_length=1_000_000)
     confirmations: list[Confirmation] = Field(
-        default_factory=list, max_length=100_000,
+        default_factory=list,
+        max_length=100_000,
         description="Confirmations of this run's commit on this hardware (kernelwatch confirm); not the run's "
-        "content: left out of its hash.")
+        "content: left out of its hash.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunDocument:
@@ -465,8 +482,10 @@ class RunDocument(Record):
         for i, c in enumerate(self.confirmations):
             sha = self.run.commit.sha
             if not (c.candidate_commit.startswith(sha) or sha.startswith(c.candidate_commit)):
-                raise FieldError(("confirmations", i, "candidate_commit"), f"{_shown(c.candidate_commit)} is not the "
-                                 f"run's commit {_shown(sha)}")
+                raise FieldError(
+                    ("confirmations", i, "candidate_commit"),
+                    f"{_shown(c.candidate_commit)} is not the run's commit {_shown(sha)}",
+                )
         self.confirmations.sort(key=lambda r: (r.case, r.confirmed_at, r.baseline_commit))
         uuids, host = physical_from_notes(self.run.notes)
         for p in self.perf:  # runs from before these were fields: what their notes say
@@ -512,7 +531,7 @@ def physical_from_notes(notes: str | None) -> tuple[dict[str, str], str | None]:
     uuids: dict[str, str] = {}
     at = notes.rfind(DEVICES_NOTE)
     if at >= 0:
-        for label, ident in _DEVICE_ENTRY.findall(notes[at + len(DEVICES_NOTE):]):
+        for label, ident in _DEVICE_ENTRY.findall(notes[at + len(DEVICES_NOTE) :]):
             if ident != "unknown":
                 uuids[label] = ident
     host = _HOST_ENTRY.search(notes)
@@ -593,9 +612,15 @@ def _message(err: dict[str, Any]) -> str:
 
 
 _MESSAGES = {
-    "float_type": "expected a number", "float_parsing": "expected a number", "int_type": "expected an integer",
-    "bool_type": "expected true or false", "string_type": "expected a string", "list_type": "expected a list",
-    "dict_type": "expected an object", "model_type": "expected an object", "finite_number": "expected a finite number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "int_type": "expected an integer",
+    "bool_type": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "finite_number": "expected a finite number",
 }
 
 
@@ -632,8 +657,14 @@ def validate(doc: Any) -> RunDocument:
 
 
 def _json_type(value: Any) -> str:
-    names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null", int: "a number",
-             float: "a number"}
+    names = {
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -673,7 +704,7 @@ def _on_fresh_stack(fn: Callable[..., Any], *args: Any) -> Any:
     def run() -> None:
         try:
             box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
+        except BaseException as exc:
             box["error"] = exc
 
     worker = threading.Thread(target=run, name="kernelwatch-parse", daemon=True)
@@ -716,8 +747,12 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     """The data that identifies a run's content: fields added later are left out at their default."""
     data = to_data(doc)
     defaults = {
-        "run": RunInfo.model_fields, "hardware": Hardware.model_fields, "accuracy": AccuracyResult.model_fields,
-        "perf": PerfResult.model_fields, "cases": CaseInfo.model_fields, "profiler": ProfilerMetric.model_fields,
+        "run": RunInfo.model_fields,
+        "hardware": Hardware.model_fields,
+        "accuracy": AccuracyResult.model_fields,
+        "perf": PerfResult.model_fields,
+        "cases": CaseInfo.model_fields,
+        "profiler": ProfilerMetric.model_fields,
     }
     for section, fields in ADDED_FIELDS.items():
         items = data[section] if isinstance(data[section], list) else [data[section]]

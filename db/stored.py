@@ -104,8 +104,12 @@ def problem(column: Column, value: Any) -> str | None:
 
 
 # A row is named by its run where it has one, else by what identifies it.
-_IDENTITY = {"run": ("id", "run"), "hardware": ("fingerprint", "hardware"), "kernel_case": ("key", "case"),
-             "ack": ("id", "acknowledgement")}
+_IDENTITY = {
+    "run": ("id", "run"),
+    "hardware": ("fingerprint", "hardware"),
+    "kernel_case": ("key", "case"),
+    "ack": ("id", "acknowledgement"),
+}
 
 
 def _identity_column(table: Table) -> tuple[Column, str]:
@@ -183,8 +187,9 @@ def _decoder(column: Column, dialect: Any) -> Callable[[Any], Any] | None:
         return None
 
 
-def find_damage(conn: Connection | Session, tables: Iterable[Table], where: Any = None,
-                only: list[Column] | None = None) -> StoredValueError | None:
+def find_damage(
+    conn: Connection | Session, tables: Iterable[Table], where: Any = None, only: list[Column] | None = None
+) -> StoredValueError | None:
     """Scan ``tables`` raw (no decoding by SQLAlchemy) and decode each value as its column's type does: the
     first value that fails, as the error to raise, or None. Reads every row (of ``where``; the ``only`` columns):
     for the failure path and for suspects, not for every query."""
@@ -270,12 +275,17 @@ def check_database(engine: Engine) -> None:
         if conn.dialect.name == "sqlite":
             problems = [p for (p,) in conn.exec_driver_sql("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
-                raise DatabaseError(f"the database {redact(engine.url)} is damaged: SQLite's quick_check finds "
-                                    f"{'; '.join(problems)[:300]}; nothing was changed")
+                raise DatabaseError(
+                    f"the database {redact(engine.url)} is damaged: SQLite's quick_check finds "
+                    f"{'; '.join(problems)[:300]}; nothing was changed"
+                )
             for table in Base.metadata.sorted_tables:
                 rowids = _sqlite_suspects(conn, table)
-                damage = find_damage(conn, [table], where=text(f"rowid IN ({','.join(map(str, rowids))})")) \
-                    if rowids else None
+                damage = (
+                    find_damage(conn, [table], where=text(f"rowid IN ({','.join(map(str, rowids))})"))
+                    if rowids
+                    else None
+                )
                 if damage is not None:
                     raise damage
             return
@@ -320,8 +330,9 @@ def _sqlite_suspects(conn: Connection, table: Table, limit: int = 100) -> list[i
             # Elements of a list are left to the reads (json_each or instr over every sample took seconds).
             shape = _json_shapes().get((table.name, column.name))
             starts = ("'['" if shape is list else "'{'") + (", 'n'" if column.nullable else "")  # n: JSON null
-            checks.append(f"({name} IS NOT NULL AND (json_valid({name}) = 0 "
-                          f"OR substr({name}, 1, 1) NOT IN ({starts})))")
+            checks.append(
+                f"({name} IS NOT NULL AND (json_valid({name}) = 0 OR substr({name}, 1, 1) NOT IN ({starts})))"
+            )
         elif isinstance(kind, sqltypes.String):
             checks.append(f"{type_of} NOT IN ('text', 'null')")
     sql = f'SELECT rowid FROM "{table.name}" WHERE {" OR ".join(checks)} LIMIT {limit}'

@@ -22,18 +22,41 @@ from db.schema import SCHEMA, RunDocument, describe, format_time, parse_time, to
 from kernels.names import COPY_CEILING, EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
 
 HARDWARE = (
-    {"vendor": "nvidia", "device_name": "NVIDIA H200 (synthetic)", "device_count": 1, "compute_units": 132,
-     "memory_bytes": 150_109_880_320, "driver": "synthetic", "toolkit": "CUDA (synthetic)",
-     "peak_gbps": 4250.0, "peak_gbps_datasheet": 4800.0, "peak_tflops": 690.0, "peak_tflops_datasheet": 989.0},
-    {"vendor": "ascend", "device_name": "Ascend910B4 (synthetic)", "device_count": 8, "compute_units": 60,
-     "memory_bytes": 68_719_476_736, "driver": "synthetic", "toolkit": "CANN (synthetic)",
-     "peak_gbps": 1300.0, "peak_gbps_datasheet": None, "peak_tflops": 280.0, "peak_tflops_datasheet": None},
+    {
+        "vendor": "nvidia",
+        "device_name": "NVIDIA H200 (synthetic)",
+        "device_count": 1,
+        "compute_units": 132,
+        "memory_bytes": 150_109_880_320,
+        "driver": "synthetic",
+        "toolkit": "CUDA (synthetic)",
+        "peak_gbps": 4250.0,
+        "peak_gbps_datasheet": 4800.0,
+        "peak_tflops": 690.0,
+        "peak_tflops_datasheet": 989.0,
+    },
+    {
+        "vendor": "ascend",
+        "device_name": "Ascend910B4 (synthetic)",
+        "device_count": 8,
+        "compute_units": 60,
+        "memory_bytes": 68_719_476_736,
+        "driver": "synthetic",
+        "toolkit": "CANN (synthetic)",
+        "peak_gbps": 1300.0,
+        "peak_gbps_datasheet": None,
+        "peak_tflops": 280.0,
+        "peak_tflops_datasheet": None,
+    },
 )
 # (kernel, variants) the history is drawn from when no kernels are given: stand-ins for the tests and
 # benchmarks of the database, gate and dashboard, which import no torch. `kernelwatch synth` passes the
 # discovered specs' names and variants instead; tests/test_kernel_contract.py checks these against them.
-STAND_INS = (("mse_loss", ("persistent", "atomic")), ("scaled_masked_softmax", ("masked", "causal")),
-             ("fused_rmsnorm_matmul", ("fold_gamma", "prologue_gamma", "rstd_prepass")))
+STAND_INS = (
+    ("mse_loss", ("persistent", "atomic")),
+    ("scaled_masked_softmax", ("masked", "causal")),
+    ("fused_rmsnorm_matmul", ("fold_gamma", "prologue_gamma", "rstd_prepass")),
+)
 
 
 class SyntheticError(ValueError):
@@ -71,19 +94,31 @@ class SyntheticHistory:
             variant = variants[(i // len(self.kernels)) % len(variants)]
             dtype = ("fp16", "bf16", "fp32")[(i // 7) % 3]
             size = 4096 * 4 ** (i % 6)
-            out.append({"key": f"{kernel}/{variant}/{dtype}/n={size},synthetic={i}", "kernel": kernel,
-                        "variant": variant, "dtype": dtype, "params": {"n": size, "synthetic": i},
-                        "ceiling": COPY_CEILING})
+            out.append(
+                {
+                    "key": f"{kernel}/{variant}/{dtype}/n={size},synthetic={i}",
+                    "kernel": kernel,
+                    "variant": variant,
+                    "dtype": dtype,
+                    "params": {"n": size, "synthetic": i},
+                    "ceiling": COPY_CEILING,
+                }
+            )
             i += 1
         return out
 
     def commit(self, index: int) -> dict[str, Any]:
         sha = hashlib.sha1(f"synthetic-{self.seed}-{index}".encode()).hexdigest()
         when = self.start + dt.timedelta(hours=7 * index)
-        return {"sha": sha, "branch": "synthetic/main", "time": format_time(when),
-                "subject": f"[synthetic] change {index}", "dirty": False}
+        return {
+            "sha": sha,
+            "branch": "synthetic/main",
+            "time": format_time(when),
+            "subject": f"[synthetic] change {index}",
+            "dirty": False,
+        }
 
-    def documents(self):  # noqa: ANN201 - a generator of run documents
+    def documents(self):
         """Every run in order; a run the schema refuses (a step factor of 1e-300 makes infinite GB/s) is a
         :class:`SyntheticError` naming the run and the steps in effect."""
         cases = self.case_list()
@@ -92,14 +127,17 @@ class SyntheticHistory:
                 try:
                     doc = self.document(index, h, cases)
                 except ValidationError as exc:
-                    steps = ", ".join(f"{s.at}:{s.factor:g}" + (f":{s.match}" if s.match else "")
-                                      for s in self.steps if s.at <= index)
-                    raise SyntheticError(f"synthetic run {index} cannot be stored"
-                                         + (f" (steps in effect: {steps})" if steps else "")
-                                         + f": {describe(exc)}") from None
+                    steps = ", ".join(
+                        f"{s.at}:{s.factor:g}" + (f":{s.match}" if s.match else "") for s in self.steps if s.at <= index
+                    )
+                    raise SyntheticError(
+                        f"synthetic run {index} cannot be stored"
+                        + (f" (steps in effect: {steps})" if steps else "")
+                        + f": {describe(exc)}"
+                    ) from None
                 yield doc
 
-    def sourced_documents(self):  # noqa: ANN201 - a generator of (source, document)
+    def sourced_documents(self):
         for i, doc in enumerate(self.documents()):
             yield f"synthetic run {i}", doc
 
@@ -120,40 +158,81 @@ class SyntheticHistory:
                 med = samples[len(samples) // 2]
                 medians[impl] = med
                 nbytes = case["params"]["n"] * 12
-                perf.append({"case": case["key"], "implementation": impl, "median_ms": med,
-                             "p20_ms": samples[int(0.2 * (len(samples) - 1))],
-                             "p80_ms": samples[max(int(0.8 * (len(samples) - 1)), len(samples) // 2)],
-                             "min_ms": samples[0],
-                             "samples_ms": [round(v, 6) for v in samples], "bytes": nbytes, "flops": None,
-                             "gbps": nbytes / (med * 1e-3) / 1e9, "tflops": None,
-                             "pct_peak": 100 * nbytes / (med * 1e-3) / 1e9 / hw["peak_gbps"],
-                             "speedup_vs_eager": None, "target": None, "target_met": None, "error": None})
+                perf.append(
+                    {
+                        "case": case["key"],
+                        "implementation": impl,
+                        "median_ms": med,
+                        "p20_ms": samples[int(0.2 * (len(samples) - 1))],
+                        "p80_ms": samples[max(int(0.8 * (len(samples) - 1)), len(samples) // 2)],
+                        "min_ms": samples[0],
+                        "samples_ms": [round(v, 6) for v in samples],
+                        "bytes": nbytes,
+                        "flops": None,
+                        "gbps": nbytes / (med * 1e-3) / 1e9,
+                        "tflops": None,
+                        "pct_peak": 100 * nbytes / (med * 1e-3) / 1e9 / hw["peak_gbps"],
+                        "speedup_vs_eager": None,
+                        "target": None,
+                        "target_met": None,
+                        "error": None,
+                    }
+                )
             for row in perf[-3:]:
                 row["speedup_vs_eager"] = medians[EAGER_IMPL] / row["median_ms"]
             if self.accuracy:
                 budget = abs(rng.gauss(0.1, 0.05))
-                accuracy.append({"case": case["key"], "max_abs_err": budget * 1e-3, "max_rel_err": budget * 1e-3,
-                                 "rtol": 1e-3, "atol": 1e-3, "error_budget": budget, "nan_mismatches": 0,
-                                 "trials": 3, "seed": rng.randrange(1 << 30), "passed": budget <= 1.0,
-                                 "error": None})
-        return RunDocument.model_validate({
-            "schema": SCHEMA,
-            "run": {"id": run_id, "commit": commit, "trigger": "nightly", "ci_job": None,
-                    "device": next(t for t in ("cuda", "npu") if vendor(t) == hw["vendor"]), "command": None,
+                accuracy.append(
+                    {
+                        "case": case["key"],
+                        "max_abs_err": budget * 1e-3,
+                        "max_rel_err": budget * 1e-3,
+                        "rtol": 1e-3,
+                        "atol": 1e-3,
+                        "error_budget": budget,
+                        "nan_mismatches": 0,
+                        "trials": 3,
+                        "seed": rng.randrange(1 << 30),
+                        "passed": budget <= 1.0,
+                        "error": None,
+                    }
+                )
+        return RunDocument.model_validate(
+            {
+                "schema": SCHEMA,
+                "run": {
+                    "id": run_id,
+                    "commit": commit,
+                    "trigger": "nightly",
+                    "ci_job": None,
+                    "device": next(t for t in ("cuda", "npu") if vendor(t) == hw["vendor"]),
+                    "command": None,
                     "versions": {"python": "3.12", "torch": "synthetic", "triton": "synthetic"},
                     "started_at": format_time(started),
-                    "finished_at": format_time(started + dt.timedelta(minutes=5)), "status": "complete",
-                    "synthetic": True, "notes": "synthetic history: not a measurement"},
-            "hardware": dict(hw),
-            "cases": cases,
-            "accuracy": accuracy,
-            "perf": perf,
-            "profiler": [],
-        })
+                    "finished_at": format_time(started + dt.timedelta(minutes=5)),
+                    "status": "complete",
+                    "synthetic": True,
+                    "notes": "synthetic history: not a measurement",
+                },
+                "hardware": dict(hw),
+                "cases": cases,
+                "accuracy": accuracy,
+                "perf": perf,
+                "profiler": [],
+            }
+        )
 
 
-def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: int | None = None,
-                   noise: float = 0.003, seed: int = 0, after: dt.datetime | None = None) -> list[RunDocument]:
+def stepped_copies(
+    doc: RunDocument,
+    runs: int,
+    factor: float,
+    match: str,
+    at: int | None = None,
+    noise: float = 0.003,
+    seed: int = 0,
+    after: dt.datetime | None = None,
+) -> list[RunDocument]:
     """SYNTHETIC runs derived from a real one, on its hardware: ``runs`` copies, one commit each, an hour
     apart after it, whose kernel timings of cases containing ``match`` take ``factor`` times as long from
     copy ``at`` on (default: the last copy only). Every timing also gets a per-run jitter of relative
@@ -171,14 +250,23 @@ def stepped_copies(doc: RunDocument, runs: int, factor: float, match: str, at: i
         copy = json.loads(json.dumps(data))
         when = start + dt.timedelta(hours=index + 1)
         run = copy["run"]
-        run.update(id=str(uuid.UUID(int=rng.getrandbits(128), version=4)), synthetic=True, trigger="manual",
-                   started_at=format_time(when + dt.timedelta(minutes=5)),
-                   finished_at=format_time(when + dt.timedelta(minutes=9)), ci_job=None,
-                   notes=f"synthetic: derived from run {data['run']['id']}; not a measurement")
-        run["commit"] = {"sha": hashlib.sha1(f"stepped-{seed}-{index}".encode()).hexdigest(),
-                         "branch": "synthetic/step", "time": format_time(when), "dirty": False,
-                         "subject": f"[synthetic] copy {index} of {data['run']['commit']['sha'][:8]}"
-                                    + (f", {match} x{factor:g}" if index >= at else "")}
+        run.update(
+            id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            synthetic=True,
+            trigger="manual",
+            started_at=format_time(when + dt.timedelta(minutes=5)),
+            finished_at=format_time(when + dt.timedelta(minutes=9)),
+            ci_job=None,
+            notes=f"synthetic: derived from run {data['run']['id']}; not a measurement",
+        )
+        run["commit"] = {
+            "sha": hashlib.sha1(f"stepped-{seed}-{index}".encode()).hexdigest(),
+            "branch": "synthetic/step",
+            "time": format_time(when),
+            "dirty": False,
+            "subject": f"[synthetic] copy {index} of {data['run']['commit']['sha'][:8]}"
+            + (f", {match} x{factor:g}" if index >= at else ""),
+        }
         for p in copy["perf"]:
             scale = 1 + rng.gauss(0, noise)
             if p["implementation"] == KERNEL_IMPL and match in p["case"] and index >= at:
@@ -222,14 +310,19 @@ class DemoChange:
 DEMO_CHANGES = (
     DemoChange("time", "scaled_masked_softmax/masked/bf16/", 1.15, "softmax masked bf16 15% slower"),
     DemoChange("time", "mse_loss/atomic/fp32/direction=fwd", 0.8, "MSELoss atomic fp32 forward 20% faster"),
-    DemoChange("budget", "fused_rmsnorm_matmul/fold_gamma/fp16/", 3.0,
-               "RMSNorm+MatMul fold_gamma fp16 error budgets x3 (still <= 1)"),
+    DemoChange(
+        "budget",
+        "fused_rmsnorm_matmul/fold_gamma/fp16/",
+        3.0,
+        "RMSNorm+MatMul fold_gamma fp16 error budgets x3 (still <= 1)",
+    ),
 )
 DEMO_BRANCH = "synthetic/demo"
 
 
-def demo_branch(doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES,
-                after: dt.datetime | None = None) -> list[RunDocument]:
+def demo_branch(
+    doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES, after: dt.datetime | None = None
+) -> list[RunDocument]:
     """Two SYNTHETIC runs derived from a real one on its hardware, branch ``synthetic/demo``: a copy with
     only the per-run jitter of :func:`stepped_copies`, then a copy with ``changes`` applied, both after
     ``after`` when given (the newest real run: the demo is what the landing page opens on). Labelled as

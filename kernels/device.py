@@ -49,8 +49,9 @@ def _ascend_cores(index: int) -> tuple[int, int]:
 def _describe(device_type: str, index: int) -> DeviceInfo:
     if device_type == "cuda":
         props = torch.cuda.get_device_properties(index)
-        return DeviceInfo("nvidia", props.multi_processor_count, name=props.name,
-                          capability=props.major * 10 + props.minor)
+        return DeviceInfo(
+            "nvidia", props.multi_processor_count, name=props.name, capability=props.major * 10 + props.minor
+        )
     if device_type == "npu":
         vector, cube = _ascend_cores(index)
         return DeviceInfo("ascend", vector, name=torch.npu.get_device_name(index), cube_units=cube)

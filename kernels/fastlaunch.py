@@ -66,8 +66,14 @@ def _descriptor_key(value: Any) -> Any:
     """A host TMA descriptor: Triton specializes on its element type and block shape (its layout follows
     from those); padding, tf32 rounding and the base's alignment are keyed too, to be sure."""
     base = value.base
-    return ("tensordesc", base.dtype, tuple(value.block_shape), value.padding,
-            getattr(value, "round_f32_to_tf32", False), not base.data_ptr() & 15)
+    return (
+        "tensordesc",
+        base.dtype,
+        tuple(value.block_shape),
+        value.padding,
+        getattr(value, "round_f32_to_tf32", False),
+        not base.data_ptr() & 15,
+    )
 
 
 def _arg_key(value: Any) -> Any:
@@ -91,8 +97,13 @@ def _tensor_key(value: torch.Tensor) -> Any:
 
 
 # The key of an argument by its exact type (one dict lookup); other types (subclasses) go through _arg_key.
-_KEY_BY_TYPE: dict[type, Any] = {torch.Tensor: _tensor_key, int: _int_key, float: lambda v: float,
-                                 bool: lambda v: (bool, v), type(None): lambda v: None}
+_KEY_BY_TYPE: dict[type, Any] = {
+    torch.Tensor: _tensor_key,
+    int: _int_key,
+    float: lambda v: float,
+    bool: lambda v: (bool, v),
+    type(None): lambda v: None,
+}
 if _TensorDescriptor is not None:
     _KEY_BY_TYPE[_TensorDescriptor] = _descriptor_key
 
@@ -110,7 +121,8 @@ def _hooks_installed() -> bool:
     if runtime is None:
         return True  # a Triton without knobs: not a version this path knows
     return _hook_set(getattr(runtime, "launch_enter_hook", None)) or _hook_set(
-        getattr(runtime, "launch_exit_hook", None))
+        getattr(runtime, "launch_exit_hook", None)
+    )
 
 
 class FastLauncher:
@@ -128,8 +140,13 @@ class FastLauncher:
             install_interpreter()
         self.hits = 0  # launches that took the short path (what a GPU check counts)
 
-    def __call__(self, grid: tuple[int, ...], args: Sequence[Any], kwargs: dict[str, Any],
-                 static: tuple[tuple, tuple] | None = None) -> None:
+    def __call__(
+        self,
+        grid: tuple[int, ...],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        static: tuple[tuple, tuple] | None = None,
+    ) -> None:
         """``static``: (``tuple(kwargs.items())``, the constexpr values after ``args`` in parameter order),
         computed once per launch plan (:class:`kernels.plan.Launch`) instead of on every call."""
         first = args[0]
@@ -139,8 +156,11 @@ class FastLauncher:
         index = first.get_device()
         by_type = _KEY_BY_TYPE.get
         try:
-            key = (index, tuple([by_type(type(a), _arg_key)(a) for a in args]),
-                   static[0] if static is not None else tuple(kwargs.items()))
+            key = (
+                index,
+                tuple([by_type(type(a), _arg_key)(a) for a in args]),
+                static[0] if static is not None else tuple(kwargs.items()),
+            )
         except _NotKeyed:
             self.fn[grid](*args, **kwargs)
             return
@@ -153,15 +173,25 @@ class FastLauncher:
                 self._cache[key] = compiled
             return
         try:
-            values = [*args, *(static[1] if static is not None else (kwargs[n] for n in self.names[len(args):]))]
+            values = [*args, *(static[1] if static is not None else (kwargs[n] for n in self.names[len(args) :]))]
         except KeyError:  # a constexpr left to its default: only Triton's own path knows it
             self._broken = True
             self.fn[grid](*args, **kwargs)
             return
         g = (*grid, 1, 1)
         try:
-            compiled.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(index), compiled.function,
-                         compiled.packed_metadata, None, None, None, *values)
+            compiled.run(
+                g[0],
+                g[1],
+                g[2],
+                torch._C._cuda_getCurrentRawStream(index),
+                compiled.function,
+                compiled.packed_metadata,
+                None,
+                None,
+                None,
+                *values,
+            )
         except TypeError:  # the launcher parses its arguments before launching: nothing ran
             self._broken = True
             self.fn[grid](*args, **kwargs)

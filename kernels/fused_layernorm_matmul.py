@@ -101,8 +101,9 @@ CUDA_BLOCKS = ("tiles", "hopper", "decode")  # the paths a plan can take (Plan.p
 # Triton kernels
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _ln_stats_rows(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+def _ln_stats_rows(
+    x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS: tl.constexpr, BLOCK_K: tl.constexpr
+):
     """mean and 1/sqrt(var + eps) of ROWS rows, from sums of x - x[row, 0] (a shift that keeps
     sum(d^2) - sum(d)^2 / K from cancelling when |mean| >> sigma; the shift cancels out exactly)."""
     rows = tile * ROWS + tl.arange(0, ROWS)
@@ -125,15 +126,17 @@ def _ln_stats_rows(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, t
 
 
 @triton.jit
-def _ln_stats_kernel(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
+def _ln_stats_kernel(
+    x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr
+):
     """The prepass: mean and 1/std per row, the only thing written besides y (8 bytes a row)."""
     _ln_stats_rows(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, tl.program_id(0), ROWS, BLOCK_K)
 
 
 @triton.jit
-def _ln_stats_persistent_kernel(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr,
-                                BLOCK_K: tl.constexpr):
+def _ln_stats_persistent_kernel(
+    x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr
+):
     for tile in range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0)):
         _ln_stats_rows(x_ptr, mean_ptr, rstd_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS, BLOCK_K)
 
@@ -151,10 +154,31 @@ def _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C: tl.constexp
 
 @triton.jit
 def _ln_matmul_tile(
-    x_ptr, w_ptr, g_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
-    stride_wk, stride_ym, tile,
-    HAS_C: tl.constexpr, CENTER: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    mean_ptr,
+    rstd_ptr,
+    s_ptr,
+    c_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    tile,
+    HAS_C: tl.constexpr,
+    CENTER: tl.constexpr,
+    IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     pid_m, pid_n = _gemm_tile_ids(tile, tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -196,34 +220,137 @@ def _ln_matmul_tile(
 
 @triton.jit
 def _fused_ln_matmul_kernel(
-    x_ptr, w_ptr, g_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
-    stride_wk, stride_ym,
-    HAS_C: tl.constexpr, CENTER: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    mean_ptr,
+    rstd_ptr,
+    s_ptr,
+    c_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    HAS_C: tl.constexpr,
+    CENTER: tl.constexpr,
+    IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
-    _ln_matmul_tile(x_ptr, w_ptr, g_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K, stride_xm, stride_xk,
-                    stride_wn, stride_wk, stride_ym, tl.program_id(0), HAS_C, CENTER, IEEE, UPCAST, BM, BN, BK,
-                    GROUP_M)
+    _ln_matmul_tile(
+        x_ptr,
+        w_ptr,
+        g_ptr,
+        mean_ptr,
+        rstd_ptr,
+        s_ptr,
+        c_ptr,
+        y_ptr,
+        M,
+        N,
+        K,
+        stride_xm,
+        stride_xk,
+        stride_wn,
+        stride_wk,
+        stride_ym,
+        tl.program_id(0),
+        HAS_C,
+        CENTER,
+        IEEE,
+        UPCAST,
+        BM,
+        BN,
+        BK,
+        GROUP_M,
+    )
 
 
 @triton.jit
 def _fused_ln_matmul_persistent_kernel(
-    x_ptr, w_ptr, g_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
-    stride_wk, stride_ym,
-    HAS_C: tl.constexpr, CENTER: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    mean_ptr,
+    rstd_ptr,
+    s_ptr,
+    c_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    HAS_C: tl.constexpr,
+    CENTER: tl.constexpr,
+    IEEE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        _ln_matmul_tile(x_ptr, w_ptr, g_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K, stride_xm,
-                        stride_xk, stride_wn, stride_wk, stride_ym, tile, HAS_C, CENTER, IEEE, UPCAST, BM, BN, BK,
-                        GROUP_M)
+        _ln_matmul_tile(
+            x_ptr,
+            w_ptr,
+            g_ptr,
+            mean_ptr,
+            rstd_ptr,
+            s_ptr,
+            c_ptr,
+            y_ptr,
+            M,
+            N,
+            K,
+            stride_xm,
+            stride_xk,
+            stride_wn,
+            stride_wk,
+            stride_ym,
+            tile,
+            HAS_C,
+            CENTER,
+            IEEE,
+            UPCAST,
+            BM,
+            BN,
+            BK,
+            GROUP_M,
+        )
 
 
 @triton.jit
-def _ln_gemm_tma_kernel(a_desc, b_desc, c_desc, mean_ptr, rstd_ptr, s_ptr, c_ptr, M, N, K, HAS_C: tl.constexpr,
-                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                        NUM_SMS: tl.constexpr):
+def _ln_gemm_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    mean_ptr,
+    rstd_ptr,
+    s_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    HAS_C: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+):
     """Persistent GEMM on Hopper over the raw x (TMA descriptors move A, B and C tiles), y = r (acc - mu s) + c
     in the epilogue; the tile loop is flattened into the K loop as in the RMSNorm kernel."""
     start = tl.program_id(0)
@@ -249,9 +376,28 @@ def _ln_gemm_tma_kernel(a_desc, b_desc, c_desc, mean_ptr, rstd_ptr, s_ptr, c_ptr
 
 
 @triton.jit
-def _ln_decode_splitk_kernel(x_ptr, w, part_ptr, count_ptr, mean_ptr, rstd_ptr, s_ptr, c_ptr, y_ptr, M, N, K,
-                             stride_xm, HAS_C: tl.constexpr, W_DESC: tl.constexpr, UPCAST: tl.constexpr,
-                             SPLITS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _ln_decode_splitk_kernel(
+    x_ptr,
+    w,
+    part_ptr,
+    count_ptr,
+    mean_ptr,
+    rstd_ptr,
+    s_ptr,
+    c_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    HAS_C: tl.constexpr,
+    W_DESC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
     """Program (n, s): partial sums of columns [n*BN, n*BN + BN) over the s-th share of K. The last program
     of column block n (an acq_rel counter) adds the SPLITS partials, applies r (acc - mu s) + c, writes y,
     and zeroes the counter for the next launch. ``w`` is a TMA descriptor of W' when W_DESC, else its pointer."""
@@ -264,13 +410,19 @@ def _ln_decode_splitk_kernel(x_ptr, w, part_ptr, count_ptr, mean_ptr, rstd_ptr, 
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
         k_ok = (k0 + kk) < K
-        a = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
-                    mask=(rows < M)[:, None] & k_ok[None, :], other=0.0)
+        a = tl.load(
+            x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
+            mask=(rows < M)[:, None] & k_ok[None, :],
+            other=0.0,
+        )
         if W_DESC:
             b = w.load([pid_n * BN, k0])
         else:
-            b = tl.load(w + cols[:, None].to(tl.int64) * K + (k0 + kk)[None, :],
-                        mask=(cols < N)[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(
+                w + cols[:, None].to(tl.int64) * K + (k0 + kk)[None, :],
+                mask=(cols < N)[:, None] & k_ok[None, :],
+                other=0.0,
+            )
         if UPCAST:
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32).T, acc, input_precision="ieee")
         else:
@@ -287,8 +439,11 @@ def _ln_decode_splitk_kernel(x_ptr, w, part_ptr, count_ptr, mean_ptr, rstd_ptr, 
         total = _ln_epilogue(total, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C, False)
         if UPCAST:
             total = _round_to_bf16(total)
-        tl.store(y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(y_ptr.dtype.element_ty),
-                 mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.store(
+            y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
+            total.to(y_ptr.dtype.element_ty),
+            mask=(rows < M)[:, None] & (cols < N)[None, :],
+        )
         tl.atomic_xchg(count_ptr + pid_n, 0)
 
 
@@ -298,16 +453,24 @@ _AUTOTUNED: list[Any] = []
 def autotuned_kernel() -> Any:
     """The CUDA autotuner over CUDA_TILES, built on first use (``triton.autotune`` needs an active driver)."""
     if not _AUTOTUNED:
-        configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": CUDA_GROUP_M}, num_stages=s, num_warps=w)
-                   for bm, bn, bk, s, w in CUDA_TILES]
+        configs = [
+            triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": CUDA_GROUP_M}, num_stages=s, num_warps=w)
+            for bm, bn, bk, s, w in CUDA_TILES
+        ]
 
-        def prune(configs, named_args, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        def prune(configs, named_args, **kwargs):
             wanted = cuda_candidates(named_args["M"])
-            return [c for c in configs if (c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_stages,
-                                           c.num_warps) in wanted]
+            return [
+                c
+                for c in configs
+                if (c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_stages, c.num_warps) in wanted
+            ]
 
-        _AUTOTUNED.append(triton.autotune(configs=configs, key=list(AUTOTUNE_KEY),
-                                          prune_configs_by={"early_config_prune": prune})(_fused_ln_matmul_kernel))
+        _AUTOTUNED.append(
+            triton.autotune(configs=configs, key=list(AUTOTUNE_KEY), prune_configs_by={"early_config_prune": prune})(
+                _fused_ln_matmul_kernel
+            )
+        )
     return _AUTOTUNED[0]
 
 
@@ -343,23 +506,50 @@ def _matmul_footprint(bm: int, bn: int, bk: int, dtype: str, center: bool, has_c
 
 
 def _stats_footprint(rows: int, block_k: int, dtype: str) -> Footprint:
-    return Footprint(((load("x", (rows, block_k), dtype), work("shift", (rows, 1)), work("d", (rows, block_k)),
-                       work("s1", (rows, block_k)), work("s2", (rows, block_k)), work("mean", (rows, 1)),
-                       work("rstd", (rows, 1))),))
+    return Footprint(
+        (
+            (
+                load("x", (rows, block_k), dtype),
+                work("shift", (rows, 1)),
+                work("d", (rows, block_k)),
+                work("s1", (rows, block_k)),
+                work("s2", (rows, block_k)),
+                work("mean", (rows, 1)),
+                work("rstd", (rows, 1)),
+            ),
+        )
+    )
 
 
 def _stats_step(m: int, k: int, dtype: str, device: DeviceInfo, one_row: bool) -> Launch:
     ints = int_type(m * k)
-    sig = {"x_ptr": pointer(dtype), "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "M": ints, "K": ints,
-           "stride_xm": ints, "stride_xk": ints, "eps": "fp32"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "mean_ptr": "*fp32",
+        "rstd_ptr": "*fp32",
+        "M": ints,
+        "K": ints,
+        "stride_xm": ints,
+        "stride_xk": ints,
+        "eps": "fp32",
+    }
     if one_row:  # Hopper: one row per program, the whole row in one load (kernels/NOTES.md, RMSNorm's prepass)
         block_k = min(triton.next_power_of_2(k), HOPPER_RSTD_MAX_BLOCK)
-        return Launch(_ln_stats_kernel, (m,), {"ROWS": 1, "BLOCK_K": block_k}, sig, 8 if block_k >= 8192 else 4,
-                      footprint=_stats_footprint(1, block_k, dtype))
+        return Launch(
+            _ln_stats_kernel,
+            (m,),
+            {"ROWS": 1, "BLOCK_K": block_k},
+            sig,
+            8 if block_k >= 8192 else 4,
+            footprint=_stats_footprint(1, block_k, dtype),
+        )
     rows, block_k = RSTD_TILE[device.vendor]
     tiles = triton.cdiv(m, rows)
-    fn, grid = (_ln_stats_persistent_kernel, (min(tiles, device.compute_units),)) if device.vendor == "ascend" \
+    fn, grid = (
+        (_ln_stats_persistent_kernel, (min(tiles, device.compute_units),))
+        if device.vendor == "ascend"
         else (_ln_stats_kernel, (tiles,))
+    )
     return Launch(fn, grid, {"ROWS": rows, "BLOCK_K": block_k}, sig, footprint=_stats_footprint(rows, block_k, dtype))
 
 
@@ -375,28 +565,63 @@ def _hopper_plan(m: int, n: int, k: int, dtype: str, has_c: bool, device: Device
     ints = int_type(max(m * k, n * k, m * n))
     bm, bn, bk, stages, warps, group_m = HOPPER_GEMM
     programs = min(device.compute_units, triton.cdiv(m, bm) * triton.cdiv(n, bn))
-    sig = {"a_desc": descriptor(dtype, (bm, bk)), "b_desc": descriptor(dtype, (bn, bk)),
-           "c_desc": descriptor(dtype, (bm, bn)), "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "s_ptr": "*fp32",
-           "c_ptr": "*fp32", "M": ints, "N": ints, "K": ints}
-    gemm = Launch(_ln_gemm_tma_kernel, (programs,), {"HAS_C": has_c, "BM": bm, "BN": bn, "BK": bk,
-                                                     "GROUP_M": group_m, "NUM_SMS": programs}, sig, warps, stages)
+    sig = {
+        "a_desc": descriptor(dtype, (bm, bk)),
+        "b_desc": descriptor(dtype, (bn, bk)),
+        "c_desc": descriptor(dtype, (bm, bn)),
+        "mean_ptr": "*fp32",
+        "rstd_ptr": "*fp32",
+        "s_ptr": "*fp32",
+        "c_ptr": "*fp32",
+        "M": ints,
+        "N": ints,
+        "K": ints,
+    }
+    gemm = Launch(
+        _ln_gemm_tma_kernel,
+        (programs,),
+        {"HAS_C": has_c, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m, "NUM_SMS": programs},
+        sig,
+        warps,
+        stages,
+    )
     return Plan("hopper", (_stats_step(m, k, dtype, device, one_row=True), gemm))
 
 
 def _decode_plan(m: int, n: int, k: int, dtype: str, has_c: bool, device: DeviceInfo, w_desc: bool) -> Plan:
     bn, bk, splits, stages, warps = DECODE_TILE if device.vendor == "nvidia" else (32, 32, 2, None, None)
     ints = int_type(max(m * k, n * k, m * n))
-    sig = {"x_ptr": pointer(dtype), "w": descriptor(dtype, (bn, bk)) if w_desc else pointer(dtype),
-           "part_ptr": "*fp32", "count_ptr": "*i32", "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "s_ptr": "*fp32",
-           "c_ptr": "*fp32", "y_ptr": pointer(dtype), "M": ints, "N": ints, "K": ints, "stride_xm": ints}
-    constexprs = {"HAS_C": has_c, "W_DESC": w_desc, "UPCAST": device.interpreter and dtype == "bf16",
-                  "SPLITS": splits, "BM": _bm_cap(m), "BN": bn, "BK": bk}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "w": descriptor(dtype, (bn, bk)) if w_desc else pointer(dtype),
+        "part_ptr": "*fp32",
+        "count_ptr": "*i32",
+        "mean_ptr": "*fp32",
+        "rstd_ptr": "*fp32",
+        "s_ptr": "*fp32",
+        "c_ptr": "*fp32",
+        "y_ptr": pointer(dtype),
+        "M": ints,
+        "N": ints,
+        "K": ints,
+        "stride_xm": ints,
+    }
+    constexprs = {
+        "HAS_C": has_c,
+        "W_DESC": w_desc,
+        "UPCAST": device.interpreter and dtype == "bf16",
+        "SPLITS": splits,
+        "BM": _bm_cap(m),
+        "BN": bn,
+        "BK": bk,
+    }
     gemm = Launch(_ln_decode_splitk_kernel, (triton.cdiv(n, bn), splits), constexprs, sig, warps, stages)
     return Plan("decode", (_stats_step(m, k, dtype, device, one_row=device.vendor == "nvidia"), gemm))
 
 
-def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, device: DeviceInfo,
-                 dense: bool = True) -> Plan:
+def plan_forward(
+    m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, device: DeviceInfo, dense: bool = True
+) -> Plan:
     """The launches of ``fused_layernorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when m or
     n is 0): the mean/rstd prepass, then the GEMM. ``has_c``: beta or bias is given (c = beta W^T + b).
 
@@ -413,28 +638,73 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, 
     decode_size = (kind == "nvidia" and n * k >= DECODE_MIN_WEIGHTS) or (kind == "cpu" and n >= 32)
     if variant == "fold_gamma" and half and m <= DECODE_MAX_M and decode_size:
         return _decode_plan(m, n, k, dtype, has_c, device, dense and (device.capability or 0) >= 90)
-    if (variant == "fold_gamma" and half and kind == "nvidia" and dense and (device.capability or 0) >= 90
-            and m > DECODE_MAX_M and m * n * k >= HOPPER_MIN_WORK
-            and not (device.interpreter and dtype == "bf16")):  # the interpreter's bf16 dots are wrong
+    if (
+        variant == "fold_gamma"
+        and half
+        and kind == "nvidia"
+        and dense
+        and (device.capability or 0) >= 90
+        and m > DECODE_MAX_M
+        and m * n * k >= HOPPER_MIN_WORK
+        and not (device.interpreter and dtype == "bf16")
+    ):  # the interpreter's bf16 dots are wrong
         return _hopper_plan(m, n, k, dtype, has_c, device)
     center = variant == "center_prologue"
     ints = int_type(max(m * k, n * k, m * n))
-    sig = {"x_ptr": pointer(dtype), "w_ptr": pointer(dtype), "g_ptr": pointer(dtype), "mean_ptr": "*fp32",
-           "rstd_ptr": "*fp32", "s_ptr": "*fp32", "c_ptr": "*fp32", "y_ptr": pointer(dtype), "M": ints, "N": ints,
-           "K": ints, "stride_xm": ints, "stride_xk": ints, "stride_wn": ints, "stride_wk": ints, "stride_ym": ints}
-    flags = {"HAS_C": has_c, "CENTER": center, "IEEE": dtype == "fp32",
-             "UPCAST": device.interpreter and dtype == "bf16"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "w_ptr": pointer(dtype),
+        "g_ptr": pointer(dtype),
+        "mean_ptr": "*fp32",
+        "rstd_ptr": "*fp32",
+        "s_ptr": "*fp32",
+        "c_ptr": "*fp32",
+        "y_ptr": pointer(dtype),
+        "M": ints,
+        "N": ints,
+        "K": ints,
+        "stride_xm": ints,
+        "stride_xk": ints,
+        "stride_wn": ints,
+        "stride_wk": ints,
+        "stride_ym": ints,
+    }
+    flags = {
+        "HAS_C": has_c,
+        "CENTER": center,
+        "IEEE": dtype == "fp32",
+        "UPCAST": device.interpreter and dtype == "bf16",
+    }
 
-    def gemm(fn: Any, bm: int, bn: int, bk: int, group_m: int, warps: int | None = None, stages: int | None = None,
-             programs: int | None = None) -> Launch:
+    def gemm(
+        fn: Any,
+        bm: int,
+        bn: int,
+        bk: int,
+        group_m: int,
+        warps: int | None = None,
+        stages: int | None = None,
+        programs: int | None = None,
+    ) -> Launch:
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         grid = (min(tiles, programs),) if programs else (tiles,)
-        return Launch(fn, grid, {**flags, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m}, sig, warps, stages,
-                      _matmul_footprint(bm, bn, bk, dtype, center, has_c))
+        return Launch(
+            fn,
+            grid,
+            {**flags, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m},
+            sig,
+            warps,
+            stages,
+            _matmul_footprint(bm, bn, bk, dtype, center, has_c),
+        )
 
     if kind == "nvidia" and m * n * k >= AUTOTUNE_MIN_WORK:
-        step: Step = Autotuned(tuple(gemm(_fused_ln_matmul_kernel, bm, bn, bk, CUDA_GROUP_M, w, s)
-                                     for bm, bn, bk, s, w in cuda_candidates(m)), AUTOTUNE_KEY)
+        step: Step = Autotuned(
+            tuple(
+                gemm(_fused_ln_matmul_kernel, bm, bn, bk, CUDA_GROUP_M, w, s) for bm, bn, bk, s, w in cuda_candidates(m)
+            ),
+            AUTOTUNE_KEY,
+        )
     elif kind == "nvidia":
         c = SMALL_CUDA_CONFIG
         step = gemm(_fused_ln_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"], c["num_warps"], c["num_stages"])
@@ -448,8 +718,9 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, 
 
 
 @functools.lru_cache(maxsize=512)
-def _forward_plan(m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, device: DeviceInfo,
-                  dense: bool) -> Plan:
+def _forward_plan(
+    m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, device: DeviceInfo, dense: bool
+) -> Plan:
     return plan_forward(m, n, k, dtype, variant, has_c, device, dense)
 
 
@@ -471,8 +742,14 @@ class PreparedWeightCache:
         self.capacity = capacity
         self._entries: dict[tuple, tuple] = {}
 
-    def get(self, weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, bias: torch.Tensor | None,
-            fold: bool) -> Prepared:
+    def get(
+        self,
+        weight: torch.Tensor,
+        gamma: torch.Tensor,
+        beta: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        fold: bool,
+    ) -> Prepared:
         tensors = (weight, gamma, beta, bias)
         key = (*(id(t) for t in tensors), fold)
         versions = tuple(t._version if t is not None else None for t in tensors)
@@ -505,8 +782,9 @@ PREPARED = PreparedWeightCache()
 # ---------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------
-def _check(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None,
-           bias: torch.Tensor | None) -> None:
+def _check(
+    x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, bias: torch.Tensor | None
+) -> None:
     named = [("x", x), ("weight", weight), ("gamma", gamma), ("beta", beta), ("bias", bias)]
     for name, t in named:
         if t is None and name in ("beta", "bias"):
@@ -520,12 +798,16 @@ def _check(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, beta: tor
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"fused_layernorm_matmul: dtype {x.dtype} is not supported (fp16, bf16, fp32)")
     if x.dim() < 1 or weight.dim() != 2 or gamma.dim() != 1:
-        raise ValueError(f"fused_layernorm_matmul: expected x [..., K], weight [N, K], gamma [K]; got "
-                         f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(gamma.shape)}")
+        raise ValueError(
+            f"fused_layernorm_matmul: expected x [..., K], weight [N, K], gamma [K]; got "
+            f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(gamma.shape)}"
+        )
     k = x.shape[-1]
     if weight.shape[1] != k or gamma.shape[0] != k or (beta is not None and tuple(beta.shape) != (k,)):
-        raise ValueError(f"fused_layernorm_matmul: K mismatch: x has K={k}, weight {tuple(weight.shape)}, "
-                         f"gamma {tuple(gamma.shape)}" + (f", beta {tuple(beta.shape)}" if beta is not None else ""))
+        raise ValueError(
+            f"fused_layernorm_matmul: K mismatch: x has K={k}, weight {tuple(weight.shape)}, "
+            f"gamma {tuple(gamma.shape)}" + (f", beta {tuple(beta.shape)}" if beta is not None else "")
+        )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"fused_layernorm_matmul: bias shape {tuple(bias.shape)} != [{weight.shape[0]}]")
 
@@ -537,14 +819,22 @@ def _decode_scratch(device: torch.device, floats: int, blocks: int) -> tuple[tor
     """(fp32 partial sums, a zeroed int32 counter per column block that the last program resets), per device."""
     held = _DECODE_SCRATCH.get(device)
     if held is None or held[0].numel() < floats or held[1].numel() < blocks:
-        held = _DECODE_SCRATCH[device] = (torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
-                                          torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device))
+        held = _DECODE_SCRATCH[device] = (
+            torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
+            torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device),
+        )
     return held
 
 
-def fused_layernorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
-                                   beta: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                                   eps: float = 1e-5, variant: str = "fold_gamma") -> torch.Tensor:
+def fused_layernorm_matmul_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    variant: str = "fold_gamma",
+) -> torch.Tensor:
     """Forward only (what the collector times)."""
     _check(x, weight, gamma, beta, bias)
     if variant not in VARIANTS:
@@ -566,8 +856,19 @@ def fused_layernorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma:
     colsum = prep.colsum if prep.colsum.numel() else mean
     if plan.path == "hopper":
         cx = gemm.constexprs
-        launch(gemm, _descriptor(x2, (cx["BM"], cx["BK"])), _descriptor(w, (cx["BN"], cx["BK"])),
-               _descriptor(y, (cx["BM"], cx["BN"])), mean, rstd, colsum, c, m, n, k)
+        launch(
+            gemm,
+            _descriptor(x2, (cx["BM"], cx["BK"])),
+            _descriptor(w, (cx["BN"], cx["BK"])),
+            _descriptor(y, (cx["BM"], cx["BN"])),
+            mean,
+            rstd,
+            colsum,
+            c,
+            m,
+            n,
+            k,
+        )
     elif plan.path == "decode":
         cx = gemm.constexprs
         blocks, splits, bm = gemm.grid[0], cx["SPLITS"], cx["BM"]
@@ -575,8 +876,24 @@ def fused_layernorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma:
         w_arg = _descriptor(w, (cx["BN"], cx["BK"])) if cx["W_DESC"] else w
         launch(gemm, x2, w_arg, parts, counts, mean, rstd, colsum, c, y, m, n, k, x2.stride(0))
     else:
-        args = (x2, w, gamma, mean, rstd, colsum, c, y, m, n, k, x2.stride(0), x2.stride(1), w.stride(0), w.stride(1),
-                y.stride(0))
+        args = (
+            x2,
+            w,
+            gamma,
+            mean,
+            rstd,
+            colsum,
+            c,
+            y,
+            m,
+            n,
+            k,
+            x2.stride(0),
+            x2.stride(1),
+            w.stride(0),
+            w.stride(1),
+            y.stride(0),
+        )
         if isinstance(gemm, Autotuned):
             flags = {name: gemm.candidates[0].constexprs[name] for name in FLAGS}
             grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
@@ -586,18 +903,25 @@ def fused_layernorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma:
     return y.reshape(*x.shape[:-1], n)
 
 
-def layernorm_linear_reference(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None,
-                               bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+def layernorm_linear_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
     """The same function in PyTorch, in fp32 (at least) where it matters: what the backward differentiates."""
     up = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xn = torch.nn.functional.layer_norm(x.to(up), (x.shape[-1],), gamma.to(up),
-                                        beta.to(up) if beta is not None else None, eps)
+    xn = torch.nn.functional.layer_norm(
+        x.to(up), (x.shape[-1],), gamma.to(up), beta.to(up) if beta is not None else None, eps
+    )
     return torch.nn.functional.linear(xn, weight.to(up), bias.to(up) if bias is not None else None)
 
 
 class FusedLayerNormMatmulFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, gamma, beta, bias, eps, variant):  # noqa: ANN001
+    def forward(ctx, x, weight, gamma, beta, bias, eps, variant):
         ctx.save_for_backward(x, weight, gamma, beta, bias)
         ctx.eps = eps
         if x.dtype == torch.float64:  # only gradcheck gets here (the public function refuses fp64): the
@@ -606,10 +930,12 @@ class FusedLayerNormMatmulFunction(torch.autograd.Function):
         return fused_layernorm_matmul_forward(x, weight, gamma, beta, bias, eps, variant)
 
     @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001
+    def backward(ctx, dy):
         saved = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) if t is not None else None
-                  for t, need in zip(saved, ctx.needs_input_grad[:5])]
+        inputs = [
+            t.detach().requires_grad_(need) if t is not None else None
+            for t, need in zip(saved, ctx.needs_input_grad[:5])
+        ]
         with torch.enable_grad():
             y = layernorm_linear_reference(*inputs, ctx.eps)
             wanted = [t for t in inputs if t is not None and t.requires_grad]
@@ -618,9 +944,15 @@ class FusedLayerNormMatmulFunction(torch.autograd.Function):
         return (*out, None, None)
 
 
-def fused_layernorm_matmul(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
-                           beta: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5,
-                           variant: str = "fold_gamma") -> torch.Tensor:
+def fused_layernorm_matmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    variant: str = "fold_gamma",
+) -> torch.Tensor:
     """((x - mean) / sqrt(var + eps) * gamma + beta) @ weight^T + bias, without writing the normalised x."""
     _check(x, weight, gamma, beta, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, gamma, beta, bias)):
@@ -631,7 +963,7 @@ def fused_layernorm_matmul(x: torch.Tensor, weight: torch.Tensor, gamma: torch.T
 class FusedLayerNormLinear(torch.nn.Module):
     """LayerNorm(dim) followed by Linear(dim, hidden), fused: parameters gamma, beta, weight and bias."""
 
-    def __init__(self, dim: int, hidden: int, eps: float = 1e-5, bias: bool = True, device=None, dtype=None) -> None:  # noqa: ANN001
+    def __init__(self, dim: int, hidden: int, eps: float = 1e-5, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         self.eps = eps
@@ -711,8 +1043,20 @@ def _accuracy_cases() -> list[Case]:
                 for direction in ("fwd", "bwd"):
                     if direction == "bwd" and (variant != "fold_gamma" or dtype != "fp32" or shape[-1] > 520):
                         continue  # the backward is PyTorch's: one variant and dtype check its wiring
-                    cases.append(Case.make(NAME, variant, dtype, tolerance(dtype, shape[-1], shift), shape=shape, n=n,
-                                           bias=bias, layout=layout, shift=shift, direction=direction))
+                    cases.append(
+                        Case.make(
+                            NAME,
+                            variant,
+                            dtype,
+                            tolerance(dtype, shape[-1], shift),
+                            shape=shape,
+                            n=n,
+                            bias=bias,
+                            layout=layout,
+                            shift=shift,
+                            direction=direction,
+                        )
+                    )
     return cases
 
 
@@ -724,8 +1068,22 @@ def _perf_cases() -> list[Case]:
                 target = None
                 if variant == "fold_gamma":
                     target = Target(max_ratio_to=("cublas_linear", TARGET_RATIO), source=TARGETS_DOC)
-                cases.append(Case.make(NAME, variant, dtype, tolerance(dtype, shape[-1]), target, trials=1,
-                                       shape=shape, n=n, bias=False, layout="contiguous", shift=0.0, direction="fwd"))
+                cases.append(
+                    Case.make(
+                        NAME,
+                        variant,
+                        dtype,
+                        tolerance(dtype, shape[-1]),
+                        target,
+                        trials=1,
+                        shape=shape,
+                        n=n,
+                        bias=False,
+                        layout="contiguous",
+                        shift=0.0,
+                        direction="fwd",
+                    )
+                )
     return cases
 
 
@@ -743,9 +1101,14 @@ def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
     x = x.to(dtype).to(device)
     if p["layout"] == "transposed":
         x = x.t().contiguous().t()
-    inputs = {"x": x, "weight": w.to(dtype).to(device), "gamma": g.to(dtype).to(device),
-              "beta": beta.to(dtype).to(device), "bias": b.to(dtype).to(device) if b is not None else None,
-              "eps": 1e-5}
+    inputs = {
+        "x": x,
+        "weight": w.to(dtype).to(device),
+        "gamma": g.to(dtype).to(device),
+        "beta": beta.to(dtype).to(device),
+        "bias": b.to(dtype).to(device) if b is not None else None,
+        "eps": 1e-5,
+    }
     if p["direction"] == "bwd":
         inputs["dy"] = torch.randn(*shape[:-1], n, generator=gen).to(dtype).to(device)
     return inputs
@@ -774,8 +1137,14 @@ def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
     return tuple(torch.autograd.grad(y, [t for t in leaves if t is not None], inputs["dy"].cpu().double()))
 
 
-def eager_layernorm_linear(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None,
-                           bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+def eager_layernorm_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
     """What a model does unfused: ``F.layer_norm`` (its output written), then ``F.linear``."""
     normed = torch.nn.functional.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
     return torch.nn.functional.linear(normed, weight, bias)

@@ -76,10 +76,20 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # ---------------------------------------------------------------------------------------------
 # NVIDIA: the autotuner's candidates (BM, BN, BK, num_stages, num_warps), GROUP_M 8; kernels/NOTES.md.
 CUDA_TILES = (
-    (128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4), (64, 256, 64, 4, 8),
-    (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 128, 4, 4),
-    (16, 64, 256, 4, 4), (16, 32, 256, 5, 4), (32, 64, 128, 5, 4), (16, 128, 128, 4, 4),
-    (16, 32, 512, 4, 4), (16, 32, 256, 7, 4), (32, 32, 256, 5, 4),
+    (128, 256, 64, 3, 8),
+    (128, 128, 64, 4, 8),
+    (128, 128, 64, 3, 4),
+    (64, 256, 64, 4, 8),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (64, 64, 128, 4, 4),
+    (16, 64, 256, 4, 4),
+    (16, 32, 256, 5, 4),
+    (32, 64, 128, 5, 4),
+    (16, 128, 128, 4, 4),
+    (16, 32, 512, 4, 4),
+    (16, 32, 256, 7, 4),
+    (32, 32, 256, 5, 4),
 )
 CUDA_GROUP_M = 8
 AUTOTUNE_KEY = ("M", "N", "K", "HAS_BIAS", "PROLOGUE_GAMMA", "RSTD_GIVEN")
@@ -127,11 +137,10 @@ def cuda_candidates(m: int) -> tuple[tuple[int, int, int, int, int], ...]:
     return kept or CUDA_TILES[-4:]
 
 
-def _prune(configs, named_args, **kwargs):  # noqa: ANN001, ANN003
+def _prune(configs, named_args, **kwargs):
     """The autotuner's early prune: exactly the candidates of :func:`cuda_candidates`."""
     wanted = cuda_candidates(named_args["M"])
-    return [c for c in configs if (c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_stages, c.num_warps)
-            in wanted]
+    return [c for c in configs if (c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_stages, c.num_warps) in wanted]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,10 +166,31 @@ def _round_to_bf16(v):
 
 @triton.jit
 def _matmul_tile(
-    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps, tile,
-    HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    b_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    eps,
+    tile,
+    HAS_BIAS: tl.constexpr,
+    PROLOGUE_GAMMA: tl.constexpr,
+    RSTD_GIVEN: tl.constexpr,
+    IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
@@ -217,27 +247,116 @@ def _matmul_tile(
 
 @triton.jit
 def _fused_rmsnorm_matmul_kernel(
-    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
-    HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    b_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    PROLOGUE_GAMMA: tl.constexpr,
+    RSTD_GIVEN: tl.constexpr,
+    IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
-    _matmul_tile(x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
-                 stride_ym, eps, tl.program_id(0), HAS_BIAS, PROLOGUE_GAMMA, RSTD_GIVEN, IEEE, UPCAST, BM, BN, BK,
-                 GROUP_M)
+    _matmul_tile(
+        x_ptr,
+        w_ptr,
+        g_ptr,
+        b_ptr,
+        r_ptr,
+        y_ptr,
+        M,
+        N,
+        K,
+        stride_xm,
+        stride_xk,
+        stride_wn,
+        stride_wk,
+        stride_ym,
+        eps,
+        tl.program_id(0),
+        HAS_BIAS,
+        PROLOGUE_GAMMA,
+        RSTD_GIVEN,
+        IEEE,
+        UPCAST,
+        BM,
+        BN,
+        BK,
+        GROUP_M,
+    )
 
 
 @triton.jit
 def _fused_rmsnorm_matmul_persistent_kernel(
-    x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, eps,
-    HAS_BIAS: tl.constexpr, PROLOGUE_GAMMA: tl.constexpr, RSTD_GIVEN: tl.constexpr, IEEE: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    g_ptr,
+    b_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    PROLOGUE_GAMMA: tl.constexpr,
+    RSTD_GIVEN: tl.constexpr,
+    IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        _matmul_tile(x_ptr, w_ptr, g_ptr, b_ptr, r_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
-                     stride_ym, eps, tile, HAS_BIAS, PROLOGUE_GAMMA, RSTD_GIVEN, IEEE, UPCAST, BM, BN, BK, GROUP_M)
+        _matmul_tile(
+            x_ptr,
+            w_ptr,
+            g_ptr,
+            b_ptr,
+            r_ptr,
+            y_ptr,
+            M,
+            N,
+            K,
+            stride_xm,
+            stride_xk,
+            stride_wn,
+            stride_wk,
+            stride_ym,
+            eps,
+            tile,
+            HAS_BIAS,
+            PROLOGUE_GAMMA,
+            RSTD_GIVEN,
+            IEEE,
+            UPCAST,
+            BM,
+            BN,
+            BK,
+            GROUP_M,
+        )
 
 
 @triton.jit
@@ -267,8 +386,7 @@ def _rstd_pdl_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.con
 
 
 @triton.jit
-def _rstd_persistent_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr,
-                            BLOCK_K: tl.constexpr):
+def _rstd_persistent_kernel(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     for tile in range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0)):
         _rstd_rows(x_ptr, r_ptr, M, K, stride_xm, stride_xk, eps, tile, ROWS, BLOCK_K)
 
@@ -282,9 +400,23 @@ def _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, bias_ptr, M, N, K, HAS_BIAS: tl.constexpr,
-                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                         NUM_SMS: tl.constexpr, PDL: tl.constexpr):
+def _rms_gemm_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    r_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    HAS_BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    PDL: tl.constexpr,
+):
     """Persistent GEMM y = diag(r) x W'^T (+ b) on Hopper: TMA descriptors move the A, B and C tiles, tiles are
     walked GROUP_M row blocks at a time; r (1/rms per row) comes from the prepass. The tile loop is
     flattened into the K loop so the next tile's loads overlap this tile's epilogue."""
@@ -313,9 +445,27 @@ def _rms_gemm_tma_kernel(a_desc, b_desc, c_desc, r_ptr, bias_ptr, M, N, K, HAS_B
 
 
 @triton.jit
-def _decode_splitk_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, eps,
-                          HAS_BIAS: tl.constexpr, W_DESC: tl.constexpr, UPCAST: tl.constexpr, SPLITS: tl.constexpr,
-                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _decode_splitk_kernel(
+    x_ptr,
+    w,
+    part_ptr,
+    ss_ptr,
+    count_ptr,
+    bias_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    W_DESC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
     """Program (n, s): partial sums of columns [n*BN, n*BN + BN) over the s-th share of K, and of x^2 over it.
     The last program of column block n (an acq_rel counter) adds the SPLITS partials, scales by 1/rms, adds
     the bias, writes y, and zeroes the counter for the next launch. ``w`` is a TMA descriptor of W' when
@@ -330,13 +480,19 @@ def _decode_splitk_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, bias_ptr, y_ptr
     ss = tl.zeros((BM, BK), dtype=tl.float32)
     for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
         k_ok = (k0 + kk) < K
-        a = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
-                    mask=(rows < M)[:, None] & k_ok[None, :], other=0.0)
+        a = tl.load(
+            x_ptr + rows[:, None].to(tl.int64) * stride_xm + (k0 + kk)[None, :],
+            mask=(rows < M)[:, None] & k_ok[None, :],
+            other=0.0,
+        )
         if W_DESC:
             b = w.load([pid_n * BN, k0])
         else:
-            b = tl.load(w + cols[:, None].to(tl.int64) * K + (k0 + kk)[None, :],
-                        mask=(cols < N)[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(
+                w + cols[:, None].to(tl.int64) * K + (k0 + kk)[None, :],
+                mask=(cols < N)[:, None] & k_ok[None, :],
+                other=0.0,
+            )
         af = a.to(tl.float32)
         ss += af * af
         if UPCAST:  # the interpreter multiplies bf16 tiles wrongly (see _matmul_tile); fp32 products are exact
@@ -358,8 +514,11 @@ def _decode_splitk_kernel(x_ptr, w, part_ptr, ss_ptr, count_ptr, bias_ptr, y_ptr
             total += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         if UPCAST:
             total = _round_to_bf16(total)
-        tl.store(y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :], total.to(y_ptr.dtype.element_ty),
-                 mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.store(
+            y_ptr + rows[:, None].to(tl.int64) * N + cols[None, :],
+            total.to(y_ptr.dtype.element_ty),
+            mask=(rows < M)[:, None] & (cols < N)[None, :],
+        )
         tl.atomic_xchg(count_ptr + pid_n, 0)
 
 
@@ -370,19 +529,24 @@ def autotuned_kernel() -> Any:
     """The CUDA autotuner over CUDA_TILES, built on first use: ``triton.autotune`` needs an active driver,
     and importing this module must not (the Ascend compile check imports it on a machine without one)."""
     if not _AUTOTUNED:
-        configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": CUDA_GROUP_M}, num_stages=s, num_warps=w)
-                   for bm, bn, bk, s, w in CUDA_TILES]
-        _AUTOTUNED.append(triton.autotune(configs=configs, key=list(AUTOTUNE_KEY),
-                                          prune_configs_by={"early_config_prune": _prune})(
-            _fused_rmsnorm_matmul_kernel))
+        configs = [
+            triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": CUDA_GROUP_M}, num_stages=s, num_warps=w)
+            for bm, bn, bk, s, w in CUDA_TILES
+        ]
+        _AUTOTUNED.append(
+            triton.autotune(configs=configs, key=list(AUTOTUNE_KEY), prune_configs_by={"early_config_prune": _prune})(
+                _fused_rmsnorm_matmul_kernel
+            )
+        )
     return _AUTOTUNED[0]
 
 
 # ---------------------------------------------------------------------------------------------
 # Launch plans: pure functions of (M, N, K, dtype, variant, device description)
 # ---------------------------------------------------------------------------------------------
-def _matmul_footprint(bm: int, bn: int, bk: int, dtype: str, prologue: bool, rstd_given: bool,
-                      has_bias: bool) -> Footprint:
+def _matmul_footprint(
+    bm: int, bn: int, bk: int, dtype: str, prologue: bool, rstd_given: bool, has_bias: bool
+) -> Footprint:
     """Unified-buffer tiles of one program (cube operands live in L1/L0 and are not counted; the vector side
     needs every tail axis aligned to 512 B). K loop: the A tile (multi-buffered) with its fp32 copy for
     sum(x^2) and the row sums; with the gamma prologue also gamma (multi-buffered), A*gamma in fp32 and cast
@@ -415,29 +579,73 @@ def _hopper_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: Dev
     ints = int_type(max(m * k, n * k, m * n))
     block_k = min(triton.next_power_of_2(k), HOPPER_RSTD_MAX_BLOCK)
     pdl = HOPPER_PDL and gdc_wait is not None
-    rstd = Launch(_rstd_pdl_kernel if pdl else _rstd_kernel, (m,), {"ROWS": 1, "BLOCK_K": block_k},
-                  {"x_ptr": pointer(dtype), "r_ptr": "*fp32", "M": ints, "K": ints, "stride_xm": ints,
-                   "stride_xk": ints, "eps": "fp32"}, 8 if block_k >= 8192 else 4)
+    rstd = Launch(
+        _rstd_pdl_kernel if pdl else _rstd_kernel,
+        (m,),
+        {"ROWS": 1, "BLOCK_K": block_k},
+        {
+            "x_ptr": pointer(dtype),
+            "r_ptr": "*fp32",
+            "M": ints,
+            "K": ints,
+            "stride_xm": ints,
+            "stride_xk": ints,
+            "eps": "fp32",
+        },
+        8 if block_k >= 8192 else 4,
+    )
     bm, bn, bk, stages, warps, group_m = HOPPER_GEMM
     programs = min(device.compute_units, triton.cdiv(m, bm) * triton.cdiv(n, bn))
-    sig = {"a_desc": descriptor(dtype, (bm, bk)), "b_desc": descriptor(dtype, (bn, bk)),
-           "c_desc": descriptor(dtype, (bm, bn)), "r_ptr": "*fp32", "bias_ptr": pointer(dtype), "M": ints, "N": ints,
-           "K": ints}
-    gemm = Launch(_rms_gemm_tma_kernel, (programs,), {"HAS_BIAS": has_bias, "BM": bm, "BN": bn, "BK": bk,
-                                                      "GROUP_M": group_m, "NUM_SMS": programs, "PDL": pdl},
-                  sig, warps, stages, launch_pdl=pdl)
+    sig = {
+        "a_desc": descriptor(dtype, (bm, bk)),
+        "b_desc": descriptor(dtype, (bn, bk)),
+        "c_desc": descriptor(dtype, (bm, bn)),
+        "r_ptr": "*fp32",
+        "bias_ptr": pointer(dtype),
+        "M": ints,
+        "N": ints,
+        "K": ints,
+    }
+    gemm = Launch(
+        _rms_gemm_tma_kernel,
+        (programs,),
+        {"HAS_BIAS": has_bias, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m, "NUM_SMS": programs, "PDL": pdl},
+        sig,
+        warps,
+        stages,
+        launch_pdl=pdl,
+    )
     return rstd, gemm
 
 
-def _decode_plan(m: int, n: int, k: int, dtype: str, has_bias: bool, device: DeviceInfo,
-                 w_desc: bool) -> tuple[Step, ...]:
+def _decode_plan(
+    m: int, n: int, k: int, dtype: str, has_bias: bool, device: DeviceInfo, w_desc: bool
+) -> tuple[Step, ...]:
     bn, bk, splits, stages, warps = DECODE_TILE if device.vendor == "nvidia" else (32, 32, 2, None, None)
     ints = int_type(max(m * k, n * k, m * n))
-    sig = {"x_ptr": pointer(dtype), "w": descriptor(dtype, (bn, bk)) if w_desc else pointer(dtype),
-           "part_ptr": "*fp32", "ss_ptr": "*fp32", "count_ptr": "*i32", "bias_ptr": pointer(dtype),
-           "y_ptr": pointer(dtype), "M": ints, "N": ints, "K": ints, "stride_xm": ints, "eps": "fp32"}
-    constexprs = {"HAS_BIAS": has_bias, "W_DESC": w_desc, "UPCAST": device.interpreter and dtype == "bf16",
-                  "SPLITS": splits, "BM": _bm_cap(m), "BN": bn, "BK": bk}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "w": descriptor(dtype, (bn, bk)) if w_desc else pointer(dtype),
+        "part_ptr": "*fp32",
+        "ss_ptr": "*fp32",
+        "count_ptr": "*i32",
+        "bias_ptr": pointer(dtype),
+        "y_ptr": pointer(dtype),
+        "M": ints,
+        "N": ints,
+        "K": ints,
+        "stride_xm": ints,
+        "eps": "fp32",
+    }
+    constexprs = {
+        "HAS_BIAS": has_bias,
+        "W_DESC": w_desc,
+        "UPCAST": device.interpreter and dtype == "bf16",
+        "SPLITS": splits,
+        "BM": _bm_cap(m),
+        "BN": bn,
+        "BK": bk,
+    }
     return (Launch(_decode_splitk_kernel, (triton.cdiv(n, bn), splits), constexprs, sig, warps, stages),)
 
 
@@ -452,15 +660,23 @@ def plan_path(m: int, n: int, k: int, dtype: str, variant: str, device: DeviceIn
     decode_size = (kind == "nvidia" and n * k >= DECODE_MIN_WEIGHTS) or (kind == "cpu" and n >= 32)
     if variant == "fold_gamma" and dtype in ("fp16", "bf16") and m <= DECODE_MAX_M and decode_size:
         return "decode"
-    if (variant == "fold_gamma" and dtype in ("fp16", "bf16") and kind == "nvidia" and dense
-            and (device.capability or 0) >= 90 and m > DECODE_MAX_M and m * n * k >= HOPPER_MIN_WORK
-            and not (device.interpreter and dtype == "bf16")):  # the interpreter's bf16 dots are wrong
+    if (
+        variant == "fold_gamma"
+        and dtype in ("fp16", "bf16")
+        and kind == "nvidia"
+        and dense
+        and (device.capability or 0) >= 90
+        and m > DECODE_MAX_M
+        and m * n * k >= HOPPER_MIN_WORK
+        and not (device.interpreter and dtype == "bf16")
+    ):  # the interpreter's bf16 dots are wrong
         return "hopper"
     return "gemm"
 
 
-def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
-                 device: DeviceInfo, dense: bool = True) -> tuple[Step, ...]:
+def plan_forward(
+    m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool, device: DeviceInfo, dense: bool = True
+) -> tuple[Step, ...]:
     """The launches of ``fused_rmsnorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when
     m or n is 0): the rstd prepass for that variant, then the GEMM (autotuned on NVIDIA for large problems).
 
@@ -485,40 +701,89 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: boo
     if rstd_given:
         rows, block_k = RSTD_TILE[kind]
         tiles = triton.cdiv(m, rows)
-        fn, grid = (_rstd_persistent_kernel, (min(tiles, device.compute_units),)) if kind == "ascend" else \
-            (_rstd_kernel, (tiles,))
-        footprint = Footprint(((load("x", (rows, block_k), dtype), work("x_f32", (rows, block_k)),
-                                work("acc", (rows, block_k)), work("r", (rows, 1))),))
-        sig = {"x_ptr": pointer(dtype), "r_ptr": "*fp32", "M": ints, "K": ints, "stride_xm": ints, "stride_xk": ints,
-               "eps": "fp32"}
+        fn, grid = (
+            (_rstd_persistent_kernel, (min(tiles, device.compute_units),))
+            if kind == "ascend"
+            else (_rstd_kernel, (tiles,))
+        )
+        footprint = Footprint(
+            (
+                (
+                    load("x", (rows, block_k), dtype),
+                    work("x_f32", (rows, block_k)),
+                    work("acc", (rows, block_k)),
+                    work("r", (rows, 1)),
+                ),
+            )
+        )
+        sig = {
+            "x_ptr": pointer(dtype),
+            "r_ptr": "*fp32",
+            "M": ints,
+            "K": ints,
+            "stride_xm": ints,
+            "stride_xk": ints,
+            "eps": "fp32",
+        }
         steps.append(Launch(fn, grid, {"ROWS": rows, "BLOCK_K": block_k}, sig, footprint=footprint))
-    sig = {"x_ptr": pointer(dtype), "w_ptr": pointer(dtype), "g_ptr": pointer(dtype), "b_ptr": pointer(dtype),
-           "r_ptr": "*fp32" if rstd_given else pointer(dtype), "y_ptr": pointer(dtype), "M": ints, "N": ints, "K": ints,
-           "stride_xm": ints, "stride_xk": ints, "stride_wn": ints, "stride_wk": ints, "stride_ym": ints,
-           "eps": "fp32"}
-    flags = {"HAS_BIAS": has_bias, "PROLOGUE_GAMMA": prologue, "RSTD_GIVEN": rstd_given, "IEEE": dtype == "fp32",
-             "UPCAST": device.interpreter and dtype == "bf16"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "w_ptr": pointer(dtype),
+        "g_ptr": pointer(dtype),
+        "b_ptr": pointer(dtype),
+        "r_ptr": "*fp32" if rstd_given else pointer(dtype),
+        "y_ptr": pointer(dtype),
+        "M": ints,
+        "N": ints,
+        "K": ints,
+        "stride_xm": ints,
+        "stride_xk": ints,
+        "stride_wn": ints,
+        "stride_wk": ints,
+        "stride_ym": ints,
+        "eps": "fp32",
+    }
+    flags = {
+        "HAS_BIAS": has_bias,
+        "PROLOGUE_GAMMA": prologue,
+        "RSTD_GIVEN": rstd_given,
+        "IEEE": dtype == "fp32",
+        "UPCAST": device.interpreter and dtype == "bf16",
+    }
 
-    def gemm(fn: Any, bm: int, bn: int, bk: int, group_m: int, warps: int | None = None, stages: int | None = None,
-             programs: int | None = None) -> Launch:
+    def gemm(
+        fn: Any,
+        bm: int,
+        bn: int,
+        bk: int,
+        group_m: int,
+        warps: int | None = None,
+        stages: int | None = None,
+        programs: int | None = None,
+    ) -> Launch:
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         grid = (min(tiles, programs),) if programs else (tiles,)
         footprint = _matmul_footprint(bm, bn, bk, dtype, prologue, rstd_given, has_bias)
-        return Launch(fn, grid, {**flags, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m}, sig, warps, stages,
-                      footprint)
+        return Launch(
+            fn, grid, {**flags, "BM": bm, "BN": bn, "BK": bk, "GROUP_M": group_m}, sig, warps, stages, footprint
+        )
 
     if kind == "nvidia" and m * n * k >= AUTOTUNE_MIN_WORK:
-        candidates = tuple(gemm(_fused_rmsnorm_matmul_kernel, bm, bn, bk, CUDA_GROUP_M, w, s)
-                           for bm, bn, bk, s, w in cuda_candidates(m))
+        candidates = tuple(
+            gemm(_fused_rmsnorm_matmul_kernel, bm, bn, bk, CUDA_GROUP_M, w, s)
+            for bm, bn, bk, s, w in cuda_candidates(m)
+        )
         steps.append(Autotuned(candidates, AUTOTUNE_KEY))
     elif kind == "nvidia":
         c = SMALL_CUDA_CONFIG
-        steps.append(gemm(_fused_rmsnorm_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"], c["num_warps"],
-                          c["num_stages"]))
+        steps.append(
+            gemm(_fused_rmsnorm_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"], c["num_warps"], c["num_stages"])
+        )
     elif kind == "ascend":
         bm, bn, bk = _ascend_matmul_tile(m, dtype, prologue, rstd_given, has_bias)
-        steps.append(gemm(_fused_rmsnorm_matmul_persistent_kernel, bm, bn, bk, ASCEND_GROUP_M,
-                          programs=device.cube_units))
+        steps.append(
+            gemm(_fused_rmsnorm_matmul_persistent_kernel, bm, bn, bk, ASCEND_GROUP_M, programs=device.cube_units)
+        )
     else:
         c = INTERPRETER_CONFIG
         steps.append(gemm(_fused_rmsnorm_matmul_kernel, c["BM"], c["BN"], c["BK"], c["GROUP_M"]))
@@ -526,11 +791,14 @@ def plan_forward(m: int, n: int, k: int, dtype: str, variant: str, has_bias: boo
 
 
 @functools.lru_cache(maxsize=512)
-def _forward_plan(m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool,
-                  device: DeviceInfo, dense: bool) -> tuple[str, tuple[Step, ...]]:
+def _forward_plan(
+    m: int, n: int, k: int, dtype: str, variant: str, has_bias: bool, device: DeviceInfo, dense: bool
+) -> tuple[str, tuple[Step, ...]]:
     """(path, launches), cached per problem."""
-    return (plan_path(m, n, k, dtype, variant, device, dense),
-            plan_forward(m, n, k, dtype, variant, has_bias, device, dense))
+    return (
+        plan_path(m, n, k, dtype, variant, device, dense),
+        plan_forward(m, n, k, dtype, variant, has_bias, device, dense),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,12 +861,15 @@ def _check(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: tor
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"fused_rmsnorm_matmul: dtype {x.dtype} is not supported (fp16, bf16, fp32)")
     if x.dim() < 1 or weight.dim() != 2 or gamma.dim() != 1:
-        raise ValueError(f"fused_rmsnorm_matmul: expected x [..., K], weight [N, K], gamma [K]; got "
-                         f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(gamma.shape)}")
+        raise ValueError(
+            f"fused_rmsnorm_matmul: expected x [..., K], weight [N, K], gamma [K]; got "
+            f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(gamma.shape)}"
+        )
     k = x.shape[-1]
     if weight.shape[1] != k or gamma.shape[0] != k:
-        raise ValueError(f"fused_rmsnorm_matmul: K mismatch: x has K={k}, weight {tuple(weight.shape)}, "
-                         f"gamma {tuple(gamma.shape)}")
+        raise ValueError(
+            f"fused_rmsnorm_matmul: K mismatch: x has K={k}, weight {tuple(weight.shape)}, gamma {tuple(gamma.shape)}"
+        )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"fused_rmsnorm_matmul: bias shape {tuple(bias.shape)} != [{weight.shape[0]}]")
 
@@ -606,9 +877,14 @@ def _check(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: tor
 def _dense(x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> bool:
     """What TMA descriptors need: unit inner strides, 16-byte aligned rows and bases."""
     size = x2.element_size()
-    return (x2.stride(1) == 1 and w.stride(1) == 1 and (x2.stride(0) * size) % 16 == 0
-            and (w.stride(0) * size) % 16 == 0 and (y.stride(0) * size) % 16 == 0
-            and all(t.data_ptr() % 16 == 0 for t in (x2, w, y)))
+    return (
+        x2.stride(1) == 1
+        and w.stride(1) == 1
+        and (x2.stride(0) * size) % 16 == 0
+        and (w.stride(0) * size) % 16 == 0
+        and (y.stride(0) * size) % 16 == 0
+        and all(t.data_ptr() % 16 == 0 for t in (x2, w, y))
+    )
 
 
 def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> Any:
@@ -625,15 +901,31 @@ def _weight_descriptor(w: torch.Tensor, descs: dict, block: tuple[int, int]) -> 
     return desc
 
 
-def _launch_hopper(steps: tuple[Step, ...], x2: torch.Tensor, w: torch.Tensor, descs: dict,
-                   bias: torch.Tensor | None, y: torch.Tensor, eps: float) -> None:
+def _launch_hopper(
+    steps: tuple[Step, ...],
+    x2: torch.Tensor,
+    w: torch.Tensor,
+    descs: dict,
+    bias: torch.Tensor | None,
+    y: torch.Tensor,
+    eps: float,
+) -> None:
     prepass, gemm = steps
     m, k = x2.shape
     rstd = new_output((m,), torch.float32, x2.device)
     launch(prepass, x2, rstd, m, k, x2.stride(0), x2.stride(1), eps)
     c = gemm.constexprs
-    launch(gemm, _descriptor(x2, (c["BM"], c["BK"])), _weight_descriptor(w, descs, (c["BN"], c["BK"])),
-           _descriptor(y, (c["BM"], c["BN"])), rstd, bias if bias is not None else y, m, w.shape[0], k)
+    launch(
+        gemm,
+        _descriptor(x2, (c["BM"], c["BK"])),
+        _weight_descriptor(w, descs, (c["BN"], c["BK"])),
+        _descriptor(y, (c["BM"], c["BN"])),
+        rstd,
+        bias if bias is not None else y,
+        m,
+        w.shape[0],
+        k,
+    )
 
 
 _DECODE_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -645,25 +937,29 @@ def _decode_scratch(device: torch.device, floats: int, blocks: int) -> tuple[tor
     device: two decode calls running at once on different streams of one device would share them."""
     held = _DECODE_SCRATCH.get(device)
     if held is None or held[0].numel() < floats or held[1].numel() < blocks:
-        held = _DECODE_SCRATCH[device] = (torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
-                                          torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device))
+        held = _DECODE_SCRATCH[device] = (
+            torch.empty(max(floats, 1 << 20), dtype=torch.float32, device=device),
+            torch.zeros(max(blocks, 1024), dtype=torch.int32, device=device),
+        )
         _DECODE_VIEWS.clear()  # views of the old buffers must not outlive them
     return held
 
 
-def _decode_views(device: torch.device, part_floats: int, sum_floats: int,
-                  blocks: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _decode_views(
+    device: torch.device, part_floats: int, sum_floats: int, blocks: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(partials, row sums, counters): views of the device's scratch, cut once per launch shape."""
     key = (device, part_floats, sum_floats, blocks)
     views = _DECODE_VIEWS.get(key)
     if views is None:
         scratch, counts = _decode_scratch(device, part_floats + sum_floats, blocks)
-        views = _DECODE_VIEWS[key] = (scratch[:part_floats], scratch[part_floats:part_floats + sum_floats], counts)
+        views = _DECODE_VIEWS[key] = (scratch[:part_floats], scratch[part_floats : part_floats + sum_floats], counts)
     return views
 
 
-def _launch_decode(step: Launch, x2: torch.Tensor, w: torch.Tensor, descs: dict, bias: torch.Tensor | None,
-                   y: torch.Tensor, eps: float) -> None:
+def _launch_decode(
+    step: Launch, x2: torch.Tensor, w: torch.Tensor, descs: dict, bias: torch.Tensor | None, y: torch.Tensor, eps: float
+) -> None:
     m, k = x2.shape
     n = w.shape[0]
     c = step.constexprs
@@ -673,9 +969,14 @@ def _launch_decode(step: Launch, x2: torch.Tensor, w: torch.Tensor, descs: dict,
     launch(step, x2, w_arg, parts, sums, counts, bias if bias is not None else y, y, m, n, k, x2.stride(0), eps)
 
 
-def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
-                                 bias: torch.Tensor | None = None, eps: float = 1e-6,
-                                 variant: str = "fold_gamma") -> torch.Tensor:
+def fused_rmsnorm_matmul_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    variant: str = "fold_gamma",
+) -> torch.Tensor:
     """Forward only (what the collector times)."""
     _check(x, weight, gamma, bias)
     if variant not in VARIANTS:
@@ -689,8 +990,9 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
         return y.reshape(*x.shape[:-1], n)
     prologue = variant == "prologue_gamma"
     w = weight if prologue else FOLDED.get(weight, gamma)
-    path, steps = _forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device),
-                                _dense(x2, w, y))
+    path, steps = _forward_plan(
+        m, n, k, DTYPE_NAMES[x.dtype], variant, bias is not None, describe(x.device), _dense(x2, w, y)
+    )
     if path == "hopper":
         _launch_hopper(steps, x2, w, FOLDED.descriptors(w), bias, y, float(eps))
         return y.reshape(*x.shape[:-1], n)
@@ -701,8 +1003,23 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
     if variant == "rstd_prepass":
         rstd = new_output((m,), torch.float32, x.device)
         launch(steps[0], x2, rstd, m, k, x2.stride(0), x2.stride(1), float(eps))
-    args = (x2, w, gamma, bias if bias is not None else y, rstd, y, m, n, k, x2.stride(0), x2.stride(1),
-            w.stride(0), w.stride(1), y.stride(0), float(eps))
+    args = (
+        x2,
+        w,
+        gamma,
+        bias if bias is not None else y,
+        rstd,
+        y,
+        m,
+        n,
+        k,
+        x2.stride(0),
+        x2.stride(1),
+        w.stride(0),
+        w.stride(1),
+        y.stride(0),
+        float(eps),
+    )
     gemm = steps[-1]
     if isinstance(gemm, Autotuned):
         flags = {name: gemm.candidates[0].constexprs[name] for name in FLAGS}
@@ -713,28 +1030,32 @@ def fused_rmsnorm_matmul_forward(x: torch.Tensor, weight: torch.Tensor, gamma: t
     return y.reshape(*x.shape[:-1], n)
 
 
-def rmsnorm_linear_reference(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
-                             bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+def rmsnorm_linear_reference(
+    x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
     """The same function in PyTorch, in x's precision promoted to fp32 where it matters (for autograd)."""
     xf = x.float()
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    y = torch.nn.functional.linear(xf * rstd * gamma.float(), weight.float(),
-                                   bias.float() if bias is not None else None)
+    y = torch.nn.functional.linear(
+        xf * rstd * gamma.float(), weight.float(), bias.float() if bias is not None else None
+    )
     return y
 
 
 class FusedRMSNormMatmulFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, gamma, bias, eps, variant):  # noqa: ANN001
+    def forward(ctx, x, weight, gamma, bias, eps, variant):
         ctx.save_for_backward(x, weight, gamma, bias)
         ctx.eps = eps
         return fused_rmsnorm_matmul_forward(x, weight, gamma, bias, eps, variant)
 
     @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001
+    def backward(ctx, dy):
         x, weight, gamma, bias = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) if t is not None else None
-                  for t, need in zip((x, weight, gamma, bias), ctx.needs_input_grad[:4])]
+        inputs = [
+            t.detach().requires_grad_(need) if t is not None else None
+            for t, need in zip((x, weight, gamma, bias), ctx.needs_input_grad[:4])
+        ]
         with torch.enable_grad():
             y = rmsnorm_linear_reference(*inputs, ctx.eps)
             wanted = [t for t in inputs if t is not None and t.requires_grad]
@@ -743,9 +1064,14 @@ class FusedRMSNormMatmulFunction(torch.autograd.Function):
         return (*out, None, None)
 
 
-def fused_rmsnorm_matmul(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor,
-                         bias: torch.Tensor | None = None, eps: float = 1e-6,
-                         variant: str = "fold_gamma") -> torch.Tensor:
+def fused_rmsnorm_matmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    gamma: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    variant: str = "fold_gamma",
+) -> torch.Tensor:
     """(x / sqrt(mean(x^2) + eps) * gamma) @ weight^T + bias, without writing the normalised x."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, gamma, bias)):
         return FusedRMSNormMatmulFunction.apply(x, weight, gamma, bias, eps, variant)
@@ -755,7 +1081,7 @@ def fused_rmsnorm_matmul(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Ten
 class FusedRMSLinear(torch.nn.Module):
     """RMSNorm(dim) followed by Linear(dim, hidden), fused: parameters gamma, weight and bias."""
 
-    def __init__(self, dim: int, hidden: int, eps: float = 1e-6, bias: bool = True, device=None, dtype=None) -> None:  # noqa: ANN001
+    def __init__(self, dim: int, hidden: int, eps: float = 1e-6, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         self.eps = eps
@@ -822,8 +1148,13 @@ ACCURACY_POINTS = (  # (x shape, N, bias, layout)
     ((5, 1024), 1040, True, "contiguous"),  # decode (split K): a wide weight, N not a multiple of its tile
     ((130, 256), 264, True, "contiguous"),  # the Hopper path (TMA): M and N not multiples of its tiles
 )
-PERF_POINTS = (((1024, 8192), 4096, 1.05), ((4096, 4096), 4096, 1.10), ((16, 8192), 8192, 1.10),
-               ((4, 512, 4096), 4096, None), ((8192, 4096), 14336, None))
+PERF_POINTS = (
+    ((1024, 8192), 4096, 1.05),
+    ((4096, 4096), 4096, 1.10),
+    ((16, 8192), 8192, 1.10),
+    ((4, 512, 4096), 4096, None),
+    ((8192, 4096), 14336, None),
+)
 LLAMA_MLP = (8192, 4096)  # a Llama-class MLP up-projection (docs/kernels.md): recorded for the shipped variant only
 
 
@@ -835,8 +1166,19 @@ def _accuracy_cases() -> list[Case]:
                 for direction in ("fwd", "bwd"):
                     if direction == "bwd" and variant != "fold_gamma":
                         continue  # one backward serves every variant
-                    cases.append(Case.make(NAME, variant, dtype, tolerance(dtype, shape[-1]), shape=shape, n=n,
-                                           bias=bias, layout=layout, direction=direction))
+                    cases.append(
+                        Case.make(
+                            NAME,
+                            variant,
+                            dtype,
+                            tolerance(dtype, shape[-1]),
+                            shape=shape,
+                            n=n,
+                            bias=bias,
+                            layout=layout,
+                            direction=direction,
+                        )
+                    )
     return cases
 
 
@@ -853,10 +1195,27 @@ def _perf_cases() -> list[Case]:
                 target = None
                 if variant == "fold_gamma" and ratio is not None:
                     big = shape == (1024, 8192)
-                    target = Target(max_ratio_to=("cublas_linear", ratio), min_speedup_vs_eager=2 if big else None,
-                                    min_speedup_vs_compile=1.0 if big else None, source=TARGETS_DOC)
-                cases.append(Case.make(NAME, variant, dtype, tolerance(dtype, shape[-1]), target, trials=1,
-                                       shape=shape, n=n, bias=False, layout="contiguous", direction="fwd"))
+                    target = Target(
+                        max_ratio_to=("cublas_linear", ratio),
+                        min_speedup_vs_eager=2 if big else None,
+                        min_speedup_vs_compile=1.0 if big else None,
+                        source=TARGETS_DOC,
+                    )
+                cases.append(
+                    Case.make(
+                        NAME,
+                        variant,
+                        dtype,
+                        tolerance(dtype, shape[-1]),
+                        target,
+                        trials=1,
+                        shape=shape,
+                        n=n,
+                        bias=False,
+                        layout="contiguous",
+                        direction="fwd",
+                    )
+                )
     return cases
 
 
@@ -873,8 +1232,14 @@ def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
     x = x.to(dtype).to(device)
     if p["layout"] == "transposed":
         x = x.t().contiguous().t()
-    inputs = {"x": x, "weight": w.to(dtype).to(device), "gamma": g.to(dtype).to(device),
-              "bias": b.to(dtype).to(device) if b is not None else None, "eps": 1e-6, "variant": case.variant}
+    inputs = {
+        "x": x,
+        "weight": w.to(dtype).to(device),
+        "gamma": g.to(dtype).to(device),
+        "bias": b.to(dtype).to(device) if b is not None else None,
+        "eps": 1e-6,
+        "variant": case.variant,
+    }
     if p["direction"] == "bwd":
         inputs["dy"] = torch.randn(*shape[:-1], n, generator=gen).to(dtype).to(device)
     return inputs
@@ -891,8 +1256,10 @@ def _run(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
 
 
 def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
-    leaves = [t.detach().cpu().double().requires_grad_() if t is not None else None
-              for t in (inputs["x"], inputs["weight"], inputs["gamma"], inputs["bias"])]
+    leaves = [
+        t.detach().cpu().double().requires_grad_() if t is not None else None
+        for t in (inputs["x"], inputs["weight"], inputs["gamma"], inputs["bias"])
+    ]
     x, w, g, b = leaves
     rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + inputs["eps"])
     y = torch.nn.functional.linear(x * rstd * g, w, b)
@@ -902,8 +1269,9 @@ def _reference(case: Case, inputs: dict) -> tuple[torch.Tensor, ...]:
     return tuple(torch.autograd.grad(y, wanted, inputs["dy"].cpu().double()))
 
 
-def eager_rmsnorm_linear(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None,
-                         eps: float) -> torch.Tensor:
+def eager_rmsnorm_linear(
+    x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
     """What a model does unfused: RMSNorm in PyTorch ops, then a linear layer."""
     xf = x.float()
     normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * gamma
@@ -917,8 +1285,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
     impls = {
         KERNEL_IMPL: lambda: fused_rmsnorm_matmul_forward(x, w, g, b, eps, case.variant),
         EAGER_IMPL: lambda: eager_rmsnorm_linear(x, w, g, b, eps),
-        "torch_rms_norm": lambda: torch.nn.functional.linear(
-            torch.nn.functional.rms_norm(x, (k,), g, eps), w, b),
+        "torch_rms_norm": lambda: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (k,), g, eps), w, b),
         COMPILE_IMPL: lambda: compiled(x, w, g, b, eps),
         "cublas_linear": lambda: torch.nn.functional.linear(x, w, b),
     }

@@ -127,8 +127,19 @@ def _mse_atomic_persistent_kernel(x_ptr, y_ptr, acc_ptr, n, BLOCK: tl.constexpr)
 
 
 @triton.jit
-def _mse_persistent_kernel(x_ptr, y_ptr, partial_ptr, out_ptr, count_ptr, n, scale, BLOCK: tl.constexpr,
-                           SINGLE: tl.constexpr, FUSED_FINISH: tl.constexpr, FINISH_BLOCK: tl.constexpr):
+def _mse_persistent_kernel(
+    x_ptr,
+    y_ptr,
+    partial_ptr,
+    out_ptr,
+    count_ptr,
+    n,
+    scale,
+    BLOCK: tl.constexpr,
+    SINGLE: tl.constexpr,
+    FUSED_FINISH: tl.constexpr,
+    FINISH_BLOCK: tl.constexpr,
+):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -169,8 +180,20 @@ def _mse_finish_kernel(partial_ptr, out_ptr, num_partials, scale, BLOCK: tl.cons
 
 
 @triton.jit
-def _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SCALAR: tl.constexpr,
-                       WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+def _mse_backward_tile(
+    x_ptr,
+    y_ptr,
+    g_ptr,
+    gx_ptr,
+    gy_ptr,
+    n,
+    scale,
+    tile,
+    G_SCALAR: tl.constexpr,
+    WRITE_GX: tl.constexpr,
+    WRITE_GY: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     offs = tl.cast(tile, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -187,18 +210,40 @@ def _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SC
 
 
 @triton.jit
-def _mse_backward_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
-                         WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
-    _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tl.program_id(0), G_SCALAR, WRITE_GX,
-                       WRITE_GY, BLOCK)
+def _mse_backward_kernel(
+    x_ptr,
+    y_ptr,
+    g_ptr,
+    gx_ptr,
+    gy_ptr,
+    n,
+    scale,
+    G_SCALAR: tl.constexpr,
+    WRITE_GX: tl.constexpr,
+    WRITE_GY: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    _mse_backward_tile(
+        x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tl.program_id(0), G_SCALAR, WRITE_GX, WRITE_GY, BLOCK
+    )
 
 
 @triton.jit
-def _mse_backward_persistent_kernel(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, G_SCALAR: tl.constexpr,
-                                    WRITE_GX: tl.constexpr, WRITE_GY: tl.constexpr, BLOCK: tl.constexpr):
+def _mse_backward_persistent_kernel(
+    x_ptr,
+    y_ptr,
+    g_ptr,
+    gx_ptr,
+    gy_ptr,
+    n,
+    scale,
+    G_SCALAR: tl.constexpr,
+    WRITE_GX: tl.constexpr,
+    WRITE_GY: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     for tile in range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
-        _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SCALAR, WRITE_GX, WRITE_GY,
-                           BLOCK)
+        _mse_backward_tile(x_ptr, y_ptr, g_ptr, gx_ptr, gy_ptr, n, scale, tile, G_SCALAR, WRITE_GX, WRITE_GY, BLOCK)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,16 +287,37 @@ def _persistent_launch(n: int, dtype: str, device: DeviceInfo) -> tuple[Launch, 
         block, warps, programs = INTERPRETER_PERSISTENT_BLOCK, 4, INTERPRETER_PROGRAMS
     grid = max(1, min(programs, triton.cdiv(n, block)))
     footprint = Footprint(((*_stream_tiles(block, dtype), work("acc", (block,))),))
-    sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "partial_ptr": pointer(dtype), "out_ptr": pointer(dtype),
-           "count_ptr": pointer(dtype), "n": int_type(n), "scale": "fp32"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "y_ptr": pointer(dtype),
+        "partial_ptr": pointer(dtype),
+        "out_ptr": pointer(dtype),
+        "count_ptr": pointer(dtype),
+        "n": int_type(n),
+        "scale": "fp32",
+    }
     if grid == 1:
-        return (Launch(_mse_persistent_kernel, (1,), {"BLOCK": block, "SINGLE": True, "FUSED_FINISH": False,
-                                                      "FINISH_BLOCK": 1}, sig, warps, footprint=footprint),)
+        return (
+            Launch(
+                _mse_persistent_kernel,
+                (1,),
+                {"BLOCK": block, "SINGLE": True, "FUSED_FINISH": False, "FINISH_BLOCK": 1},
+                sig,
+                warps,
+                footprint=footprint,
+            ),
+        )
     fused = FUSED_FINISH[kind]
     finish_block = triton.next_power_of_2(grid)
     sig = {**sig, "partial_ptr": "*fp32", "count_ptr": "*i32" if fused else pointer(dtype)}
-    main = Launch(_mse_persistent_kernel, (grid,), {"BLOCK": block, "SINGLE": False, "FUSED_FINISH": fused,
-                                                    "FINISH_BLOCK": finish_block}, sig, warps, footprint=footprint)
+    main = Launch(
+        _mse_persistent_kernel,
+        (grid,),
+        {"BLOCK": block, "SINGLE": False, "FUSED_FINISH": fused, "FINISH_BLOCK": finish_block},
+        sig,
+        warps,
+        footprint=footprint,
+    )
     if fused:
         return (main,)
     return (main, _finish_launch(grid, finish_block, dtype))
@@ -281,8 +347,9 @@ def plan_forward(n: int, reduction: str, variant: str, dtype: str, device: Devic
     return _persistent_launch(n, dtype, device)
 
 
-def plan_backward(n: int, reduction: str, need_input: bool, need_target: bool, dtype: str,
-                  device: DeviceInfo) -> tuple[Launch, ...]:
+def plan_backward(
+    n: int, reduction: str, need_input: bool, need_target: bool, dtype: str, device: DeviceInfo
+) -> tuple[Launch, ...]:
     """The launch of ``mse_loss_backward`` (none when nothing is needed or n = 0)."""
     if n == 0 or not (need_input or need_target):
         return ()
@@ -291,8 +358,15 @@ def plan_backward(n: int, reduction: str, need_input: bool, need_target: bool, d
     scalar = reduction != "none"
     loads = ("x", "y") if scalar else ("x", "y", "g")
     tiles = (*_stream_tiles(block, dtype, loads), *_cast("gx", (block,), dtype), *_cast("gy", (block,), dtype))
-    sig = {"x_ptr": pointer(dtype), "y_ptr": pointer(dtype), "g_ptr": pointer(dtype), "gx_ptr": pointer(dtype),
-           "gy_ptr": pointer(dtype), "n": int_type(n), "scale": "fp32"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "y_ptr": pointer(dtype),
+        "g_ptr": pointer(dtype),
+        "gx_ptr": pointer(dtype),
+        "gy_ptr": pointer(dtype),
+        "n": int_type(n),
+        "scale": "fp32",
+    }
     constexprs = {"G_SCALAR": scalar, "WRITE_GX": need_input, "WRITE_GY": need_target, "BLOCK": block}
     return (Launch(fn, grid, constexprs, sig, footprint=Footprint((tiles,))),)
 
@@ -306,12 +380,19 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 def _check(input: torch.Tensor, target: torch.Tensor, reduction: str, variant: str) -> None:
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("mse_loss: input and target must be tensors")
-    if (input.dtype is target.dtype and input.dtype in _FLOATS and reduction in REDUCTIONS and variant in VARIANTS
-            and input.shape == target.shape and input.get_device() == target.get_device()):
+    if (
+        input.dtype is target.dtype
+        and input.dtype in _FLOATS
+        and reduction in REDUCTIONS
+        and variant in VARIANTS
+        and input.shape == target.shape
+        and input.get_device() == target.get_device()
+    ):
         return  # every call pays for this line only (each check below costs about a microsecond)
     if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input shape {tuple(input.shape)} != target shape {tuple(target.shape)} "
-                         "(no broadcasting)")
+        raise ValueError(
+            f"mse_loss: input shape {tuple(input.shape)} != target shape {tuple(target.shape)} (no broadcasting)"
+        )
     if input.dtype != target.dtype:
         raise TypeError(f"mse_loss: input dtype {input.dtype} != target dtype {target.dtype}")
     if input.dtype not in _FLOATS:
@@ -336,8 +417,9 @@ def _forward_plan(n: int, reduction: str, variant: str, dtype: str, device: Devi
 
 
 @functools.lru_cache(maxsize=512)
-def _backward_plan(n: int, reduction: str, need_input: bool, need_target: bool, dtype: str,
-                   device: DeviceInfo) -> tuple[Launch, ...]:
+def _backward_plan(
+    n: int, reduction: str, need_input: bool, need_target: bool, dtype: str, device: DeviceInfo
+) -> tuple[Launch, ...]:
     return plan_backward(n, reduction, need_input, need_target, dtype, device)
 
 
@@ -353,8 +435,10 @@ def _scratch(device: torch.device, partials: int) -> tuple[torch.Tensor, torch.T
     """
     held = _SCRATCH.get(device)
     if held is None or held[0].numel() < partials:
-        held = _SCRATCH[device] = (torch.empty(max(partials, 1024), dtype=torch.float32, device=device),
-                                   torch.zeros(1, dtype=torch.int32, device=device))
+        held = _SCRATCH[device] = (
+            torch.empty(max(partials, 1024), dtype=torch.float32, device=device),
+            torch.zeros(1, dtype=torch.int32, device=device),
+        )
     return held
 
 
@@ -384,8 +468,9 @@ def _reduce(x: torch.Tensor, y: torch.Tensor, reduction: str, variant: str) -> t
     return out
 
 
-def mse_loss_forward(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-                     variant: str = "persistent") -> torch.Tensor:
+def mse_loss_forward(
+    input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", variant: str = "persistent"
+) -> torch.Tensor:
     """Forward only, no autograd bookkeeping (what the collector times)."""
     if reduction != "none":
         return _reduce(input, target, reduction, variant)
@@ -397,9 +482,14 @@ def mse_loss_forward(input: torch.Tensor, target: torch.Tensor, reduction: str =
     return out
 
 
-def mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor, reduction: str,
-                      need_input: bool = True, need_target: bool = True
-                      ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def mse_loss_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    target: torch.Tensor,
+    reduction: str,
+    need_input: bool = True,
+    need_target: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(d loss/d input, d loss/d target), each in the inputs' shape and dtype."""
     n = input.numel()
     gx = new_output(input.shape, input.dtype, input.device) if need_input else None
@@ -410,28 +500,31 @@ def mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
     g = grad_output.reshape(()) if reduction != "none" else _flat(grad_output.expand(input.shape))
     (step,) = _backward_plan(n, reduction, need_input, need_target, DTYPE_NAMES[input.dtype], describe(input.device))
     dummy = gx if gx is not None else gy
-    launch(step, _flat(input), _flat(target), g, gx if gx is not None else dummy, gy if gy is not None else dummy, n,
-           scale)
+    launch(
+        step, _flat(input), _flat(target), g, gx if gx is not None else dummy, gy if gy is not None else dummy, n, scale
+    )
     return gx, gy
 
 
 class MSELossFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, target, reduction, variant):  # noqa: ANN001
+    def forward(ctx, input, target, reduction, variant):
         ctx.save_for_backward(input, target)
         ctx.reduction = reduction
         return mse_loss_forward(input, target, reduction, variant)
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: ANN001
+    def backward(ctx, grad_output):
         input, target = ctx.saved_tensors
-        gx, gy = mse_loss_backward(grad_output, input, target, ctx.reduction,
-                                   ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        gx, gy = mse_loss_backward(
+            grad_output, input, target, ctx.reduction, ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        )
         return gx, gy, None, None
 
 
-def mse_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
-             variant: str = "persistent") -> torch.Tensor:
+def mse_loss(
+    input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", variant: str = "persistent"
+) -> torch.Tensor:
     """``torch.nn.functional.mse_loss`` in Triton; differentiable w.r.t. both arguments."""
     _check(input, target, reduction, variant)
     if torch.is_grad_enabled() and (input.requires_grad or target.requires_grad):
@@ -483,15 +576,38 @@ def _accuracy_cases() -> list[Case]:
                 for shape, extra in ACCURACY_SHAPES:
                     if extra.get("magnitude") and dtype == "fp16":
                         continue  # squares of 1e4 exceed fp16: covered by the overflow case below
-                    cases.append(Case.make("mse_loss", variant, dtype, tol, shape=shape, reduction=reduction,
-                                           direction="fwd", **extra))
+                    cases.append(
+                        Case.make(
+                            "mse_loss", variant, dtype, tol, shape=shape, reduction=reduction, direction="fwd", **extra
+                        )
+                    )
                     if shape in ((1000,), (3, 7, 11, 13)) or extra.get("layout"):
                         gtol = Tolerance(tol.rtol, GRAD_ATOL[dtype])
-                        cases.append(Case.make("mse_loss", variant, dtype, gtol, shape=shape, reduction=reduction,
-                                               direction="bwd", **extra))
+                        cases.append(
+                            Case.make(
+                                "mse_loss",
+                                variant,
+                                dtype,
+                                gtol,
+                                shape=shape,
+                                reduction=reduction,
+                                direction="bwd",
+                                **extra,
+                            )
+                        )
         # fp16 sum past 65504: inf, as PyTorch gives
-        cases.append(Case.make("mse_loss", variant, "fp16", TOLERANCES[("fp16", True)], shape=(100_000,),
-                               reduction="sum", direction="fwd", magnitude=4.0))
+        cases.append(
+            Case.make(
+                "mse_loss",
+                variant,
+                "fp16",
+                TOLERANCES[("fp16", True)],
+                shape=(100_000,),
+                reduction="sum",
+                direction="fwd",
+                magnitude=4.0,
+            )
+        )
     return cases
 
 
@@ -511,9 +627,18 @@ def _perf_cases() -> list[Case]:
             for n in PERF_SIZES:
                 reductions = ("mean", "sum") if variant == "persistent" and n >= 33_554_432 else ("mean",)
                 for reduction in reductions:
-                    cases.append(Case.make("mse_loss", variant, dtype, TOLERANCES[(dtype, reduction == "sum")],
-                                           _perf_target(n, variant), shape=(n,), reduction=reduction,
-                                           direction="fwd"))
+                    cases.append(
+                        Case.make(
+                            "mse_loss",
+                            variant,
+                            dtype,
+                            TOLERANCES[(dtype, reduction == "sum")],
+                            _perf_target(n, variant),
+                            shape=(n,),
+                            reduction=reduction,
+                            direction="fwd",
+                        )
+                    )
     return cases
 
 

@@ -44,4 +44,5 @@ def vendor(device_type: str) -> str:
     """``nvidia`` for ``cuda``, ``ascend`` for ``npu``, else ``cpu`` (the Triton interpreter)."""
     return VENDORS.get(device_type, "cpu")
 
+
 TIMING_GRAPH, TIMING_EVENTS = "graph", "events"  # how GPU time was taken (perf results' ``timing``)

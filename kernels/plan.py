@@ -43,8 +43,16 @@ MULTIBUFFER = 2  # triton-ascend double-buffers global-memory loads by default (
 
 VENDORS = ("nvidia", "ascend", "cpu")
 ITEMSIZE = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "u8": 1, "i32": 4, "i64": 8}
-TORCH_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-               torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64", torch.bool: "i1"}
+TORCH_TYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.uint8: "u8",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.bool: "i1",
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,11 @@ class DeviceInfo:
         return self._hash
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.vendor, self.compute_units, self.name, self.cube_units,
-                                                self.capability, self.interpreter)))
+        object.__setattr__(
+            self,
+            "_hash",
+            hash((self.vendor, self.compute_units, self.name, self.cube_units, self.capability, self.interpreter)),
+        )
         if self.vendor not in VENDORS:
             raise ValueError(f"DeviceInfo: vendor must be one of {VENDORS}, got {self.vendor!r}")
         if self.compute_units < 1:
@@ -324,8 +335,10 @@ def check_args(step: Launch, args: Sequence[Any]) -> None:
     """Raise if the arguments do not match the launch's signature or its constexprs are incomplete."""
     plain, const = kernel_params(step.fn)
     if list(step.signature) != plain or len(args) != len(plain):
-        raise AssertionError(f"{step.name}: plan signature {list(step.signature)} / {len(args)} arguments "
-                             f"do not match the kernel's parameters {plain}")
+        raise AssertionError(
+            f"{step.name}: plan signature {list(step.signature)} / {len(args)} arguments "
+            f"do not match the kernel's parameters {plain}"
+        )
     if sorted(step.constexprs) != sorted(const):
         raise AssertionError(f"{step.name}: plan constexprs {sorted(step.constexprs)} != kernel's {sorted(const)}")
     for name, value in zip(plain, args):
@@ -354,8 +367,11 @@ def chosen_candidate(step: Autotuned, config: Any) -> Launch | None:
     if config is None:
         return None
     for cand in step.candidates:
-        if (all(cand.constexprs.get(k) == v for k, v in config.kwargs.items())
-                and cand.num_warps in (None, config.num_warps) and cand.num_stages in (None, config.num_stages)):
+        if (
+            all(cand.constexprs.get(k) == v for k, v in config.kwargs.items())
+            and cand.num_warps in (None, config.num_warps)
+            and cand.num_stages in (None, config.num_stages)
+        ):
             return cand
     return None
 

@@ -106,8 +106,23 @@ def _causal_groups(cols, q):
 
 
 @triton.jit
-def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _row_logits(
+    x_ptr,
+    m_ptr,
+    row,
+    cols,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    row_mask,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     """Scaled logits (base 2) of a tile of rows, -inf where masked or out of bounds.
 
     The input load does not depend on the mask's values, so both loads are in flight together
@@ -120,8 +135,9 @@ def _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, sc
         q = row % sq
         valid = inb & (cols[None, :] <= q[:, None])
         load_ok = inb & _causal_groups(cols, q)
-    x = tl.load(x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=load_ok, other=0.0,
-                eviction_policy="evict_first").to(ACC)
+    x = tl.load(
+        x_ptr + row[:, None].to(tl.int64) * sk + cols[None, :], mask=load_ok, other=0.0, eviction_policy="evict_first"
+    ).to(ACC)
     if HAS_MASK:
         b = row // (H * sq)
         q = row % sq
@@ -144,13 +160,29 @@ def _program_rows(pid, sq, H, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tile,
-                      ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                      ACC: tl.constexpr):
+def _softmax_fwd_tile(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    tile,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row, row_mask = _program_rows(tile, sq, H, ROWS)
     cols = tl.arange(0, BLOCK_N)
-    z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                    HAS_MASK, CAUSAL, ACC)
+    z = _row_logits(
+        x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask, HAS_MASK, CAUSAL, ACC
+    )
     m = tl.max(z, axis=1)
     m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
     e = tl.exp2(z - m[:, None])
@@ -162,26 +194,84 @@ def _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, 
 
 
 @triton.jit
-def _softmax_fwd_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                        ACC: tl.constexpr):
-    _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tl.program_id(0),
-                      ROWS, BLOCK_N, HAS_MASK, CAUSAL, ACC)
+def _softmax_fwd_kernel(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    _softmax_fwd_tile(
+        x_ptr,
+        m_ptr,
+        y_ptr,
+        n_rows,
+        sk,
+        sq,
+        H,
+        mask_sb,
+        mask_sq,
+        scale2,
+        tl.program_id(0),
+        ROWS,
+        BLOCK_N,
+        HAS_MASK,
+        CAUSAL,
+        ACC,
+    )
 
 
 @triton.jit
-def _softmax_fwd_persistent_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                                   ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr,
-                                   CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_fwd_persistent_kernel(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     num_tiles = n_rows // (sq * H) * H * tl.cdiv(sq, ROWS)
     for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        _softmax_fwd_tile(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tile,
-                          ROWS, BLOCK_N, HAS_MASK, CAUSAL, ACC)
+        _softmax_fwd_tile(
+            x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tile, ROWS, BLOCK_N, HAS_MASK, CAUSAL, ACC
+        )
 
 
 @triton.jit
-def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                              ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+def _softmax_fwd_heads_kernel(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACC: tl.constexpr,
+):
     """One program per (batch, block of ROWS query rows) walks every head. The mask tile, shared by all
     heads, is read once and kept in registers: per head only x is read and y written, so the traffic is
     the floor's (kernels/NOTES.md: 68-73% -> 88-92% of the copy-bandwidth floor on an H200)."""
@@ -201,8 +291,7 @@ def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, m
         # (H200: 90.7 -> 94.0% of the floor at sq 1024, 91.3 -> 93.7% at 2048; kernels/NOTES.md). The last
         # head reloads its own tile (an L2 hit) rather than guard the load.
         x = x_next.to(ACC)
-        x_next = tl.load(x_ptr + offs + step * (1 - (h + 1) // H), mask=inb, other=0.0,
-                         eviction_policy="evict_first")
+        x_next = tl.load(x_ptr + offs + step * (1 - (h + 1) // H), mask=inb, other=0.0, eviction_policy="evict_first")
         z = tl.where(keep, x * scale2, float("-inf"))
         m = tl.max(z, axis=1)
         m = tl.where(m == float("-inf"), 0.0, m)  # a fully masked row: every exp below is 0
@@ -214,8 +303,23 @@ def _softmax_fwd_heads_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, m
 
 
 @triton.jit
-def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, unit,
-                            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_fwd_row_looped(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    unit,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row, row_mask = _program_rows(unit, sq, H, 1)
     m_run = tl.full([1], float("-inf"), ACC)
     s_run = tl.zeros([1], ACC)
@@ -225,8 +329,9 @@ def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mas
         kept = sk
     for start in range(0, kept, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                        HAS_MASK, CAUSAL, ACC)
+        z = _row_logits(
+            x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask, HAS_MASK, CAUSAL, ACC
+        )
         m_new = tl.maximum(m_run, tl.max(z, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         s_run = s_run * tl.exp2(m_run - m_safe) + tl.sum(tl.exp2(z - m_safe[:, None]), axis=1)
@@ -235,33 +340,87 @@ def _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mas
     inv = tl.where(s_run > 0, 1.0 / s_run, 0.0)
     for start in range(0, sk, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        z = _row_logits(x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask,
-                        HAS_MASK, CAUSAL, ACC)
+        z = _row_logits(
+            x_ptr, m_ptr, row, cols, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, row_mask, HAS_MASK, CAUSAL, ACC
+        )
         y = tl.exp2(z - m_safe[:, None]) * inv[:, None]
         out = y_ptr + row[:, None].to(tl.int64) * sk + cols[None, :]
         tl.store(out, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < sk))
 
 
 @triton.jit
-def _softmax_fwd_looped_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                               BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                               ACC: tl.constexpr):
-    _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, tl.program_id(0),
-                            BLOCK_N, HAS_MASK, CAUSAL, ACC)
+def _softmax_fwd_looped_kernel(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    _softmax_fwd_row_looped(
+        x_ptr,
+        m_ptr,
+        y_ptr,
+        n_rows,
+        sk,
+        sq,
+        H,
+        mask_sb,
+        mask_sq,
+        scale2,
+        tl.program_id(0),
+        BLOCK_N,
+        HAS_MASK,
+        CAUSAL,
+        ACC,
+    )
 
 
 @triton.jit
-def _softmax_fwd_looped_persistent_kernel(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2,
-                                          BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                                          ACC: tl.constexpr):
+def _softmax_fwd_looped_persistent_kernel(
+    x_ptr,
+    m_ptr,
+    y_ptr,
+    n_rows,
+    sk,
+    sq,
+    H,
+    mask_sb,
+    mask_sq,
+    scale2,
+    BLOCK_N: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     for unit in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        _softmax_fwd_row_looped(x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, unit,
-                                BLOCK_N, HAS_MASK, CAUSAL, ACC)
+        _softmax_fwd_row_looped(
+            x_ptr, m_ptr, y_ptr, n_rows, sk, sq, H, mask_sb, mask_sq, scale2, unit, BLOCK_N, HAS_MASK, CAUSAL, ACC
+        )
 
 
 @triton.jit
-def _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_tile(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    n_rows,
+    sk,
+    scale,
+    tile,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row = tile * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     ok = (row < n_rows)[:, None] & (cols[None, :] < sk)
@@ -279,21 +438,42 @@ def _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS: tl.c
 
 
 @triton.jit
-def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    n_rows,
+    sk,
+    scale,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), ROWS, BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
-def _softmax_bwd_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, ROWS: tl.constexpr,
-                                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_persistent_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    n_rows,
+    sk,
+    scale,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+):
     for tile in range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
         _softmax_bwd_tile(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tile, ROWS, BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
-def _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N: tl.constexpr,
-                            CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_row_looped(
+    y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr
+):
     row = tl.cast(unit, tl.int64)
     if CAUSAL:
         kept = unit % sk + 1  # columns past the diagonal: y = 0 there, so dx = 0
@@ -325,14 +505,16 @@ def _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOC
 
 
 @triton.jit
-def _softmax_bwd_looped_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr,
-                               CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_looped_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr
+):
     _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, tl.program_id(0), BLOCK_N, CAUSAL, ACC)
 
 
 @triton.jit
-def _softmax_bwd_looped_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr,
-                                          CAUSAL: tl.constexpr, ACC: tl.constexpr):
+def _softmax_bwd_looped_persistent_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr
+):
     for unit in range(tl.program_id(0), n_rows, tl.num_programs(0)):
         _softmax_bwd_row_looped(y_ptr, dy_ptr, dx_ptr, n_rows, sk, scale, unit, BLOCK_N, CAUSAL, ACC)
 
@@ -343,7 +525,7 @@ def _softmax_bwd_looped_persistent_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, sk, sca
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # fp64: gradcheck
 
 
-def _acc(dtype: str):  # noqa: ANN202
+def _acc(dtype: str):
     """fp32 arithmetic for every dtype but fp64 (which exists so gradcheck can be exact)."""
     return tl.float64 if dtype == "fp64" else tl.float32
 
@@ -399,8 +581,9 @@ def _ascend_tile(sk: int, dtype: str, footprint: Any) -> tuple[int, int, bool]:
     return 1, block_n, False
 
 
-def plan_forward(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool,
-                 device: DeviceInfo) -> tuple[Launch, ...]:
+def plan_forward(
+    n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool, device: DeviceInfo
+) -> tuple[Launch, ...]:
     """The launch of the forward over ``n_rows`` rows of ``sk`` (``sq`` rows per head, ``heads`` heads);
     ``mask_dtype`` is ``"u8"`` for a mask tensor, None without one (none when there are no rows)."""
     if n_rows == 0:
@@ -408,15 +591,33 @@ def plan_forward(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dty
     has_mask = mask_dtype is not None
     constexprs = {"HAS_MASK": has_mask, "CAUSAL": causal, "ACC": _acc(dtype)}
     ints = int_type(max(n_rows, sk, sq * sk))
-    sig = {"x_ptr": pointer(dtype), "m_ptr": pointer(mask_dtype or dtype), "y_ptr": pointer(dtype), "n_rows": ints,
-           "sk": ints, "sq": ints, "H": ints, "mask_sb": ints, "mask_sq": ints, "scale2": "fp32"}
+    sig = {
+        "x_ptr": pointer(dtype),
+        "m_ptr": pointer(mask_dtype or dtype),
+        "y_ptr": pointer(dtype),
+        "n_rows": ints,
+        "sk": ints,
+        "sq": ints,
+        "H": ints,
+        "mask_sb": ints,
+        "mask_sq": ints,
+        "scale2": "fp32",
+    }
     kind = device.vendor
     if has_mask and not causal and sk <= HEADS_LOOP_MAX_SK.get(kind, 0):
         block_n = triton.next_power_of_2(max(sk, 1))
         rows = max(1, HEADS_LOOP_TILE // block_n)
         grid = (n_rows // (sq * heads) * triton.cdiv(sq, rows),)
-        return (Launch(_softmax_fwd_heads_kernel, grid, {"ROWS": rows, "BLOCK_N": block_n, "ACC": constexprs["ACC"]},
-                       sig, HEADS_LOOP_WARPS, footprint=_fwd_footprint(rows, block_n, dtype, True, False)),)
+        return (
+            Launch(
+                _softmax_fwd_heads_kernel,
+                grid,
+                {"ROWS": rows, "BLOCK_N": block_n, "ACC": constexprs["ACC"]},
+                sig,
+                HEADS_LOOP_WARPS,
+                footprint=_fwd_footprint(rows, block_n, dtype, True, False),
+            ),
+        )
     if kind == "ascend":
         rows, block_n, single = _ascend_tile(sk, dtype, lambda r, b, lp: _fwd_footprint(r, b, dtype, has_mask, lp))
         warps = None
@@ -445,8 +646,14 @@ def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo, causal: 
     if n_rows == 0:
         return ()
     ints = int_type(max(n_rows, sk, n_rows * sk))
-    sig = {"y_ptr": pointer(dtype), "dy_ptr": pointer(dtype), "dx_ptr": pointer(dtype), "n_rows": ints, "sk": ints,
-           "scale": "fp32"}
+    sig = {
+        "y_ptr": pointer(dtype),
+        "dy_ptr": pointer(dtype),
+        "dx_ptr": pointer(dtype),
+        "n_rows": ints,
+        "sk": ints,
+        "scale": "fp32",
+    }
     kind = device.vendor
     if kind == "ascend":
         rows, block_n, single = _ascend_tile(sk, dtype, lambda r, b, lp: _bwd_footprint(r, b, dtype, lp))
@@ -467,8 +674,9 @@ def plan_backward(n_rows: int, sk: int, dtype: str, device: DeviceInfo, causal: 
 
 
 @functools.lru_cache(maxsize=512)
-def _forward_plan(n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool,
-                  device: DeviceInfo) -> tuple[Launch, ...]:
+def _forward_plan(
+    n_rows: int, sq: int, heads: int, sk: int, dtype: str, mask_dtype: str | None, causal: bool, device: DeviceInfo
+) -> tuple[Launch, ...]:
     return plan_forward(n_rows, sq, heads, sk, dtype, mask_dtype, causal, device)
 
 
@@ -497,8 +705,10 @@ def _check_mask(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if mask.dtype not in (torch.bool, torch.uint8):
         raise TypeError(f"scaled_masked_softmax: mask dtype must be bool or uint8, got {mask.dtype}")
     if mask.dim() != 4 or mask.shape[0] not in (1, b) or tuple(mask.shape[1:]) != (1, sq, sk):
-        raise ValueError(f"scaled_masked_softmax: mask shape {tuple(mask.shape)} does not fit input "
-                         f"{tuple(x.shape)}: expected [{b} or 1, 1, {sq}, {sk}]")
+        raise ValueError(
+            f"scaled_masked_softmax: mask shape {tuple(mask.shape)} does not fit input "
+            f"{tuple(x.shape)}: expected [{b} or 1, 1, {sq}, {sk}]"
+        )
     if mask.device != x.device:
         raise ValueError(f"scaled_masked_softmax: input on {x.device}, mask on {mask.device}")
     mask = mask.contiguous()
@@ -517,8 +727,9 @@ def _forward(x: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: b
     has_mask = mask is not None
     m = mask if has_mask else x
     mask_sb = (0 if mask.shape[0] == 1 else sq * sk) if has_mask else 0
-    (step,) = _forward_plan(n_rows, sq, heads, sk, DTYPE_NAMES[x.dtype], "u8" if has_mask else None, causal,
-                            describe(x.device))
+    (step,) = _forward_plan(
+        n_rows, sq, heads, sk, DTYPE_NAMES[x.dtype], "u8" if has_mask else None, causal, describe(x.device)
+    )
     launch(step, x, m, y, n_rows, sk, sq, heads, mask_sb, sk, float(scale) * LOG2E)
     return y
 
@@ -547,35 +758,37 @@ def scaled_masked_softmax_forward(input: torch.Tensor, mask: torch.Tensor | None
 def scaled_upper_triang_masked_softmax_forward(input: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     _check_input(input, 3, "scaled_upper_triang_masked_softmax")
     if input.shape[1] != input.shape[2]:
-        raise ValueError(f"scaled_upper_triang_masked_softmax: input must be square in its last two "
-                         f"dimensions, got {tuple(input.shape)}")
+        raise ValueError(
+            f"scaled_upper_triang_masked_softmax: input must be square in its last two "
+            f"dimensions, got {tuple(input.shape)}"
+        )
     return _forward(input, None, scale, causal=True)
 
 
 class ScaledMaskedSoftmaxFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, mask, scale):  # noqa: ANN001
+    def forward(ctx, input, mask, scale):
         y = scaled_masked_softmax_forward(input, mask, scale)
         ctx.save_for_backward(y)
         ctx.scale = scale
         return y
 
     @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001
+    def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         return softmax_backward(y, dy, ctx.scale), None, None
 
 
 class ScaledUpperTriangMaskedSoftmaxFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, scale):  # noqa: ANN001
+    def forward(ctx, input, scale):
         y = scaled_upper_triang_masked_softmax_forward(input, scale)
         ctx.save_for_backward(y)
         ctx.scale = scale
         return y
 
     @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001
+    def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         return softmax_backward(y, dy, ctx.scale, causal=True), None
 
@@ -670,8 +883,9 @@ def _accuracy_cases() -> list[Case]:
             for direction in ("fwd", "bwd"):
                 if shape == LONG_ROW[0] and direction == "bwd" and dtype != "fp32":
                     continue
-                cases.append(Case.make(NAME, "masked", dtype, tol, shape=shape, direction=direction,
-                                       scale=0.125, **extra))
+                cases.append(
+                    Case.make(NAME, "masked", dtype, tol, shape=shape, direction=direction, scale=0.125, **extra)
+                )
         for shape in CAUSAL_POINTS:
             for direction in ("fwd", "bwd"):
                 cases.append(Case.make(NAME, "causal", dtype, tol, shape=shape, direction=direction, scale=0.5))
@@ -686,14 +900,51 @@ def _perf_cases() -> list[Case]:
     cases = []
     for dtype in ("fp16", "bf16"):
         for shape in PERF_SHAPES:
-            cases.append(Case.make(NAME, "masked", dtype, TOLERANCES[dtype], FWD_TARGET, trials=1, shape=shape,
-                                   direction="fwd", mask="batch", density=0.1, scale=0.125))
-            cases.append(Case.make(NAME, "masked", dtype, TOLERANCES[dtype], BWD_TARGET, trials=1, shape=shape,
-                                   direction="bwd", mask="batch", density=0.1, scale=0.125))
+            cases.append(
+                Case.make(
+                    NAME,
+                    "masked",
+                    dtype,
+                    TOLERANCES[dtype],
+                    FWD_TARGET,
+                    trials=1,
+                    shape=shape,
+                    direction="fwd",
+                    mask="batch",
+                    density=0.1,
+                    scale=0.125,
+                )
+            )
+            cases.append(
+                Case.make(
+                    NAME,
+                    "masked",
+                    dtype,
+                    TOLERANCES[dtype],
+                    BWD_TARGET,
+                    trials=1,
+                    shape=shape,
+                    direction="bwd",
+                    mask="batch",
+                    density=0.1,
+                    scale=0.125,
+                )
+            )
         for shape in CAUSAL_PERF_SHAPES:
             for direction in ("fwd", "bwd"):
-                cases.append(Case.make(NAME, "causal", dtype, TOLERANCES[dtype], None, trials=1, shape=shape,
-                                       direction=direction, scale=0.125))
+                cases.append(
+                    Case.make(
+                        NAME,
+                        "causal",
+                        dtype,
+                        TOLERANCES[dtype],
+                        None,
+                        trials=1,
+                        shape=shape,
+                        direction=direction,
+                        scale=0.125,
+                    )
+                )
     return cases
 
 
@@ -761,23 +1012,39 @@ def _implementations(case: Case, inputs: dict) -> dict:
         sq = x.shape[-1]
         mask = torch.ones(sq, sq, dtype=torch.bool, device=x.device).triu(1)
     # apex's Megatron extensions: fp16/bf16, a mask tensor for the masked variant, rows up to 16,384
-    apex = apex_softmax(x.device, causal) if x.dtype in (torch.float16, torch.bfloat16) and \
-        x.shape[-1] <= APEX_MAX_SK and x.shape[-2] > 1 and (causal or user_mask is not None) else None
+    apex = (
+        apex_softmax(x.device, causal)
+        if x.dtype in (torch.float16, torch.bfloat16)
+        and x.shape[-1] <= APEX_MAX_SK
+        and x.shape[-2] > 1
+        and (causal or user_mask is not None)
+        else None
+    )
     if case.p["direction"] == "fwd":
-        kernel = ((lambda: scaled_upper_triang_masked_softmax_forward(x, scale)) if causal
-                  else (lambda: scaled_masked_softmax_forward(x, mask, scale)))
+        kernel = (
+            (lambda: scaled_upper_triang_masked_softmax_forward(x, scale))
+            if causal
+            else (lambda: scaled_masked_softmax_forward(x, mask, scale))
+        )
         compiled = torch.compile(eager_forward, dynamic=False)
-        impls = {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: eager_forward(x, mask, scale),
-                 COMPILE_IMPL: lambda: compiled(x, mask, scale)}
+        impls = {
+            KERNEL_IMPL: kernel,
+            EAGER_IMPL: lambda: eager_forward(x, mask, scale),
+            COMPILE_IMPL: lambda: compiled(x, mask, scale),
+        }
         if apex is not None:
-            impls[APEX_IMPL] = ((lambda: apex.forward(x, scale)) if causal
-                                else (lambda: apex.forward(x, user_mask, scale)))
+            impls[APEX_IMPL] = (
+                (lambda: apex.forward(x, scale)) if causal else (lambda: apex.forward(x, user_mask, scale))
+            )
         return impls
     y = eager_forward(x, mask, scale)
     dy = inputs["dy"]
     compiled = torch.compile(eager_backward, dynamic=False)
-    impls = {KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
-             EAGER_IMPL: lambda: eager_backward(y, dy, scale), COMPILE_IMPL: lambda: compiled(y, dy, scale)}
+    impls = {
+        KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
+        EAGER_IMPL: lambda: eager_backward(y, dy, scale),
+        COMPILE_IMPL: lambda: compiled(y, dy, scale),
+    }
     if apex is not None:  # apex's backward writes dx over its dy argument (as Megatron calls it): a copy of its own
         dy_apex = dy.clone()
         impls[APEX_IMPL] = lambda: apex.backward(dy_apex, y, scale)

@@ -25,8 +25,12 @@ from kernels.names import (  # noqa: F401 - the specs' peers
     PEER_IMPLS,
 )
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                                  "fp64": torch.float64}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp64": torch.float64,
+}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 BOUNDS = ("memory", "compute")
 
@@ -105,8 +109,15 @@ class Case:
     trials: int = 3
 
     @staticmethod
-    def make(kernel: str, variant: str, dtype: str, tol: Tolerance | None = None, target: Target | None = None,
-             trials: int = 3, **params: Any) -> Case:
+    def make(
+        kernel: str,
+        variant: str,
+        dtype: str,
+        tol: Tolerance | None = None,
+        target: Target | None = None,
+        trials: int = 3,
+        **params: Any,
+    ) -> Case:
         frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
         return Case(kernel, variant, dtype, frozen, tol, target, trials)
 

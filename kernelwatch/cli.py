@@ -48,7 +48,7 @@ class OneLineUsageError(CommandError):
 class LazyGroup(click.Group):
     """A group whose subcommands live in modules named by ``COMMANDS`` (attribute ``command``)."""
 
-    def make_context(self, *args, **kwargs) -> click.Context:  # noqa: ANN002, ANN003
+    def make_context(self, *args, **kwargs) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
         except _NO_ARGS:  # bare `kernelwatch`: the help is the answer
@@ -56,13 +56,13 @@ class LazyGroup(click.Group):
         except click.UsageError as exc:
             raise OneLineUsageError(exc) from None
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise OneLineUsageError(exc) from None
 
-    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - click's signature
+    def main(self, *args, **kwargs):
         from kernelwatch.dependencies import command_named, exit_missing
 
         try:
@@ -92,8 +92,9 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
 
-@click.group("kernelwatch", cls=LazyGroup,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    "kernelwatch", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="kernelwatch", message="kernelwatch %(version)s")
 def main() -> None:
     """KernelWatch: are your Triton kernels still right and still fast, commit after commit?

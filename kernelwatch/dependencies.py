@@ -33,8 +33,10 @@ def missing_message(module: str) -> str:
     pip_name, install = PACKAGES.get(module, (module, None))
     if install:
         return f"the Python package {pip_name!r} is missing from {sys.executable}: install it with `{install}`"
-    return (f"the Python package {pip_name!r} is missing from {sys.executable}: install KernelWatch with "
-            f"{INSTALL}, then run .venv/bin/kernelwatch")
+    return (
+        f"the Python package {pip_name!r} is missing from {sys.executable}: install KernelWatch with "
+        f"{INSTALL}, then run .venv/bin/kernelwatch"
+    )
 
 
 def exit_missing(exc: ModuleNotFoundError, command: str = "kernelwatch") -> NoReturn:

@@ -41,7 +41,7 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
         self.command_path = command_path(ctx or click.get_current_context(silent=True))
 
-    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+    def show(self, file=None) -> None:
         from kernelwatch.output import say, terminal
 
         say(terminal(f"{self.command_path}: error: {self.message}"), err=True)
@@ -97,7 +97,7 @@ def clean_errors(f):
     return wrapper
 
 
-def open_readonly(db_url: str | None):  # noqa: ANN201 - an Engine
+def open_readonly(db_url: str | None):
     """The database for a command that only reads: never created, migrated or written.
 
     A missing, unmigrated, unreachable or damaged database is refused with one line and exit status 2.
@@ -117,7 +117,7 @@ def closest(name: str, known: list[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, known, n=n, cutoff=0.6)
 
 
-def check_case(engine, key: str) -> None:  # noqa: ANN001 - an Engine
+def check_case(engine, key: str) -> None:
     """Stop with "unknown case" and the closest stored keys when ``key`` is no case of the database."""
     from db.queries import case_info, case_keys, kernel_names
 
@@ -125,12 +125,15 @@ def check_case(engine, key: str) -> None:  # noqa: ANN001 - an Engine
         return
     known = [k for kernel in kernel_names(engine) for k in case_keys(engine, kernel)]
     near = closest(key, known)
-    hint = (f"closest known: {', '.join(near)}" if near else
-            f"no known key is close ({len(known)} cases stored; `kernelwatch show RUN_ID` lists a run's)")
+    hint = (
+        f"closest known: {', '.join(near)}"
+        if near
+        else f"no known key is close ({len(known)} cases stored; `kernelwatch show RUN_ID` lists a run's)"
+    )
     fail(f"unknown case {key[:200]!r}: {hint}")
 
 
-def output_file(ctx: click.Context, param: click.Parameter, value: str | None):  # noqa: ANN201 - Path | None
+def output_file(ctx: click.Context, param: click.Parameter, value: str | None):
     """The callback of an artifact path to write (``--out``, ``-o``): checked as given, before anything
     runs (:func:`db.artifact.artifact_target`). A path ending in ``/`` names a folder and is refused in
     one line, never written as a file named like the folder (``Path`` would drop the ``/``); ``-`` passes."""

@@ -69,8 +69,9 @@ def _cell(value: Any) -> str:
 GAP = 2  # spaces between table columns
 
 
-def table(records: Sequence[dict[str, Any]], columns: Sequence[str], width: int | None = None,
-          shrink: Sequence[str] = ()) -> str:
+def table(
+    records: Sequence[dict[str, Any]], columns: Sequence[str], width: int | None = None, shrink: Sequence[str] = ()
+) -> str:
     """Records as an aligned text table; columns of integers are right-aligned.
 
     ``width``: lines at most this long, the ``shrink`` columns cut (widest first, never below their heading) and
@@ -81,8 +82,11 @@ def table(records: Sequence[dict[str, Any]], columns: Sequence[str], width: int 
         _fit(widths, [columns.index(c) for c in shrink if c in columns], [len(c) for c in columns], width)
     numeric = [bool(records) and all(r.get(c) is None or type(r.get(c)) is int for r in records) for c in columns]
     fit = lambda v, w: v if len(v) <= w else v[: w - 1] + "…"
-    line = lambda cells: (" " * GAP).join(fit(v, w).rjust(w) if right else fit(v, w).ljust(w)
-                                          for v, w, right in zip(cells, widths, numeric)).rstrip()
+    line = lambda cells: (
+        (" " * GAP)
+        .join(fit(v, w).rjust(w) if right else fit(v, w).ljust(w) for v, w, right in zip(cells, widths, numeric))
+        .rstrip()
+    )
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, rows)])
 
 
@@ -119,8 +123,13 @@ def _csv_cell(value: Any) -> Any:
     return printable(value) if isinstance(value, str) else value
 
 
-def render(records: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str, width: int | None = None,
-           shrink: Sequence[str] = ()) -> str:
+def render(
+    records: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    fmt: str,
+    width: int | None = None,
+    shrink: Sequence[str] = (),
+) -> str:
     if fmt == "json":
         return as_json([{c: r.get(c) for c in columns} for r in records])
     if fmt == "csv":

@@ -53,7 +53,7 @@ def pg_url(pg_admin: str) -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request, tmp_path: Path) -> str:  # noqa: ANN001
+def db_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'kw.db'}"
     return request.getfixturevalue("pg_url")
@@ -70,7 +70,7 @@ def make_doc():
     from db.schema import to_data
     from db.synthetic import SyntheticHistory
 
-    def make(index: int = 0, **kwargs) -> dict:  # noqa: ANN003
+    def make(index: int = 0, **kwargs) -> dict:
         history = SyntheticHistory(runs=index + 1, **kwargs)
         docs = list(history.documents())
         return to_data(docs[index * history.hardware])

@@ -1,6 +1,6 @@
 """The project's import graph, read from the source (every ``import``, also inside functions).
 
-    python -m tests.import_graph     # the edges between packages, and inside each package
+python -m tests.import_graph     # the edges between packages, and inside each package
 """
 
 from __future__ import annotations
@@ -113,8 +113,11 @@ def main() -> None:
         print(f"  {src:<12} -> {', '.join(sorted(dsts))}")
     print("inside packages:")
     for package in PACKAGES:
-        inner = {s: {d for d in ds if package_of(d) == package} for s, ds in module_edges().items()
-                 if package_of(s) == package}
+        inner = {
+            s: {d for d in ds if package_of(d) == package}
+            for s, ds in module_edges().items()
+            if package_of(s) == package
+        }
         n = sum(len(v) for v in inner.values())
         print(f"  {package:<12} {n} edges, cycles: {cycles(inner) or 'none'}")
 

@@ -45,8 +45,19 @@ class PrivateServer:
             shutil.chown(self.dir, "postgres", "postgres")
         data = self.dir / "data"
         self._run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-        self._run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(self.dir / "log"), "-w", "-o",
-                   f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off", "start"])
+        self._run(
+            [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(self.dir / "log"),
+                "-w",
+                "-o",
+                f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off",
+                "start",
+            ]
+        )
         self.bindir, self.data = bindir, data
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 

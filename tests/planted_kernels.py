@@ -85,7 +85,13 @@ def _impls(case: Case, inputs: dict) -> dict:
     return {KERNEL_IMPL: lambda: _run(case, inputs), EAGER_IMPL: lambda: (inputs["x"] - inputs["y"]) ** 2}
 
 
-SPEC = KernelSpec(name="planted", accuracy_cases=_cases,
-                  perf_cases=lambda: _cases() if os.environ.get("PLANTED_PERF") else [],
-                  make_inputs=_inputs, run=lambda c, i: _run(c, i), reference=_reference, implementations=_impls,
-                  bytes_moved=lambda c: 12_000)
+SPEC = KernelSpec(
+    name="planted",
+    accuracy_cases=_cases,
+    perf_cases=lambda: _cases() if os.environ.get("PLANTED_PERF") else [],
+    make_inputs=_inputs,
+    run=lambda c, i: _run(c, i),
+    reference=_reference,
+    implementations=_impls,
+    bytes_moved=lambda c: 12_000,
+)

@@ -64,6 +64,13 @@ def _impls(case: Case, inputs: dict) -> dict:
     return {KERNEL_IMPL: lambda: square_diff(x, y, stop=x.numel()), EAGER_IMPL: eager}
 
 
-SPEC = KernelSpec(name="timed", accuracy_cases=_accuracy_cases, perf_cases=_perf_cases,
-                  make_inputs=_inputs, run=_run, reference=_reference, implementations=_impls,
-                  bytes_moved=lambda c: 12 * c.p["shape"][0])
+SPEC = KernelSpec(
+    name="timed",
+    accuracy_cases=_accuracy_cases,
+    perf_cases=_perf_cases,
+    make_inputs=_inputs,
+    run=_run,
+    reference=_reference,
+    implementations=_impls,
+    bytes_moved=lambda c: 12 * c.p["shape"][0],
+)

@@ -47,7 +47,7 @@ def _mse_cases() -> list[str]:
     return [c["key"] for c in HISTORY.case_list() if c["kernel"] == "mse_loss"]
 
 
-def test_a_regression_acknowledged_between_baseline_and_candidate_does_not_fail(db_url) -> None:  # noqa: ANN001
+def test_a_regression_acknowledged_between_baseline_and_candidate_does_not_fail(db_url) -> None:
     candidate, base = _setup(db_url)
     engine = open_database(db_url, readonly=True)
     before = decide(engine, candidate, base["id"])
@@ -67,7 +67,7 @@ def test_a_regression_acknowledged_between_baseline_and_candidate_does_not_fail(
     assert not re.search(r"(?<!\\)<b>", report)  # the reason is text: escaped for Markdown
 
 
-def test_an_ack_outside_the_range_or_on_other_hardware_changes_nothing(db_url) -> None:  # noqa: ANN001
+def test_an_ack_outside_the_range_or_on_other_hardware_changes_nothing(db_url) -> None:
     candidate, base = _setup(db_url)
     writer = open_database(db_url)
     first, second = _mse_cases()
@@ -79,17 +79,39 @@ def test_an_ack_outside_the_range_or_on_other_hardware_changes_nothing(db_url) -
     assert result.exit_code == 1
 
 
-def test_the_gate_command_passes_once_every_step_is_acknowledged(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_the_gate_command_passes_once_every_step_is_acknowledged(tmp_path: Path, cli) -> None:
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     candidate, base = _setup(url)
     artifact = tmp_path / "candidate.json"
     artifact.write_text(dumps(candidate))
-    args = ["gate", "--artifact", str(artifact), "--baseline", base["id"], "--db", url, "--report-dir",
-            str(tmp_path / "r")]
+    args = [
+        "gate",
+        "--artifact",
+        str(artifact),
+        "--baseline",
+        base["id"],
+        "--db",
+        url,
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     assert cli.invoke(main, args).exit_code == 1
     for case in _mse_cases():
-        out = cli.invoke(main, ["ack", case, "--hardware", "h200", "--commit", HISTORY.commit(RUNS)["sha"][:8],
-                                "--reason", "kernel rewrite", "--db", url])
+        out = cli.invoke(
+            main,
+            [
+                "ack",
+                case,
+                "--hardware",
+                "h200",
+                "--commit",
+                HISTORY.commit(RUNS)["sha"][:8],
+                "--reason",
+                "kernel rewrite",
+                "--db",
+                url,
+            ],
+        )
         assert out.exit_code == 0, out.output
         assert out.output.startswith(f"acknowledged {case} on {H200} from {HISTORY.commit(RUNS)['sha'][:12]}")
     result = cli.invoke(main, args)
@@ -97,22 +119,37 @@ def test_the_gate_command_passes_once_every_step_is_acknowledged(tmp_path: Path,
     assert "acknowledged" in (tmp_path / "r" / "gate.md").read_text()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["no/such/case", "--hardware", "h200", "--commit", "abcdef12", "--reason", "x"], "unknown case 'no/such/case'"),
-    (["{case}", "--hardware", "synthetic", "--commit", "abcdef12", "--reason", "x"],
-     "--hardware 'synthetic' must match exactly one hardware: it matches 2"),
-    (["{case}", "--hardware", "A100", "--commit", "abcdef12", "--reason", "x"], "it matches 0 (none); known:"),
-    (["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "   "], "--reason must not be empty"),
-    (["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "two\nlines"], "one line of printable text"),
-    (["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "red \x1b[31mtext"],
-     "--reason must be one line of printable text (no line breaks or control characters)"),
-    (["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "x", "--author", "me\rroot"],
-     "--author must be one line of printable text"),
-    (["{case}", "--hardware", "h200", "--commit", "not-a-sha", "--reason", "x"], "must be a commit sha"),
-    (["{case}", "--hardware", "h200", "--commit", "abc", "--reason", "x"], "must be a commit sha"),
-    (["{case}", "--hardware", "h200", "--reason", "x"], "missing --commit"),
-])
-def test_bad_input_gets_one_line(tmp_path: Path, cli, argv, message) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["no/such/case", "--hardware", "h200", "--commit", "abcdef12", "--reason", "x"],
+            "unknown case 'no/such/case'",
+        ),
+        (
+            ["{case}", "--hardware", "synthetic", "--commit", "abcdef12", "--reason", "x"],
+            "--hardware 'synthetic' must match exactly one hardware: it matches 2",
+        ),
+        (["{case}", "--hardware", "A100", "--commit", "abcdef12", "--reason", "x"], "it matches 0 (none); known:"),
+        (["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "   "], "--reason must not be empty"),
+        (
+            ["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "two\nlines"],
+            "one line of printable text",
+        ),
+        (
+            ["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "red \x1b[31mtext"],
+            "--reason must be one line of printable text (no line breaks or control characters)",
+        ),
+        (
+            ["{case}", "--hardware", "h200", "--commit", "abcdef12", "--reason", "x", "--author", "me\rroot"],
+            "--author must be one line of printable text",
+        ),
+        (["{case}", "--hardware", "h200", "--commit", "not-a-sha", "--reason", "x"], "must be a commit sha"),
+        (["{case}", "--hardware", "h200", "--commit", "abc", "--reason", "x"], "must be a commit sha"),
+        (["{case}", "--hardware", "h200", "--reason", "x"], "missing --commit"),
+    ],
+)
+def test_bad_input_gets_one_line(tmp_path: Path, cli, argv, message) -> None:
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     _setup(url)
     argv = [a.replace("{case}", _mse_cases()[0]) for a in argv]
@@ -123,12 +160,24 @@ def test_bad_input_gets_one_line(tmp_path: Path, cli, argv, message) -> None:  #
     assert acks(open_database(url, readonly=True)) == []
 
 
-def test_duplicates_are_refused_and_the_list_shows_acks(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_duplicates_are_refused_and_the_list_shows_acks(tmp_path: Path, cli) -> None:
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     _setup(url)
     case = _mse_cases()[0]
-    argv = ["ack", case, "--hardware", "H200", "--commit", HISTORY.commit(5)["sha"][:9], "--reason", "why",
-            "--author", "ana", "--db", url]
+    argv = [
+        "ack",
+        case,
+        "--hardware",
+        "H200",
+        "--commit",
+        HISTORY.commit(5)["sha"][:9],
+        "--reason",
+        "why",
+        "--author",
+        "ana",
+        "--db",
+        url,
+    ]
     assert cli.invoke(main, argv).exit_code == 0
     again = cli.invoke(main, argv)
     assert again.exit_code == 2 and "already acknowledged" in again.output
@@ -139,10 +188,11 @@ def test_duplicates_are_refused_and_the_list_shows_acks(tmp_path: Path, cli) -> 
     assert row.startswith(f'"{case}",{H200},{HISTORY.commit(5)["sha"][:12]},why,ana,')  # CSV-quoted key
 
 
-def test_ack_never_creates_a_database(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_ack_never_creates_a_database(tmp_path: Path, cli) -> None:
     path = tmp_path / "missing.db"
-    result = cli.invoke(main, ["ack", "x", "--hardware", "h", "--commit", "abcdef1", "--reason", "r",
-                               "--db", f"sqlite:///{path}"])
+    result = cli.invoke(
+        main, ["ack", "x", "--hardware", "h", "--commit", "abcdef1", "--reason", "r", "--db", f"sqlite:///{path}"]
+    )
     assert result.exit_code == 2 and not path.exists()
 
 

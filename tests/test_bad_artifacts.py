@@ -173,157 +173,303 @@ CORPUS: list[Bad] = [
     # nesting deep enough to exhaust Python's recursion (the decoder, the validator, repr)
     Bad("deep-nesting", raw(nested(5000).encode()), "not readable: JSON nested too deeply"),
     Bad("deep-objects", raw(nested(5000, '{"a":', "}").encode()), "not readable: JSON nested too deeply"),
-    Bad("deep-lists-in-params", edit(setter("cases.0.params.n", RAW), nested(950)),
-        "cases[0].params.n[0][0][0][0]: lists nested deeper than 4"),
-    Bad("deep-objects-in-params", edit(setter("cases.0.params.n", RAW), nested(950, '{"a":', "}")),
-        "cases[0].params.n: expected a string, number, boolean, null or list of those"),
+    Bad(
+        "deep-lists-in-params",
+        edit(setter("cases.0.params.n", RAW), nested(950)),
+        "cases[0].params.n[0][0][0][0]: lists nested deeper than 4",
+    ),
+    Bad(
+        "deep-objects-in-params",
+        edit(setter("cases.0.params.n", RAW), nested(950, '{"a":', "}")),
+        "cases[0].params.n: expected a string, number, boolean, null or list of those",
+    ),
     Bad("deep-value-in-unknown-field", edit(setter("run.nested", RAW), nested(900)), f"run.nested: {UNKNOWN}"),
-    Bad("deep-value-in-text-field", edit(setter("run.notes", RAW), nested(900)),
-        "run.notes: expected a string, got [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[..."),
-    Bad("params-nested-5-deep", edit(setter("cases.0.params.shape", [[[[[1]]]]])),
-        "cases[0].params.shape[0][0][0][0]: lists nested deeper than 4"),
+    Bad(
+        "deep-value-in-text-field",
+        edit(setter("run.notes", RAW), nested(900)),
+        "run.notes: expected a string, got [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[...",
+    ),
+    Bad(
+        "params-nested-5-deep",
+        edit(setter("cases.0.params.shape", [[[[[1]]]]])),
+        "cases[0].params.shape[0][0][0][0]: lists nested deeper than 4",
+    ),
     # numbers no column can hold
-    Bad("5000-digit-integer", edit(setter("accuracy.0.trials", RAW), "9" * 5000),
-        "accuracy[0].trials: out of range (an integer of 5000 digits)"),
-    Bad("5000-digit-integer-in-float-field", edit(setter("perf.0.median_ms", RAW), "9" * 5000),
-        "perf[0].median_ms: out of range (an integer of 5000 digits)"),
-    Bad("5000-digit-integer-in-params", edit(setter("cases.0.params.n", RAW), "9" * 5000),
-        "cases[0].params.n: integer out of the 64-bit range (5000 digits)"),
-    Bad("400-digit-integer-in-float-field", edit(setter("accuracy.0.rtol", 10**400)),
-        "accuracy[0].rtol: out of the range of a 64-bit float, got 1" + "0" * 56 + "..."),
-    Bad("float-overflowing-to-inf", edit(setter("accuracy.0.rtol", RAW), "1e400"),
-        "accuracy[0].rtol: expected a finite number, got inf"),
-    Bad("memory-bytes-10**30", edit(setter("hardware.memory_bytes", 10**30)),
-        f"hardware.memory_bytes: must be <= {INT64}, got {10**30}"),
+    Bad(
+        "5000-digit-integer",
+        edit(setter("accuracy.0.trials", RAW), "9" * 5000),
+        "accuracy[0].trials: out of range (an integer of 5000 digits)",
+    ),
+    Bad(
+        "5000-digit-integer-in-float-field",
+        edit(setter("perf.0.median_ms", RAW), "9" * 5000),
+        "perf[0].median_ms: out of range (an integer of 5000 digits)",
+    ),
+    Bad(
+        "5000-digit-integer-in-params",
+        edit(setter("cases.0.params.n", RAW), "9" * 5000),
+        "cases[0].params.n: integer out of the 64-bit range (5000 digits)",
+    ),
+    Bad(
+        "400-digit-integer-in-float-field",
+        edit(setter("accuracy.0.rtol", 10**400)),
+        "accuracy[0].rtol: out of the range of a 64-bit float, got 1" + "0" * 56 + "...",
+    ),
+    Bad(
+        "float-overflowing-to-inf",
+        edit(setter("accuracy.0.rtol", RAW), "1e400"),
+        "accuracy[0].rtol: expected a finite number, got inf",
+    ),
+    Bad(
+        "memory-bytes-10**30",
+        edit(setter("hardware.memory_bytes", 10**30)),
+        f"hardware.memory_bytes: must be <= {INT64}, got {10**30}",
+    ),
     Bad("perf-bytes-2**63", edit(setter("perf.0.bytes", 2**63)), f"perf[0].bytes: must be <= {INT64}, got {2**63}"),
     Bad("flops-negative", edit(setter("perf.0.flops", -1)), "perf[0].flops: must be >= 0, got -1"),
-    Bad("device-count-2**40", edit(setter("hardware.device_count", 2**40)),
-        f"hardware.device_count: must be <= 2147483647, got {2**40}"),
-    Bad("nan-mismatches-2**31", edit(setter("accuracy.0.nan_mismatches", 2**31)),
-        f"accuracy[0].nan_mismatches: must be <= 2147483647, got {2**31}"),
-    Bad("seed-below-int64", edit(setter("accuracy.0.seed", -(2**63))),
-        f"accuracy[0].seed: must be >= -{INT64}, got {-(2**63)}"),
-    Bad("params-integer-2**63", edit(setter("cases.0.params.n", 2**63)),
-        "cases[0].params.n: integer out of the 64-bit range"),
+    Bad(
+        "device-count-2**40",
+        edit(setter("hardware.device_count", 2**40)),
+        f"hardware.device_count: must be <= 2147483647, got {2**40}",
+    ),
+    Bad(
+        "nan-mismatches-2**31",
+        edit(setter("accuracy.0.nan_mismatches", 2**31)),
+        f"accuracy[0].nan_mismatches: must be <= 2147483647, got {2**31}",
+    ),
+    Bad(
+        "seed-below-int64",
+        edit(setter("accuracy.0.seed", -(2**63))),
+        f"accuracy[0].seed: must be >= -{INT64}, got {-(2**63)}",
+    ),
+    Bad(
+        "params-integer-2**63",
+        edit(setter("cases.0.params.n", 2**63)),
+        "cases[0].params.n: integer out of the 64-bit range",
+    ),
     # times: finite, non-negative, ordered
     Bad("negative-median", edit(setter("perf.0.median_ms", -1.0)), "perf[0].median_ms: must be >= 0.0, got -1.0"),
     Bad("negative-min", edit(setter("perf.0.min_ms", -0.5)), "perf[0].min_ms: must be >= 0.0, got -0.5"),
     Bad("negative-p20", edit(setter("perf.0.p20_ms", -2.0)), "perf[0].p20_ms: must be >= 0.0, got -2.0"),
     Bad("negative-p80", edit(setter("perf.0.p80_ms", -3.0)), "perf[0].p80_ms: must be >= 0.0, got -3.0"),
-    Bad("negative-sample", edit(setter("perf.0.samples_ms.0", -1.0)),
-        "perf[0].samples_ms[0]: must be >= 0.0, got -1.0"),
-    Bad("negative-phase-seconds", edit(setter("run.phases_s", {"perf": -1.0})),
-        "run.phases_s.perf: must be >= 0.0, got -1.0"),
+    Bad(
+        "negative-sample", edit(setter("perf.0.samples_ms.0", -1.0)), "perf[0].samples_ms[0]: must be >= 0.0, got -1.0"
+    ),
+    Bad(
+        "negative-phase-seconds",
+        edit(setter("run.phases_s", {"perf": -1.0})),
+        "run.phases_s.perf: must be >= 0.0, got -1.0",
+    ),
     Bad("min-above-p20", edit(quantiles(2.5, 2.0, 3.0, 4.0)), "perf[0].min_ms: 2.5 is larger than p20_ms 2.0"),
     Bad("p20-above-median", edit(quantiles(1.0, 3.0, 2.0, 4.0)), "perf[0].p20_ms: 3.0 is larger than median_ms 2.0"),
     Bad("median-above-p80", edit(quantiles(1.0, 2.0, 5.0, 4.0)), "perf[0].median_ms: 5.0 is larger than p80_ms 4.0"),
-    Bad("NaN-literal", retext('"rtol": 0.001', '"rtol": NaN'),
-        "NaN is not valid JSON (non-finite numbers must be null)"),
-    Bad("Infinity-literal", retext('"rtol": 0.001', '"rtol": Infinity'),
-        "Infinity is not valid JSON (non-finite numbers must be null)"),
-    Bad("-Infinity-literal", retext('"rtol": 0.001', '"rtol": -Infinity'),
-        "-Infinity is not valid JSON (non-finite numbers must be null)"),
-    Bad("finished-before-started", edit(lambda d: d["run"].update(started_at="2026-01-05T10:00:00Z",
-                                                                  finished_at="2026-01-05T09:59:59Z")),
-        "run.finished_at: before started_at (2026-01-05T10:00:00.000000Z)"),
-    Bad("year-1-with-offset", edit(setter("run.started_at", "0001-01-01T00:00:00+01:00")),
-        f"run.started_at: {TIMESTAMP}"),
-    Bad("year-9999-west-of-utc", edit(setter("run.finished_at", "9999-12-31T23:59:59-01:00")),
-        f"run.finished_at: {TIMESTAMP}"),
-    Bad("before-1970", edit(setter("run.commit.time", "1969-12-31T23:59:59Z")),
-        "run.commit.time: expected a timestamp between 1970 and 9999"),
-    Bad("timestamp-without-zone", edit(setter("run.started_at", "2026-01-05T10:00:00")),
-        f"run.started_at: {TIMESTAMP}"),
+    Bad(
+        "NaN-literal", retext('"rtol": 0.001', '"rtol": NaN'), "NaN is not valid JSON (non-finite numbers must be null)"
+    ),
+    Bad(
+        "Infinity-literal",
+        retext('"rtol": 0.001', '"rtol": Infinity'),
+        "Infinity is not valid JSON (non-finite numbers must be null)",
+    ),
+    Bad(
+        "-Infinity-literal",
+        retext('"rtol": 0.001', '"rtol": -Infinity'),
+        "-Infinity is not valid JSON (non-finite numbers must be null)",
+    ),
+    Bad(
+        "finished-before-started",
+        edit(lambda d: d["run"].update(started_at="2026-01-05T10:00:00Z", finished_at="2026-01-05T09:59:59Z")),
+        "run.finished_at: before started_at (2026-01-05T10:00:00.000000Z)",
+    ),
+    Bad(
+        "year-1-with-offset",
+        edit(setter("run.started_at", "0001-01-01T00:00:00+01:00")),
+        f"run.started_at: {TIMESTAMP}",
+    ),
+    Bad(
+        "year-9999-west-of-utc",
+        edit(setter("run.finished_at", "9999-12-31T23:59:59-01:00")),
+        f"run.finished_at: {TIMESTAMP}",
+    ),
+    Bad(
+        "before-1970",
+        edit(setter("run.commit.time", "1969-12-31T23:59:59Z")),
+        "run.commit.time: expected a timestamp between 1970 and 9999",
+    ),
+    Bad(
+        "timestamp-without-zone", edit(setter("run.started_at", "2026-01-05T10:00:00")), f"run.started_at: {TIMESTAMP}"
+    ),
     # text PostgreSQL rejects and SQLite would store
-    Bad("lone-surrogate-in-subject", edit(setter("run.commit.subject", "fix \ud800 here")),
-        f"run.commit.subject: {UNICODE}"),
+    Bad(
+        "lone-surrogate-in-subject",
+        edit(setter("run.commit.subject", "fix \ud800 here")),
+        f"run.commit.subject: {UNICODE}",
+    ),
     Bad("lone-surrogate-in-field-name", edit(setter("perf.0.\udc00", 1)), f"perf[0]: {UNICODE}"),
     Bad("lone-surrogate-in-params", edit(setter("cases.0.params.mode", "\udfff")), f"cases[0].params.mode: {UNICODE}"),
     Bad("NUL-in-subject", edit(setter("run.commit.subject", "a\x00b")), f"run.commit.subject: {NUL}"),
     Bad("NUL-in-case-key", edit(setter("cases.0.key", "k\x00")), f"cases[0].key: {NUL}"),
-    Bad("NUL-in-versions-key", edit(setter("run.versions.torch\x00", "2")),
-        f'run.versions["torch\\u0000"] (the key): {NUL}'),
+    Bad(
+        "NUL-in-versions-key",
+        edit(setter("run.versions.torch\x00", "2")),
+        f'run.versions["torch\\u0000"] (the key): {NUL}',
+    ),
     Bad("NUL-in-params-value", edit(setter("cases.0.params.mode", "x\x00")), f"cases[0].params.mode: {NUL}"),
-    Bad("10000-character-device-name", edit(setter("hardware.device_name", "x" * 10_000)),
-        "hardware.device_name: at most 128 characters (got 10000)"),
-    Bad("256-character-case-key", edit(setter("cases.0.key", "k" * 256)),
-        "cases[0].key: at most 255 characters (got 256)"),
-    Bad("65-character-kernel", edit(setter("cases.0.kernel", "k" * 65)),
-        "cases[0].kernel: at most 64 characters (got 65)"),
-    Bad("33-character-implementation", edit(setter("perf.0.implementation", "i" * 33)),
-        "perf[0].implementation: at most 32 characters (got 33)"),
-    Bad("65537-character-notes", edit(setter("run.notes", "n" * 65_537)),
-        "run.notes: at most 65536 characters (got 65537)"),
-    Bad("300-character-params-string", edit(setter("cases.0.params.mode", "m" * 300)),
-        "cases[0].params.mode: at most 255 characters (got 300)"),
+    Bad(
+        "10000-character-device-name",
+        edit(setter("hardware.device_name", "x" * 10_000)),
+        "hardware.device_name: at most 128 characters (got 10000)",
+    ),
+    Bad(
+        "256-character-case-key",
+        edit(setter("cases.0.key", "k" * 256)),
+        "cases[0].key: at most 255 characters (got 256)",
+    ),
+    Bad(
+        "65-character-kernel",
+        edit(setter("cases.0.kernel", "k" * 65)),
+        "cases[0].kernel: at most 64 characters (got 65)",
+    ),
+    Bad(
+        "33-character-implementation",
+        edit(setter("perf.0.implementation", "i" * 33)),
+        "perf[0].implementation: at most 32 characters (got 33)",
+    ),
+    Bad(
+        "65537-character-notes",
+        edit(setter("run.notes", "n" * 65_537)),
+        "run.notes: at most 65536 characters (got 65537)",
+    ),
+    Bad(
+        "300-character-params-string",
+        edit(setter("cases.0.params.mode", "m" * 300)),
+        "cases[0].params.mode: at most 255 characters (got 300)",
+    ),
     Bad("empty-vendor", edit(setter("hardware.vendor", "")), "hardware.vendor: must not be empty"),
     Bad("blank-branch", edit(setter("run.commit.branch", "   ")), "run.commit.branch: must not be empty"),
-    Bad("run-id-with-newline", edit(lambda d: d["run"].update(id=d["run"]["id"] + "\n")),
-        "run.id: expected a lower-case UUID"),
-    Bad("run-id-upper-case", edit(lambda d: d["run"].update(id=d["run"]["id"].upper())),
-        "run.id: expected a lower-case UUID"),
+    Bad(
+        "run-id-with-newline",
+        edit(lambda d: d["run"].update(id=d["run"]["id"] + "\n")),
+        "run.id: expected a lower-case UUID",
+    ),
+    Bad(
+        "run-id-upper-case",
+        edit(lambda d: d["run"].update(id=d["run"]["id"].upper())),
+        "run.id: expected a lower-case UUID",
+    ),
     # JSON the standard allows and Python would read with a silent choice
-    Bad("duplicate-json-key", retext('"status": "complete"', '"status": "complete", "status": "failed"'),
-        "duplicate key 'status' in one JSON object"),
+    Bad(
+        "duplicate-json-key",
+        retext('"status": "complete"', '"status": "complete", "status": "failed"'),
+        "duplicate key 'status' in one JSON object",
+    ),
     # wrong types everywhere
-    Bad("string-for-number", edit(setter("perf.2.median_ms", "fast")),
-        "perf[2].median_ms: expected a number, got 'fast'"),
+    Bad(
+        "string-for-number",
+        edit(setter("perf.2.median_ms", "fast")),
+        "perf[2].median_ms: expected a number, got 'fast'",
+    ),
     Bad("number-for-string", edit(setter("run.commit.sha", 5)), "run.commit.sha: expected a string, got 5"),
-    Bad("boolean-for-integer", edit(setter("accuracy.0.trials", True)),
-        "accuracy[0].trials: expected an integer, got True"),
-    Bad("float-for-integer", edit(setter("accuracy.0.trials", 3.0)),
-        "accuracy[0].trials: expected an integer, got 3.0"),
-    Bad("string-for-boolean", edit(setter("run.commit.dirty", "yes")),
-        "run.commit.dirty: expected true or false, got 'yes'"),
+    Bad(
+        "boolean-for-integer",
+        edit(setter("accuracy.0.trials", True)),
+        "accuracy[0].trials: expected an integer, got True",
+    ),
+    Bad(
+        "float-for-integer", edit(setter("accuracy.0.trials", 3.0)), "accuracy[0].trials: expected an integer, got 3.0"
+    ),
+    Bad(
+        "string-for-boolean",
+        edit(setter("run.commit.dirty", "yes")),
+        "run.commit.dirty: expected true or false, got 'yes'",
+    ),
     Bad("null-for-required", edit(setter("run.started_at", None)), "run.started_at: expected a string, got None"),
     Bad("object-for-list", edit(setter("cases", {})), "cases: expected a list, got {}"),
     Bad("list-for-object", edit(setter("hardware", [])), "hardware: expected an object, got []"),
-    Bad("string-for-samples", edit(setter("perf.0.samples_ms", "1,2")),
-        "perf[0].samples_ms: expected a list, got '1,2'"),
-    Bad("object-in-params", edit(setter("cases.0.params.x", {"a": 1})),
-        "cases[0].params.x: expected a string, number, boolean, null or list of those"),
-    Bad("unknown-trigger", edit(setter("run.trigger", "weekly")),
-        "run.trigger: expected 'pr', 'nightly' or 'manual', got 'weekly'"),
-    Bad("unknown-accuracy-kind", edit(setter("accuracy.0.kind", "gated")),
-        "accuracy[0].kind: expected 'gate' or 'explore', got 'gated'"),
+    Bad(
+        "string-for-samples", edit(setter("perf.0.samples_ms", "1,2")), "perf[0].samples_ms: expected a list, got '1,2'"
+    ),
+    Bad(
+        "object-in-params",
+        edit(setter("cases.0.params.x", {"a": 1})),
+        "cases[0].params.x: expected a string, number, boolean, null or list of those",
+    ),
+    Bad(
+        "unknown-trigger",
+        edit(setter("run.trigger", "weekly")),
+        "run.trigger: expected 'pr', 'nightly' or 'manual', got 'weekly'",
+    ),
+    Bad(
+        "unknown-accuracy-kind",
+        edit(setter("accuracy.0.kind", "gated")),
+        "accuracy[0].kind: expected 'gate' or 'explore', got 'gated'",
+    ),
     # unknown and missing fields, counts
     Bad("unknown-top-level-field", edit(setter("extra", 1)), f"extra: {UNKNOWN}"),
     Bad("unknown-nested-field", edit(setter("perf.0.fast", True)), f"perf[0].fast: {UNKNOWN}"),
-    Bad("escape-sequence-field-name", edit(setter("perf.0.\x1b[31mred", True)),
-        f'perf[0]["\\u001b[31mred"]: {UNKNOWN}'),
+    Bad(
+        "escape-sequence-field-name", edit(setter("perf.0.\x1b[31mred", True)), f'perf[0]["\\u001b[31mred"]: {UNKNOWN}'
+    ),
     Bad("missing-run-status", edit(dropper("run.status")), "run.status: missing field"),
     Bad("missing-hardware", edit(dropper("hardware")), "hardware: missing field"),
     Bad("missing-schema", edit(dropper("schema")), "schema: missing field"),
-    Bad("unknown-schema-version", edit(setter("schema", "kernelwatch.run/9")),
-        f"schema: unknown schema version 'kernelwatch.run/9' (this KernelWatch reads {SCHEMA})"),
-    Bad("65-versions", edit(setter("run.versions", {f"lib{i}": "1" for i in range(65)})),
-        "run.versions: at most 64 items (got 65)"),
-    Bad("100001-samples", edit(setter("perf.0.samples_ms", [1.0] * 100_001)),
-        "perf[0].samples_ms: at most 100000 items (got 100001)"),
+    Bad(
+        "unknown-schema-version",
+        edit(setter("schema", "kernelwatch.run/9")),
+        f"schema: unknown schema version 'kernelwatch.run/9' (this KernelWatch reads {SCHEMA})",
+    ),
+    Bad(
+        "65-versions",
+        edit(setter("run.versions", {f"lib{i}": "1" for i in range(65)})),
+        "run.versions: at most 64 items (got 65)",
+    ),
+    Bad(
+        "100001-samples",
+        edit(setter("perf.0.samples_ms", [1.0] * 100_001)),
+        "perf[0].samples_ms: at most 100000 items (got 100001)",
+    ),
     # the document as a whole
-    Bad("case-referenced-not-listed", edit(setter("perf.0.case", "nope")),
-        "perf[0].case: 'nope' is not listed in cases"),
-    Bad("accuracy-case-not-listed", edit(setter("accuracy.1.case", "gone")),
-        "accuracy[1].case: 'gone' is not listed in cases"),
-    Bad("duplicate-case", edit(lambda d: d["cases"].append(copy.deepcopy(d["cases"][0]))),
-        f"cases[2]: duplicate key '{KEY0}'"),
-    Bad("duplicate-perf-result", edit(lambda d: d["perf"].append(copy.deepcopy(d["perf"][0]))),
-        "perf[6]: duplicate case/implementation ('mse_loss/persistent/fp16/n=4096,synthetic=0', 'torch_co..."),
-    Bad("duplicate-accuracy-result", edit(lambda d: d["accuracy"].append(copy.deepcopy(d["accuracy"][0]))),
-        "accuracy[2]: duplicate case/kind ('mse_loss/persistent/fp16/n=4096,synthetic=0', 'gate')"),
+    Bad(
+        "case-referenced-not-listed", edit(setter("perf.0.case", "nope")), "perf[0].case: 'nope' is not listed in cases"
+    ),
+    Bad(
+        "accuracy-case-not-listed",
+        edit(setter("accuracy.1.case", "gone")),
+        "accuracy[1].case: 'gone' is not listed in cases",
+    ),
+    Bad(
+        "duplicate-case",
+        edit(lambda d: d["cases"].append(copy.deepcopy(d["cases"][0]))),
+        f"cases[2]: duplicate key '{KEY0}'",
+    ),
+    Bad(
+        "duplicate-perf-result",
+        edit(lambda d: d["perf"].append(copy.deepcopy(d["perf"][0]))),
+        "perf[6]: duplicate case/implementation ('mse_loss/persistent/fp16/n=4096,synthetic=0', 'torch_co...",
+    ),
+    Bad(
+        "duplicate-accuracy-result",
+        edit(lambda d: d["accuracy"].append(copy.deepcopy(d["accuracy"][0]))),
+        "accuracy[2]: duplicate case/kind ('mse_loss/persistent/fp16/n=4096,synthetic=0', 'gate')",
+    ),
     Bad("json-array", raw(b"[]"), "(document): expected a JSON object, got an array"),
     Bad("json-null", raw(b"null"), "(document): expected a JSON object, got null"),
     Bad("json-string", raw(b'"kernelwatch.run/1"'), "(document): expected a JSON object, got a string"),
     # the file itself
     Bad("empty-file", raw(b""), "not valid JSON (Expecting value at line 1 column 1)"),
-    Bad("truncated", raw(b'{"schema": "kernelwatch.run/1", "run": {'),
-        "not valid JSON (Expecting property name enclosed in double quotes at line 1 column 41)"),
+    Bad(
+        "truncated",
+        raw(b'{"schema": "kernelwatch.run/1", "run": {'),
+        "not valid JSON (Expecting property name enclosed in double quotes at line 1 column 41)",
+    ),
     Bad("not-utf-8", raw(b'{"schema": "\xff"}'), "not UTF-8 text (byte 12)"),
     Bad("utf-16", raw('{"schema": 1}'.encode("utf-16")), "not UTF-8 text (byte 0)"),
-    Bad("utf-8-bom", raw(b"\xef\xbb\xbf{}"),
-        "not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at line 1 column 1)"),
-    Bad("larger-than-512-MiB", sparse(MAX_ARTIFACT_BYTES + 1),
-        f"larger than 512 MiB ({MAX_ARTIFACT_BYTES + 1} bytes)"),
+    Bad(
+        "utf-8-bom",
+        raw(b"\xef\xbb\xbf{}"),
+        "not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at line 1 column 1)",
+    ),
+    Bad("larger-than-512-MiB", sparse(MAX_ARTIFACT_BYTES + 1), f"larger than 512 MiB ({MAX_ARTIFACT_BYTES + 1} bytes)"),
     Bad("folder-instead-of-file", folder_instead_of_file, "is a folder, not an artifact file"),
     Bad("missing-file", missing_file, "no such file"),
     Bad("escape-and-newline-in-file-name", odd_file_name, "no such file"),
@@ -335,13 +481,39 @@ CORPUS: list[Bad] = [
 def test_the_corpus_has_one_entry_per_name_and_every_kind_the_issue_lists() -> None:
     names = [bad.name for bad in CORPUS]
     assert len(names) == len(set(names))
-    issue = {"deep-nesting", "deep-lists-in-params", "5000-digit-integer", "memory-bytes-10**30", "perf-bytes-2**63",
-             "year-1-with-offset", "lone-surrogate-in-subject", "NUL-in-subject", "10000-character-device-name",
-             "device-count-2**40", "negative-median", "negative-min", "negative-p20", "negative-p80",
-             "finished-before-started", "duplicate-json-key", "NaN-literal", "Infinity-literal", "string-for-number",
-             "unknown-nested-field", "missing-run-status", "unknown-schema-version", "empty-file", "not-utf-8",
-             "json-array", "case-referenced-not-listed", "duplicate-case", "duplicate-perf-result",
-             "larger-than-512-MiB", "folder-instead-of-file", "missing-file"}
+    issue = {
+        "deep-nesting",
+        "deep-lists-in-params",
+        "5000-digit-integer",
+        "memory-bytes-10**30",
+        "perf-bytes-2**63",
+        "year-1-with-offset",
+        "lone-surrogate-in-subject",
+        "NUL-in-subject",
+        "10000-character-device-name",
+        "device-count-2**40",
+        "negative-median",
+        "negative-min",
+        "negative-p20",
+        "negative-p80",
+        "finished-before-started",
+        "duplicate-json-key",
+        "NaN-literal",
+        "Infinity-literal",
+        "string-for-number",
+        "unknown-nested-field",
+        "missing-run-status",
+        "unknown-schema-version",
+        "empty-file",
+        "not-utf-8",
+        "json-array",
+        "case-referenced-not-listed",
+        "duplicate-case",
+        "duplicate-perf-result",
+        "larger-than-512-MiB",
+        "folder-instead-of-file",
+        "missing-file",
+    }
     assert issue <= set(names)
     assert len(CORPUS) >= 80
 
@@ -373,16 +545,19 @@ def postgres_checksum(url: str) -> str:
     engine = create_engine(url)
     digest = hashlib.sha256()
     with engine.connect() as conn:
-        columns = conn.execute(text(
-            "SELECT table_name, column_name, data_type, character_maximum_length, is_nullable "
-            "FROM information_schema.columns WHERE table_schema = 'public' ORDER BY table_name, ordinal_position"
-        )).all()
+        columns = conn.execute(
+            text(
+                "SELECT table_name, column_name, data_type, character_maximum_length, is_nullable "
+                "FROM information_schema.columns WHERE table_schema = 'public' ORDER BY table_name, ordinal_position"
+            )
+        ).all()
         digest.update(repr(columns).encode())
         for table in sorted({c[0] for c in columns}):
             for (row,) in conn.execute(text(f'SELECT t::text FROM "{table}" t ORDER BY 1')):
                 digest.update(f"{table}:{row}\n".encode())
-        digest.update(repr(conn.execute(text(
-            "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")).all()).encode())
+        digest.update(
+            repr(conn.execute(text("SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")).all()).encode()
+        )
     engine.dispose()
     return digest.hexdigest()
 
@@ -426,7 +601,7 @@ def database(request: pytest.FixtureRequest) -> Database:
     return request.getfixturevalue(f"{request.param}_db")
 
 
-def ingest(cli, db: Database, path: Path) -> str:  # noqa: ANN001 - click's CliRunner
+def ingest(cli, db: Database, path: Path) -> str:
     """Run `kernelwatch ingest` on one bad file; assert it is refused in one line and the database is unchanged."""
     before = db.checksum()
     result = cli.invoke(main, ["ingest", str(path), "--db", db.url])
@@ -439,16 +614,18 @@ def ingest(cli, db: Database, path: Path) -> str:  # noqa: ANN001 - click's CliR
 
 
 @pytest.mark.parametrize("bad", CORPUS, ids=[b.name for b in CORPUS])
-def test_bad_artifact_is_refused_in_one_line_and_changes_nothing(bad: Bad, database: Database, tmp_path: Path,
-                                                                 cli) -> None:  # noqa: ANN001
+def test_bad_artifact_is_refused_in_one_line_and_changes_nothing(
+    bad: Bad, database: Database, tmp_path: Path, cli
+) -> None:
     path = bad.make(tmp_path)
     line = ingest(cli, database, path)
     assert line == f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}"
 
 
 @pytest.mark.postgres
-def test_every_bad_artifact_gets_the_same_answer_on_both_databases(sqlite_db: Database, postgres_db: Database,
-                                                                   tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_every_bad_artifact_gets_the_same_answer_on_both_databases(
+    sqlite_db: Database, postgres_db: Database, tmp_path: Path, cli
+) -> None:
     """The same file, the same line on SQLite and PostgreSQL, for every entry of the corpus."""
     differ = []
     for i, bad in enumerate(CORPUS):
@@ -464,7 +641,7 @@ def test_every_bad_artifact_gets_the_same_answer_on_both_databases(sqlite_db: Da
 # ---------------------------------------------------------------------------------------------
 # Refused by the model before either database is touched
 # ---------------------------------------------------------------------------------------------
-def test_every_bad_artifact_is_refused_before_a_database_is_opened(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_every_bad_artifact_is_refused_before_a_database_is_opened(tmp_path: Path, cli) -> None:
     """The files are judged first: a database that does not exist is not created, and one that cannot
     be reached is not even tried, so the refusal cannot depend on which database it was."""
     absent = tmp_path / "no-such-folder" / "kw.db"
@@ -475,7 +652,9 @@ def test_every_bad_artifact_is_refused_before_a_database_is_opened(tmp_path: Pat
             path = bad.make(folder)
             result = cli.invoke(main, ["ingest", str(path), "--db", url])
             assert (result.exit_code, result.stderr) == (
-                2, f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}\n"), (bad.name, url)
+                2,
+                f"kernelwatch ingest: error: {printable(str(path))}: {bad.message}\n",
+            ), (bad.name, url)
     assert not absent.parent.exists()
 
 
@@ -498,8 +677,13 @@ def test_sqlite_would_store_what_postgres_rejects(name: str, sqlite_db: Database
     from db.models import Base
 
     table, column, value = DIVERGENT[name]
-    probe = Table("divergence_probe", MetaData(), Column("id", Integer, primary_key=True),
-                  Column("v", Base.metadata.tables[table].c[column].type), prefixes=["TEMPORARY"])
+    probe = Table(
+        "divergence_probe",
+        MetaData(),
+        Column("id", Integer, primary_key=True),
+        Column("v", Base.metadata.tables[table].c[column].type),
+        prefixes=["TEMPORARY"],
+    )
     outcomes = {}
     for db in (sqlite_db, postgres_db):
         engine = create_engine(db.url)
@@ -508,7 +692,7 @@ def test_sqlite_would_store_what_postgres_rejects(name: str, sqlite_db: Database
             try:
                 conn.execute(insert(probe).values(v=value))
                 outcomes[db.kind] = conn.execute(select(probe.c.v)).scalar_one() == value
-            except Exception as exc:  # noqa: BLE001 - the driver's DataError: what the corpus must never reach
+            except Exception as exc:
                 outcomes[db.kind] = type(exc).__name__
             conn.rollback()
         engine.dispose()
@@ -516,24 +700,34 @@ def test_sqlite_would_store_what_postgres_rejects(name: str, sqlite_db: Database
     assert any(b.name == name for b in CORPUS)
 
 
-def test_negative_zero_and_subnormals_are_stored_alike(database: Database, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_negative_zero_and_subnormals_are_stored_alike(database: Database, tmp_path: Path, cli) -> None:
     """SQLite stores -0.0 as 0 and PostgreSQL keeps the sign: the model makes it +0.0 before either sees it."""
     import math
 
     doc = copy.deepcopy(BASE)
     doc["run"]["id"] = str(uuid.UUID(int=7, version=4))
-    doc["perf"][0].update(gbps=-0.0, tflops=5e-324, samples_ms=[-0.0, 0.0, 1e-310, 1.0, 2.0],
-                          min_ms=-0.0, p20_ms=0.0, median_ms=1e-310, p80_ms=1.0)
+    doc["perf"][0].update(
+        gbps=-0.0,
+        tflops=5e-324,
+        samples_ms=[-0.0, 0.0, 1e-310, 1.0, 2.0],
+        min_ms=-0.0,
+        p20_ms=0.0,
+        median_ms=1e-310,
+        p80_ms=1.0,
+    )
     path = tmp_path / "zero.json"
     path.write_text(json.dumps(doc))
     result = cli.invoke(main, ["ingest", str(path), "--db", database.url])
     assert result.exit_code == 0, result.output
     engine = create_engine(database.url)
     with engine.connect() as conn:
-        gbps, tflops, min_ms, samples = conn.execute(text(
-            "SELECT gbps, tflops, min_ms, samples_ms FROM perf_result WHERE run_id = :r AND implementation = :i "
-            "AND case_id = (SELECT id FROM kernel_case WHERE key = :k)"),
-            {"r": doc["run"]["id"], "i": "torch_compile", "k": KEY0}).one()
+        gbps, tflops, min_ms, samples = conn.execute(
+            text(
+                "SELECT gbps, tflops, min_ms, samples_ms FROM perf_result WHERE run_id = :r AND implementation = :i "
+                "AND case_id = (SELECT id FROM kernel_case WHERE key = :k)"
+            ),
+            {"r": doc["run"]["id"], "i": "torch_compile", "k": KEY0},
+        ).one()
     engine.dispose()
     samples = json.loads(samples) if isinstance(samples, str) else samples
     assert [math.copysign(1.0, v) for v in (gbps, min_ms, samples[0])] == [1.0, 1.0, 1.0]
@@ -543,9 +737,19 @@ def test_negative_zero_and_subnormals_are_stored_alike(database: Database, tmp_p
 # ---------------------------------------------------------------------------------------------
 # Through a real process: real stdout/stderr encodings, argv bytes, the interpreter's own stack
 # ---------------------------------------------------------------------------------------------
-SUBPROCESS = ("deep-nesting", "deep-lists-in-params", "5000-digit-integer", "lone-surrogate-in-subject",
-              "lone-surrogate-in-field-name", "NUL-in-versions-key", "escape-sequence-field-name", "not-utf-8",
-              "larger-than-512-MiB", "folder-instead-of-file", "escape-and-newline-in-file-name")
+SUBPROCESS = (
+    "deep-nesting",
+    "deep-lists-in-params",
+    "5000-digit-integer",
+    "lone-surrogate-in-subject",
+    "lone-surrogate-in-field-name",
+    "NUL-in-versions-key",
+    "escape-sequence-field-name",
+    "not-utf-8",
+    "larger-than-512-MiB",
+    "folder-instead-of-file",
+    "escape-and-newline-in-file-name",
+)
 
 
 def _kernelwatch(*args: str | bytes) -> subprocess.CompletedProcess:
@@ -571,11 +775,12 @@ def test_a_file_name_that_is_not_utf_8_is_named_escaped(sqlite_db: Database, tmp
         fh.write(b"[]")
     proc = _kernelwatch("ingest", name, "--db", sqlite_db.url)
     assert proc.returncode == 2
-    assert proc.stderr.decode() == (f"kernelwatch ingest: error: {tmp_path}/caf\\udce9.json: "
-                                    f"(document): expected a JSON object, got an array\n")
+    assert proc.stderr.decode() == (
+        f"kernelwatch ingest: error: {tmp_path}/caf\\udce9.json: (document): expected a JSON object, got an array\n"
+    )
 
 
-def test_one_bad_file_among_good_ones_stores_none(database: Database, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_one_bad_file_among_good_ones_stores_none(database: Database, tmp_path: Path, cli) -> None:
     good = tmp_path / "good.json"
     other = copy.deepcopy(BASE)
     other["run"]["id"] = str(uuid.UUID(int=11, version=4))
@@ -595,8 +800,13 @@ def test_one_bad_file_among_good_ones_stores_none(database: Database, tmp_path: 
 # The limits are the columns' limits, and the published JSON Schema states them
 # ---------------------------------------------------------------------------------------------
 TABLES = {  # record of the artifact -> the tables its fields are stored in, first match wins
-    "RunInfo": ("run",), "Commit": ("run",), "Hardware": ("hardware", "run"), "CaseInfo": ("kernel_case",),
-    "AccuracyResult": ("accuracy_result",), "PerfResult": ("perf_result",), "ProfilerMetric": ("profiler_metric",),
+    "RunInfo": ("run",),
+    "Commit": ("run",),
+    "Hardware": ("hardware", "run"),
+    "CaseInfo": ("kernel_case",),
+    "AccuracyResult": ("accuracy_result",),
+    "PerfResult": ("perf_result",),
+    "ProfilerMetric": ("profiler_metric",),
 }
 RENAMED = {("Commit", "sha"): "commit_sha", ("Commit", "time"): "commit_time", ("Commit", "subject"): "commit_subject"}
 NOT_A_COLUMN = {("RunInfo", "commit"), ("AccuracyResult", "case"), ("PerfResult", "case"), ("ProfilerMetric", "case")}
@@ -638,7 +848,7 @@ def test_every_limit_of_the_model_fits_its_column() -> None:
     assert checked >= 30
 
 
-def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli) -> None:
     """`kernelwatch schema` is usable by a CI author's own validator: the shipped history passes, and the
     corpus entries a JSON Schema can express (types, bounds, lengths, enums, unknown fields) fail."""
     jsonschema = pytest.importorskip("jsonschema")
@@ -648,10 +858,24 @@ def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli
     validator = jsonschema.Draft202012Validator(json.loads(result.stdout))
     history = sorted((ROOT / "ci" / "history").glob("*.json.gz"))
     assert history and all(validator.is_valid(json.loads(gzip.decompress(p.read_bytes()))) for p in history)
-    expressible = ["memory-bytes-10**30", "perf-bytes-2**63", "device-count-2**40", "nan-mismatches-2**31",
-                   "negative-median", "10000-character-device-name", "256-character-case-key", "string-for-number",
-                   "boolean-for-integer", "unknown-nested-field", "missing-run-status", "unknown-schema-version",
-                   "unknown-trigger", "run-id-with-newline", "65-versions", "empty-vendor"]
+    expressible = [
+        "memory-bytes-10**30",
+        "perf-bytes-2**63",
+        "device-count-2**40",
+        "nan-mismatches-2**31",
+        "negative-median",
+        "10000-character-device-name",
+        "256-character-case-key",
+        "string-for-number",
+        "boolean-for-integer",
+        "unknown-nested-field",
+        "missing-run-status",
+        "unknown-schema-version",
+        "unknown-trigger",
+        "run-id-with-newline",
+        "65-versions",
+        "empty-vendor",
+    ]
     for name in expressible:
         bad = next(b for b in CORPUS if b.name == name)
         folder = tmp_path / name
@@ -659,7 +883,7 @@ def test_the_published_json_schema_refuses_what_it_can_state(tmp_path: Path, cli
         assert not validator.is_valid(json.loads(bad.make(folder).read_text())), name
 
 
-def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Database, cli) -> None:  # noqa: ANN001
+def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Database, cli) -> None:
     """SQLite's LIKE ignores case and PostgreSQL's does not; % and _ are wildcards in both."""
     run_id = GOOD["run"]["id"]
     upper = cli.invoke(main, ["show", run_id[:8].upper(), "--db", database.url, "--format", "json"])
@@ -670,8 +894,7 @@ def test_a_run_id_prefix_gets_the_same_answer_on_both_databases(database: Databa
         assert (result.exit_code, result.stderr) == (2, f"kernelwatch show: error: no run with id {prefix!r}\n")
 
 
-def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Database, tmp_path: Path,
-                                                                 cli) -> None:  # noqa: ANN001
+def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Database, tmp_path: Path, cli) -> None:
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     first.write_text(json.dumps(BASE))
     changed = copy.deepcopy(BASE)
@@ -679,8 +902,11 @@ def test_one_run_id_with_two_contents_in_one_call_stores_neither(database: Datab
     second.write_text(json.dumps(changed))
     before = database.checksum()
     result = cli.invoke(main, ["ingest", str(first), str(second), "--db", database.url])
-    assert (result.exit_code, result.stderr) == (2, f"kernelwatch ingest: error: {second}: run.id: {BASE['run']['id']} "
-                                                    f"also appears, with different content, in {first}\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"kernelwatch ingest: error: {second}: run.id: {BASE['run']['id']} "
+        f"also appears, with different content, in {first}\n",
+    )
     assert database.checksum() == before
 
 
@@ -692,8 +918,13 @@ def test_an_artifact_nobody_may_read_is_one_line(sqlite_db: Database, tmp_path: 
     path.write_text(json.dumps(BASE))
     path.chmod(0o000)
     before = sqlite_db.checksum()
-    proc = subprocess.run([*prefix, sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", sqlite_db.url],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", sqlite_db.url],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"kernelwatch ingest: error: {path}: cannot read (Permission denied)\n"
     assert sqlite_db.checksum() == before

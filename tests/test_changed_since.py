@@ -26,7 +26,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:  # noqa: ANN001
+def repo(tmp_path_factory) -> Path:
     """The project's Python packages and pyproject.toml, committed in a fresh repository."""
     repo = tmp_path_factory.mktemp("repo")
     ignore = shutil.ignore_patterns("__pycache__", "history", "*.pyc")
@@ -59,17 +59,20 @@ def _modules() -> dict[str, str]:
     return modules
 
 
-@pytest.mark.parametrize(("planted", "run"), [
-    (None, {}),
-    ("README.md", {}),  # documentation moves no number
-    ("kernels/mse_loss.py", {"mse_loss": ["kernels/mse_loss.py"]}),
-    # the LayerNorm kernel imports the RMSNorm one: a change there runs both
-    ("kernels/fused_rmsnorm_matmul.py", {k: ["kernels/fused_rmsnorm_matmul.py"] for k in KERNELS[:2]}),
-    ("kernels/plan.py", {k: ["kernels/plan.py"] for k in KERNELS}),  # every kernel plans through it
-    ("collector/backends.py", {k: ["collector/backends.py"] for k in KERNELS}),  # how every kernel is timed
-    ("pyproject.toml", {k: ["pyproject.toml"] for k in KERNELS}),
-    ("collector/gone.py", {}),  # an untracked file nothing imports
-])
+@pytest.mark.parametrize(
+    ("planted", "run"),
+    [
+        (None, {}),
+        ("README.md", {}),  # documentation moves no number
+        ("kernels/mse_loss.py", {"mse_loss": ["kernels/mse_loss.py"]}),
+        # the LayerNorm kernel imports the RMSNorm one: a change there runs both
+        ("kernels/fused_rmsnorm_matmul.py", {k: ["kernels/fused_rmsnorm_matmul.py"] for k in KERNELS[:2]}),
+        ("kernels/plan.py", {k: ["kernels/plan.py"] for k in KERNELS}),  # every kernel plans through it
+        ("collector/backends.py", {k: ["collector/backends.py"] for k in KERNELS}),  # how every kernel is timed
+        ("pyproject.toml", {k: ["pyproject.toml"] for k in KERNELS}),
+        ("collector/gone.py", {}),  # an untracked file nothing imports
+    ],
+)
 def test_which_kernels_run_and_which_are_skipped(clean: Path, planted: str | None, run: dict) -> None:
     if planted == "collector/gone.py":
         (clean / planted).write_text("x = 1\n")
@@ -90,21 +93,41 @@ def test_the_sources_of_a_kernel_follow_its_imports_and_no_further() -> None:
     assert "kernels/fused_layernorm_matmul.py" not in sources(["kernels.fused_rmsnorm_matmul"])
 
 
-@pytest.mark.parametrize(("ref", "message"), [
-    ("-rf", "not a git revision"), ("--output=/tmp/x", "not a git revision"), ("HEAD..main", "not a git revision"),
-    ("a b", "not a git revision"), ("", "not a git revision"), ("no-such-branch-31", "no such commit"),
-])
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("-rf", "not a git revision"),
+        ("--output=/tmp/x", "not a git revision"),
+        ("HEAD..main", "not a git revision"),
+        ("a b", "not a git revision"),
+        ("", "not a git revision"),
+        ("no-such-branch-31", "no such commit"),
+    ],
+)
 def test_a_bad_ref_is_refused_in_one_line(ref: str, message: str, repo: Path) -> None:
     with pytest.raises(ChangeError, match=message):
         resolve_ref(ref, repo)
     assert resolve_ref("HEAD", repo) == _git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_collect_refuses_a_bad_ref_before_measuring(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_collect_refuses_a_bad_ref_before_measuring(tmp_path: Path, cli) -> None:
     out = tmp_path / "run.json"
     for ref in ("no-such-branch-31", "--out=/tmp/x"):
-        result = cli.invoke(main, ["collect", "--device", "cpu", "--kernels", "mse_loss", "--no-progress",
-                                   "--changed-since", ref, "--out", str(out)])
+        result = cli.invoke(
+            main,
+            [
+                "collect",
+                "--device",
+                "cpu",
+                "--kernels",
+                "mse_loss",
+                "--no-progress",
+                "--changed-since",
+                ref,
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 2, result.output
         assert "--changed-since" in result.output and len(result.output.strip().splitlines()) == 1, result.output
         assert "Traceback" not in result.output and not out.exists()
@@ -112,9 +135,30 @@ def test_collect_refuses_a_bad_ref_before_measuring(tmp_path: Path, cli) -> None
 
 def _collect(repo: Path, out: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(repo), "PLANTED_VARIANTS": "correct"}
-    return subprocess.run([sys.executable, "-m", "kernelwatch", "collect", "--extra-kernels", "tests.planted_kernels",
-                           "--device", "cpu", "--suite", "accuracy", "--no-progress", "--changed-since", "HEAD",
-                           "--out", str(out)], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelwatch",
+            "collect",
+            "--extra-kernels",
+            "tests.planted_kernels",
+            "--device",
+            "cpu",
+            "--suite",
+            "accuracy",
+            "--no-progress",
+            "--changed-since",
+            "HEAD",
+            "--out",
+            str(out),
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_collect_runs_only_the_changed_kernel_and_names_the_skipped(clean: Path, tmp_path: Path) -> None:
@@ -146,14 +190,26 @@ def _history(db: str) -> dict:
     return to_data(docs[-1])
 
 
-def _gate(cli, db: str, doc: dict, tmp_path: Path):  # noqa: ANN001, ANN202
+def _gate(cli, db: str, doc: dict, tmp_path: Path):
     path = tmp_path / "candidate.json"
     path.write_text(dumps(doc))
-    return cli.invoke(main, ["gate", "--artifact", str(path), "--baseline", "synthetic/main", "--db", db,
-                             "--report-dir", str(tmp_path / "report")])
+    return cli.invoke(
+        main,
+        [
+            "gate",
+            "--artifact",
+            str(path),
+            "--baseline",
+            "synthetic/main",
+            "--db",
+            db,
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
+    )
 
 
-def test_the_gate_carries_skipped_kernels_over_and_still_judges_the_rest(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_the_gate_carries_skipped_kernels_over_and_still_judges_the_rest(tmp_path: Path, cli) -> None:
     """A candidate without mse_loss: missing (it is partial, so everything is expected of it) until its notes
     say mse_loss was skipped as unchanged; then mse_loss is carried and the rest is judged as before."""
     db = f"sqlite:///{tmp_path / 'kw.db'}"

@@ -23,8 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("KERNELWATCH_CHROMIUM") or "/usr/bin/chromium"
 WIDTH = 1280
 H200 = "b104246322b32e20"  # the demo's H200 (ci/history's): its fingerprint
-PAGES = ("", "triage", f"case?{urllib.parse.urlencode({'case': SOFTMAX, 'hardware': H200})}", "overview",
-         "performance", "performance?kernel=scaled_masked_softmax", "accuracy", "compare", "roofline", "profiler")
+PAGES = (
+    "",
+    "triage",
+    f"case?{urllib.parse.urlencode({'case': SOFTMAX, 'hardware': H200})}",
+    "overview",
+    "performance",
+    "performance?kernel=scaled_masked_softmax",
+    "accuracy",
+    "compare",
+    "roofline",
+    "profiler",
+)
 # The columns of Triage that may scroll out of view at 1,280 px (the rest are its key columns).
 TRIAGE_SCROLLS = ("GPU", "reproduce", "bisect")
 
@@ -55,7 +65,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server():  # noqa: ANN201
+def server():
     if not Path(CHROMIUM).exists():
         if IN_CI:
             pytest.fail(f"Chromium is required in CI: {CHROMIUM} is missing")
@@ -67,9 +77,26 @@ def server():  # noqa: ANN201
         port = s.getsockname()[1]
     env = {**os.environ, "KERNELWATCH_DB": build_demo(), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # cwd: the config is found by the app
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "dashboard" / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        env=env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # cwd: the config is found by the app
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -87,7 +114,7 @@ def server():  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def layouts(server):  # noqa: ANN001, ANN201
+def layouts(server):
     """path -> the rendered layout of that page at 1,280 px (each page opened once, when a test first asks)."""
     from playwright.sync_api import sync_playwright
 
@@ -115,7 +142,7 @@ def _overlap(a: dict | None, b: dict | None) -> bool:
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_every_axis_has_three_labelled_ticks_and_no_title_is_under_the_toolbar(layouts, path) -> None:  # noqa: ANN001
+def test_every_axis_has_three_labelled_ticks_and_no_title_is_under_the_toolbar(layouts, path) -> None:
     """A log axis spanning less than a decade showed one tick ("5000"); titles sat under Plotly's toolbar."""
     found = layouts(path)
     for chart in found["charts"]:
@@ -124,20 +151,24 @@ def test_every_axis_has_three_labelled_ticks_and_no_title_is_under_the_toolbar(l
                 continue  # a shared x axis labels its bottom panel only
             least = min(3, axis["categories"]) if axis["type"] == "category" else 3
             assert axis["ticks"] >= least, (path, chart["title"], axis)
-        assert not _overlap(chart["titleBox"], chart["toolbar"]), (path, chart["title"], chart["titleBox"],
-                                                                   chart["toolbar"])
+        assert not _overlap(chart["titleBox"], chart["toolbar"]), (
+            path,
+            chart["title"],
+            chart["titleBox"],
+            chart["toolbar"],
+        )
         assert chart["right"] <= WIDTH, (path, chart["title"])
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_nothing_is_wider_than_the_window_and_there_is_no_deploy_button(layouts, path) -> None:  # noqa: ANN001
+def test_nothing_is_wider_than_the_window_and_there_is_no_deploy_button(layouts, path) -> None:
     found = layouts(path)
     assert found["scroll"] <= found["client"], path
     assert all(g["right"] <= WIDTH for g in found["grids"]), path
     assert found["deploy"] == 0, path
 
 
-def test_triage_key_columns_fit_without_horizontal_scroll(layouts) -> None:  # noqa: ANN001
+def test_triage_key_columns_fit_without_horizontal_scroll(layouts) -> None:
     """The Triage table needed ~1,315 px of columns in 1,120: only the columns after its key ones may scroll."""
     from dashboard.common import TRIAGE_WIDTHS
 
@@ -146,7 +177,7 @@ def test_triage_key_columns_fit_without_horizontal_scroll(layouts) -> None:  # n
     assert grid["scroll"] - grid["client"] <= may_scroll, grid
 
 
-def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) -> None:  # noqa: ANN001
+def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) -> None:
     path = PAGES[2]
     kernel = layouts(path)["charts"][0]
     (line,) = [t for t in kernel["traces"] if t["name"] == "kernel (Triton)"]

@@ -28,19 +28,27 @@ BAD_INPUT = {
     "ingest": (["ingest", "{tmp}/absent.json", "--db", "{db}"], "absent.json"),
     "export": (["export", "ffffffff", "-o", "-", "--db", "{db}"], "no run with id 'ffffffff'"),
     "runs": (["runs", "--db", "{tmp}/absent.db"], "no database at"),
-    "show": (["show", DOCS[-1]["run"]["id"][:8], "--kernel", "mse_los", "--db", "{db}"],
-             "has no kernel 'mse_los' (closest: mse_loss)"),
-    "gate": (["gate", "--baseline", "synthetic/main", "--db", "{db}"],
-             "cannot decide: give exactly one of --candidate RUN_ID or --artifact FILE"),
+    "show": (
+        ["show", DOCS[-1]["run"]["id"][:8], "--kernel", "mse_los", "--db", "{db}"],
+        "has no kernel 'mse_los' (closest: mse_loss)",
+    ),
+    "gate": (
+        ["gate", "--baseline", "synthetic/main", "--db", "{db}"],
+        "cannot decide: give exactly one of --candidate RUN_ID or --artifact FILE",
+    ),
     "confirm": (["confirm", "--case", CASE], "--case needs --baseline-commit SHA"),
     "bisect": (["bisect", MISSING_KEY, "--hardware", "H200", "--db", "{db}"], f"unknown case {MISSING_KEY!r}"),
-    "ack": (["ack", MISSING_KEY, "--hardware", "H200", "--commit", "abcdef12", "--reason", "x", "--db", "{db}"],
-            f"unknown case {MISSING_KEY!r}: closest known: {CASE}"),
+    "ack": (
+        ["ack", MISSING_KEY, "--hardware", "H200", "--commit", "abcdef12", "--reason", "x", "--db", "{db}"],
+        f"unknown case {MISSING_KEY!r}: closest known: {CASE}",
+    ),
     "synth": (["synth", "--step", "x", "--db", "{tmp}/s.db"], "'x': expected AT:FACTOR[:MATCH]"),
     "dashboard": (["dashboard", "--db", "{tmp}/absent.db"], "no database at"),
     "schema": (["schema", "--pretty"], "No such option '--pretty'"),
-    "db upgrade": (["db", "upgrade", "--db", "sqlite:///file:{tmp}/x.db?uri=true"],
-                   "SQLite URI filenames are not supported"),
+    "db upgrade": (
+        ["db", "upgrade", "--db", "sqlite:///file:{tmp}/x.db?uri=true"],
+        "SQLite URI filenames are not supported",
+    ),
     "db current": (["db", "current", "--db", "{tmp}/absent.db"], "no database at"),
     "doctor": (["doctor", "--device", "tpu"], "Invalid value for '--device'"),
 }
@@ -78,8 +86,14 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bad_input_is_one_line_with_the_commands_name_and_exit_2(command: str, history: Path, tmp_path: Path) -> None:
     args, says = BAD_INPUT[command]
     args = [a.replace("{db}", str(history)).replace("{tmp}", str(tmp_path)) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "kernelwatch", *args], env=_env(), capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelwatch", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert (proc.returncode, proc.stdout) == (2, ""), (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
@@ -89,18 +103,38 @@ def test_bad_input_is_one_line_with_the_commands_name_and_exit_2(command: str, h
 
 
 def test_an_unknown_command_is_the_same_form(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "kernelwatch", "sohw"], env=_env(), capture_output=True, text=True,
-                          timeout=60)
-    assert (proc.returncode, proc.stderr) == (2, "kernelwatch: error: No such command 'sohw'. (see kernelwatch "
-                                                 "--help)\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelwatch", "sohw"], env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "kernelwatch: error: No such command 'sohw'. (see kernelwatch --help)\n",
+    )
 
 
 def test_outcomes_keep_their_exit_status(history: Path, tmp_path: Path) -> None:
     """The gate's verdict is not an error: a FAIL is 1 with its report on stdout (here: a run against a baseline
     of other cases' is PASS or FAIL, never 2)."""
-    proc = subprocess.run([sys.executable, "-m", "kernelwatch", "gate", "--candidate", DOCS[-1]["run"]["id"],
-                           "--baseline", DOCS[-2]["run"]["id"], "--db", str(history), "--report-dir",
-                           str(tmp_path / "r")], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelwatch",
+            "gate",
+            "--candidate",
+            DOCS[-1]["run"]["id"],
+            "--baseline",
+            DOCS[-2]["run"]["id"],
+            "--db",
+            str(history),
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode in (0, 1) and proc.stdout.startswith("## KernelWatch gate: "), proc.stderr
 
 
@@ -109,8 +143,10 @@ def test_outcomes_keep_their_exit_status(history: Path, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 def _system_python() -> str:
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if Path(candidate).exists() and subprocess.run([candidate, "-c", "import click"],
-                                                       capture_output=True).returncode != 0:
+        if (
+            Path(candidate).exists()
+            and subprocess.run([candidate, "-c", "import click"], capture_output=True).returncode != 0
+        ):
             return candidate
     pytest.skip("no python3 without click on this machine")
 
@@ -119,12 +155,15 @@ def test_the_system_python_from_a_checkout_is_one_line_naming_click() -> None:
     """`/usr/bin/python3 -m kernelwatch runs` from the repository root: a 30-line ModuleNotFoundError before."""
     python = _system_python()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    proc = subprocess.run([python, "-m", "kernelwatch", "runs"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [python, "-m", "kernelwatch", "runs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == (f"kernelwatch runs: error: the Python package 'click' is missing from {python}: install "
-                           "KernelWatch with `make install` (or `pip install -e .` in a virtual environment), then "
-                           "run .venv/bin/kernelwatch\n")
+    assert proc.stderr == (
+        f"kernelwatch runs: error: the Python package 'click' is missing from {python}: install "
+        "KernelWatch with `make install` (or `pip install -e .` in a virtual environment), then "
+        "run .venv/bin/kernelwatch\n"
+    )
 
 
 @pytest.mark.parametrize("command", ["runs", "ingest", "--help"])
@@ -133,10 +172,17 @@ def test_a_python_with_click_alone_names_the_next_missing_package(command: str, 
     site = tmp_path / "site"
     site.mkdir()
     (site / "click").symlink_to(Path(click.__file__).parent)
-    script = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; sys.argv = ['kernelwatch', *sys.argv[3:]]; "
-              "import runpy; runpy.run_module('kernelwatch', run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-S", "-I", "-c", script, str(site), str(ROOT), command], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    script = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; sys.argv = ['kernelwatch', *sys.argv[3:]]; "
+        "import runpy; runpy.run_module('kernelwatch', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", script, str(site), str(ROOT), command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if command == "--help":  # listing commands imports nothing past click
         assert proc.returncode == 0 and "Commands:" in proc.stdout, proc.stderr
         return
@@ -158,7 +204,7 @@ def test_a_missing_module_of_kernelwatch_itself_stays_a_traceback() -> None:
 # ---------------------------------------------------------------------------------------------
 # Commands that say what they know: runs in 100 columns, show's filters, bisect's range
 # ---------------------------------------------------------------------------------------------
-def test_runs_fits_100_columns_and_wide_keeps_everything(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_runs_fits_100_columns_and_wide_keeps_everything(tmp_path: Path, cli) -> None:
     """The shipped history and the demo branch made `runs` 179 columns wide (the issue saw 194)."""
     from db.artifact import dumps, parse_artifact
     from db.engine import open_database
@@ -182,24 +228,29 @@ def test_runs_fits_100_columns_and_wide_keeps_everything(tmp_path: Path, cli) ->
     assert docs[-1]["run"]["commit"]["branch"] in wide and "perf 6 + accuracy 6 · " in wide
 
 
-def test_show_filters_by_kernel_and_case_text(history: Path, cli) -> None:  # noqa: ANN001
+def test_show_filters_by_kernel_and_case_text(history: Path, cli) -> None:
     run_id = DOCS[-1]["run"]["id"]
     import json
 
     every = json.loads(cli.invoke(main, ["show", run_id, "--format", "json", "--db", str(history)]).output)
     kernels = sorted({r["kernel"] for r in every})
     assert len(kernels) == 2
-    one = json.loads(cli.invoke(main, ["show", run_id, "--kernel", kernels[0], "--format", "json", "--db",
-                                       str(history)]).output)
+    one = json.loads(
+        cli.invoke(main, ["show", run_id, "--kernel", kernels[0], "--format", "json", "--db", str(history)]).output
+    )
     assert one and {r["kernel"] for r in one} == {kernels[0]} and len(one) < len(every)
-    matched = json.loads(cli.invoke(main, ["show", run_id, "--match", "synthetic=1", "--format", "json", "--db",
-                                           str(history)]).output)
+    matched = json.loads(
+        cli.invoke(main, ["show", run_id, "--match", "synthetic=1", "--format", "json", "--db", str(history)]).output
+    )
     assert matched and all("synthetic=1" in r["case"] for r in matched) and len(matched) < len(every)
     table = cli.invoke(main, ["show", run_id, "--kernel", kernels[1], "--db", str(history)]).output
     assert kernels[1] in table.splitlines() and kernels[0] not in table.splitlines()
     none = cli.invoke(main, ["show", run_id, "--match", "no-such-text", "--db", str(history)])
-    assert (none.exit_code, none.stderr) == (2, f"kernelwatch show: error: no case of run {run_id[:8]} contains "
-                                                f"'no-such-text' ({len({r['case'] for r in every})} cases)\n")
+    assert (none.exit_code, none.stderr) == (
+        2,
+        f"kernelwatch show: error: no case of run {run_id[:8]} contains "
+        f"'no-such-text' ({len({r['case'] for r in every})} cases)\n",
+    )
 
 
 def _repo(path: Path, commits: int) -> list[str]:
@@ -213,8 +264,9 @@ def _repo(path: Path, commits: int) -> list[str]:
     return out.stdout.split()
 
 
-def test_bisect_at_the_edge_prints_the_range_and_the_commands_to_narrow_it(tmp_path: Path, cli,  # noqa: ANN001
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bisect_at_the_edge_prints_the_range_and_the_commands_to_narrow_it(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """9 runs, the last 30% slower: 'too few runs after it' named the first slow commit but not the range or
     what to run. Runs at commits 0-5 and 8 of a real repository: the two commits between are printed too."""
     from db.artifact import dumps, parse_artifact
@@ -238,8 +290,9 @@ def test_bisect_at_the_edge_prints_the_range_and_the_commands_to_narrow_it(tmp_p
     good, bad = shas[5][:12], shas[8][:12]
     assert lines[0].startswith(f"a change of +30% in the last 1 run (from {bad} on): too few runs after it")
     assert lines[1] == f"  range: {good}..{bad} (the last run before the change, the first after it)"
-    assert lines[2] == (f"  to tell a step from noise, measure {bad} again (3 runs after the change are needed, 1 "
-                        "so far):")
+    assert lines[2] == (
+        f"  to tell a step from noise, measure {bad} again (3 runs after the change are needed, 1 so far):"
+    )
     assert lines[3].strip().startswith(f"git switch --detach --end-of-options {bad} && kernelwatch collect")
     assert lines[4] == "  to find the commit within the range, re-run the 2 between them:"
     assert [line.split()[4] for line in lines[5:7]] == [shas[6][:12], shas[7][:12]]

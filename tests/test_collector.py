@@ -21,15 +21,23 @@ from collector.schedule import Dispatcher, plan
 from db.artifact import load_artifact, to_data
 from kernelwatch.cli import main
 
-PLANTED = ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted", "--device", "cpu",
-           "--no-progress"]
+PLANTED = [
+    "collect",
+    "--extra-kernels",
+    "tests.planted_kernels",
+    "--kernels",
+    "planted",
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 
 
 def _by_variant(doc: dict) -> dict[str, dict]:
     return {a["case"].split("/")[1]: a for a in doc["accuracy"]}
 
 
-def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli, monkeypatch) -> None:
     out = tmp_path / "run.json"
     result = cli.invoke(main, [*PLANTED, "--suite", "accuracy", "--case-timeout", "20", "--out", str(out)])
     assert result.exit_code == 3, result.output  # partial
@@ -49,7 +57,7 @@ def test_planted_failures_are_recorded_and_the_suite_goes_on(tmp_path: Path, cli
     assert all(a["seed"] >= 0 and a["trials"] == 2 for a in acc.values())
 
 
-def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,off_by_one_percent")
     monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'kw.db'}"
@@ -62,7 +70,7 @@ def test_collect_writes_to_the_database_and_show_reads_it(tmp_path: Path, cli, m
     assert {r["case"].split("/")[1]: r["passed"] for r in rows} == {"correct": True, "off_by_one_percent": False}
 
 
-def test_a_database_that_cannot_be_opened_is_refused_before_measuring(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_a_database_that_cannot_be_opened_is_refused_before_measuring(tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.setenv("PLANTED_VARIANTS", "correct")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")  # no database can be made under a file (root ignores permissions)
@@ -72,7 +80,7 @@ def test_a_database_that_cannot_be_opened_is_refused_before_measuring(tmp_path: 
     assert not (tmp_path / ".kw-journal").exists()
 
 
-def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, monkeypatch) -> None:
     """The database opened when collect checked it, and was gone (a folder in its place) when the run was
     stored: the run stays in its journal and --resume stores it elsewhere."""
     gone = tmp_path / "kw-gone.db"
@@ -92,7 +100,7 @@ def test_a_run_that_cannot_be_stored_stays_in_its_journal(tmp_path: Path, cli, m
     assert [r["status"] for r in runs] == ["complete"]
 
 
-def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,after,off_by_one_percent")
     monkeypatch.setattr("os.cpu_count", lambda: 3)
     out = tmp_path / "run.json"
@@ -109,7 +117,7 @@ def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monke
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 8])
-def test_devices_all_deals_every_item_once_over_any_number_of_devices(devices: int, monkeypatch) -> None:  # noqa: ANN001
+def test_devices_all_deals_every_item_once_over_any_number_of_devices(devices: int, monkeypatch) -> None:
     """One worker per device, whatever their number (8 GPUs: cuda:0..cuda:7), and the dealing loop gives each
     item to exactly one of them, the items of a group to one worker, every worker some work."""
     from collector.pool import worker_devices
@@ -167,11 +175,15 @@ def test_perf_inputs_are_drawn_on_the_device_with_the_host_stream_untouched() ->
                 if isinstance(value, torch.Tensor):
                     got = drawn[name]
                     assert (got.shape, got.dtype, got.stride(), got.device) == (
-                        value.shape, value.dtype, value.stride(), value.device), (case.key, name)
+                        value.shape,
+                        value.dtype,
+                        value.stride(),
+                        value.device,
+                    ), (case.key, name)
                     assert got.float().abs().sum() > 0, (case.key, name)  # inputs are never all zeros
 
 
-def test_unknown_kernel_and_suite_are_named(cli) -> None:  # noqa: ANN001
+def test_unknown_kernel_and_suite_are_named(cli) -> None:
     result = cli.invoke(main, ["collect", "--kernels", "nope", "--device", "cpu", "--out", "x.json"])
     assert result.exit_code != 0 and "unknown kernel 'nope'" in result.output
     result = cli.invoke(main, ["collect", "--suite", "speed", "--device", "cpu"])
@@ -181,7 +193,7 @@ def test_unknown_kernel_and_suite_are_named(cli) -> None:  # noqa: ANN001
 MSE_KEY = "mse_loss/persistent/fp32/direction=fwd,reduction=none,shape=1"
 
 
-def test_case_selects_exactly_one_key_and_a_selection_of_nothing_is_refused(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_case_selects_exactly_one_key_and_a_selection_of_nothing_is_refused(tmp_path: Path, cli) -> None:
     """--case is exact (--match on the same text also takes ...shape=1280 style neighbours); a typo or a case
     this commit lacks is a usage error (exit 2, nothing written), never an empty "complete" run."""
     out = tmp_path / "run.json"
@@ -191,44 +203,52 @@ def test_case_selects_exactly_one_key_and_a_selection_of_nothing_is_refused(tmp_
     assert [a["case"] for a in to_data(load_artifact(out))["accuracy"]] == [MSE_KEY]
     assert len([k for k in _accuracy_keys() if MSE_KEY in k]) > 1  # the substring takes shape=128, 1024...
     out.unlink()
-    for args, message in ((["--case", MSE_KEY + "9"], "did you mean"),
-                          (["--case", "nonsense"], "--case 'nonsense': no such case in mse_loss"),
-                          (["--match", "nonsense"], "--match 'nonsense' selects no case of mse_loss")):
+    for args, message in (
+        (["--case", MSE_KEY + "9"], "did you mean"),
+        (["--case", "nonsense"], "--case 'nonsense': no such case in mse_loss"),
+        (["--match", "nonsense"], "--match 'nonsense' selects no case of mse_loss"),
+    ):
         result = cli.invoke(main, [*collect, *args])
         assert result.exit_code == 2 and message in result.output, result.output
         assert not out.exists() and "Traceback" not in result.output
 
 
-def test_an_artifact_folder_that_does_not_exist_is_refused_before_measuring(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_an_artifact_folder_that_does_not_exist_is_refused_before_measuring(tmp_path: Path, cli) -> None:
     out = tmp_path / "absent" / "run.json"
     result = cli.invoke(main, ["collect", "--kernels", "mse_loss", "--device", "cpu", "--out", str(out)])
     assert result.exit_code == 2 and f"folder {out.parent} does not exist" in result.output, result.output
     assert "perf suite skipped" not in result.output and not out.parent.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--suite", "perf"], "nothing to run: the perf suite is skipped on cpu"),
-    (["--match", ""], "--match '': empty text would select every case"),
-    (["--kernels", ""], "'' names no kernel"),
-    (["--kernels", ","], "',' names no kernel"),
-    (["--case", "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=4096"],
-     "is a case of the perf suite, which this run does not include (suites: accuracy)"),
-    (["--ci-job", "j" * 300], "the run cannot be recorded: run.ci_job: at most 255 characters (got 300)"),
-    (["--out", ""], "an artifact needs a file name"),
-])
-def test_usage_errors_create_nothing(args: list[str], message: str, tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--suite", "perf"], "nothing to run: the perf suite is skipped on cpu"),
+        (["--match", ""], "--match '': empty text would select every case"),
+        (["--kernels", ""], "'' names no kernel"),
+        (["--kernels", ","], "',' names no kernel"),
+        (
+            ["--case", "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=4096"],
+            "is a case of the perf suite, which this run does not include (suites: accuracy)",
+        ),
+        (["--ci-job", "j" * 300], "the run cannot be recorded: run.ci_job: at most 255 characters (got 300)"),
+        (["--out", ""], "an artifact needs a file name"),
+    ],
+)
+def test_usage_errors_create_nothing(args: list[str], message: str, tmp_path: Path, cli, monkeypatch) -> None:
     """Exit 2 and one line, before a database, a folder or a journal is made (they were: a usage error
     created and migrated ./kernelwatch.db; a 300-character --ci-job left an empty journal that blocked the
     next run)."""
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "new" / "kw.db"
-    result = cli.invoke(main, ["collect", "--device", "cpu", "--no-progress", "--kernels", "mse_loss", *args,
-                               "--db", f"sqlite:///{db}"])
+    result = cli.invoke(
+        main, ["collect", "--device", "cpu", "--no-progress", "--kernels", "mse_loss", *args, "--db", f"sqlite:///{db}"]
+    )
     assert result.exit_code == 2 and message in result.output, result.output
     assert "perf suite skipped" not in result.output and list(tmp_path.iterdir()) == []
 
 
-def test_an_empty_journal_holds_nothing_and_does_not_block_the_next_run(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_an_empty_journal_holds_nothing_and_does_not_block_the_next_run(tmp_path: Path, cli) -> None:
     out = tmp_path / "run.json"
     (tmp_path / "run.json.journal").write_text("")
     result = cli.invoke(main, [*PLANTED, "--out", str(out)], env={"PLANTED_VARIANTS": "correct"})
@@ -271,12 +291,27 @@ def test_dispatcher_refuses_duplicates_and_reports_missing() -> None:
 
 
 @pytest.mark.slow
-def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, cli) -> None:
     from kernels.mse_loss import SPEC
 
     out = tmp_path / "mse.json"
-    result = cli.invoke(main, ["collect", "--kernels", "mse_loss", "--suite", "accuracy", "--device", "cpu",
-                               "--devices", "all", "--no-progress", "--out", str(out)])
+    result = cli.invoke(
+        main,
+        [
+            "collect",
+            "--kernels",
+            "mse_loss",
+            "--suite",
+            "accuracy",
+            "--device",
+            "cpu",
+            "--devices",
+            "all",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     doc = to_data(load_artifact(out))
     assert doc["run"]["status"] == "complete" and "perf suite" not in (doc["run"]["notes"] or "")
@@ -291,12 +326,28 @@ def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, 
 AA_MATCH = "prologue_gamma/bf16"  # the cases that once failed one run of a commit and passed the next
 
 
-def _collect_aa(cli, out: Path, *extra: str):  # noqa: ANN001, ANN202
-    return cli.invoke(main, ["collect", "--kernels", "fused_rmsnorm_matmul", "--match", AA_MATCH, "--suite",
-                             "accuracy", "--device", "cpu", "--no-progress", "--out", str(out), *extra])
+def _collect_aa(cli, out: Path, *extra: str):
+    return cli.invoke(
+        main,
+        [
+            "collect",
+            "--kernels",
+            "fused_rmsnorm_matmul",
+            "--match",
+            AA_MATCH,
+            "--suite",
+            "accuracy",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--out",
+            str(out),
+            *extra,
+        ],
+    )
 
 
-def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Path, cli) -> None:
     """A/A on the CPU interpreter: two collector runs of the same code draw the same inputs (seeds from the
     case keys, whatever --seed says), so every budget is bit-identical and the gate passes."""
     from collector.accuracy import case_seed
@@ -313,20 +364,33 @@ def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Pa
     assert all(r["seed"] == seeds[r["case"]] and r["kind"] == "gate" for r in a["accuracy"])
     db = f"sqlite:///{tmp_path / 'kw.db'}"
     assert cli.invoke(main, ["ingest", "--db", db, str(first)]).exit_code == 0
-    gate = cli.invoke(main, ["gate", "--artifact", str(second), "--baseline", a["run"]["id"][:8], "--db", db,
-                             "--report-dir", str(tmp_path / "report")])
+    gate = cli.invoke(
+        main,
+        [
+            "gate",
+            "--artifact",
+            str(second),
+            "--baseline",
+            a["run"]["id"][:8],
+            "--db",
+            db,
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
+    )
     assert gate.exit_code == 0, gate.output
     assert "## KernelWatch gate: PASS" in gate.output and f"pass: {expected}" in gate.output
 
 
-def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monkeypatch) -> None:
     """--explore-seeds adds kind="explore" rows on fresh seeds; the gating rows are those of a plain run,
     the exit status ignores exploration, and the gate reports it without judging it."""
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,off_by_one_percent")
     plain, explored = tmp_path / "plain.json", tmp_path / "explore.json"
     assert cli.invoke(main, [*PLANTED, "--suite", "accuracy", "--out", str(plain)]).exit_code == 0
-    result = cli.invoke(main, [*PLANTED, "--suite", "accuracy", "--out", str(explored), "--explore-seeds", "3",
-                               "--seed", "11"])
+    result = cli.invoke(
+        main, [*PLANTED, "--suite", "accuracy", "--out", str(explored), "--explore-seeds", "3", "--seed", "11"]
+    )
     assert result.exit_code == 0, result.output
     assert "exploration (kind explore; not part of the verdict): 1/2" in result.output
     p, e = to_data(load_artifact(plain)), to_data(load_artifact(explored))
@@ -338,8 +402,20 @@ def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monk
     assert e["run"]["status"] == "complete" and "exploration: 3 fresh seeds" in e["run"]["notes"]
     db = f"sqlite:///{tmp_path / 'kw.db'}"
     assert cli.invoke(main, ["ingest", "--db", db, str(plain)]).exit_code == 0
-    gate = cli.invoke(main, ["gate", "--artifact", str(explored), "--baseline", p["run"]["id"], "--db", db,
-                             "--report-dir", str(tmp_path / "r")])
+    gate = cli.invoke(
+        main,
+        [
+            "gate",
+            "--artifact",
+            str(explored),
+            "--baseline",
+            p["run"]["id"],
+            "--db",
+            db,
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+    )
     assert gate.exit_code == 1  # off_by_one_percent fails on its gating inputs, as before
     assert gate.output.count("| accuracy |") == 1
     assert "Exploration (fresh seeds; not part of the verdict)" in gate.output
@@ -390,7 +466,7 @@ def test_lpt_plan_ends_sooner_than_suite_order_with_a_big_case_last() -> None:
     assert makespan([[i] for i in items]) == 12.0
 
 
-def test_profile_runs_after_the_suites_one_process_per_kernel_counted_in_the_progress(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_profile_runs_after_the_suites_one_process_per_kernel_counted_in_the_progress(tmp_path: Path, cli) -> None:
     """--profile with --cpu-perf on the CPU: the profiling phase as it runs on a GPU, without a profiler. Its
     cases are items of the run's progress, each kernel says when its one process starts and ends, and the
     phase has its own line in the time summary."""
@@ -411,7 +487,8 @@ def _ceilings_from_notes(notes: str) -> dict[str, float]:
 
 
 def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_variants(
-        tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    tmp_path: Path, cli, monkeypatch
+) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     log = tmp_path / "baselines.log"
     monkeypatch.setenv("TIMED_LOG", str(log))
@@ -424,8 +501,9 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
     assert len(perf) == 12  # 6 cases x (triton, torch_eager)
     # Baselines: measured once per baseline key (3), each by the worker that timed both variants of that key.
     lines = log.read_text().split("\n")[:-1]
-    assert sorted(line.split()[1] for line in lines) == sorted({r["case"].replace("/v1/", "/*/").replace(
-        "/v2/", "/*/") for r in perf})
+    assert sorted(line.split()[1] for line in lines) == sorted(
+        {r["case"].replace("/v1/", "/*/").replace("/v2/", "/*/") for r in perf}
+    )
     by_key: dict[str, set[str]] = {}
     for r in perf:
         by_key.setdefault(r["case"].split("/")[-1], set()).add(r["device"])
@@ -448,8 +526,20 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
     hw = doc["hardware"]
     assert hw["peak_read_gbps"] > 0 and hw["peak_gbps"] > 0 and hw["peak_tflops"] > 0
     phases = doc["run"]["phases_s"]
-    for key in ("setup", "workers", "suites", "total", "worker.startup", "worker.ceilings", "worker.perf.warmup",
-                "worker.perf.timing", "worker.perf.call", "busy.cpu:0", "busy.cpu:1", "idle.cpu:0"):
+    for key in (
+        "setup",
+        "workers",
+        "suites",
+        "total",
+        "worker.startup",
+        "worker.ceilings",
+        "worker.perf.warmup",
+        "worker.perf.timing",
+        "worker.perf.call",
+        "busy.cpu:0",
+        "busy.cpu:1",
+        "idle.cpu:0",
+    ):
         assert key in phases, key
     assert phases["suites"] <= phases["total"]
     assert "time by phase" in result.stderr and "perf: cost per call" in result.stderr
@@ -535,7 +625,7 @@ def test_progress_is_a_bar_on_a_terminal() -> None:
     assert "\r" in drawn and "3/3" in drawn and "kernelwatch:" not in drawn
 
 
-def test_an_old_journal_is_never_overwritten(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_an_old_journal_is_never_overwritten(tmp_path: Path, cli) -> None:
     out = tmp_path / "run.json"
     journal = tmp_path / "run.json.journal"
     journal.write_text("{}\n")
@@ -545,19 +635,24 @@ def test_an_old_journal_is_never_overwritten(tmp_path: Path, cli) -> None:  # no
     assert journal.read_text() == "{}\n" and not out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--resume", "x.journal", "--kernels", "timed"], "--resume stores a journal's run as it is; it cannot go "
-                                                        "with --kernels"),
-    (["--resume", "x.journal", "--devices", "all"], "cannot go with --devices"),
-    (["--cpu-perf", "--device", "auto"], "--cpu-perf"),
-    (["--case-timeout", "0"], "--case-timeout"),
-])
-def test_new_options_are_validated(cli, args: list[str], message: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--resume", "x.journal", "--kernels", "timed"],
+            "--resume stores a journal's run as it is; it cannot go with --kernels",
+        ),
+        (["--resume", "x.journal", "--devices", "all"], "cannot go with --devices"),
+        (["--cpu-perf", "--device", "auto"], "--cpu-perf"),
+        (["--case-timeout", "0"], "--case-timeout"),
+    ],
+)
+def test_new_options_are_validated(cli, args: list[str], message: str) -> None:
     result = cli.invoke(main, ["collect", *args])
     assert result.exit_code == 2 and message in result.output, result.output
 
 
-def test_resume_of_a_file_that_is_no_journal_is_one_line(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_resume_of_a_file_that_is_no_journal_is_one_line(tmp_path: Path, cli) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
     result = cli.invoke(main, ["collect", "--resume", str(bad), "--out", str(tmp_path / "r.json")])
@@ -580,15 +675,19 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path, cli) -> None:
     """A real collect on two interpreter workers, SIGKILLed while both workers are inside a case."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "TIMED_CASES": "8", "TIMED_SLEEP_S": "0.3", "TIMED_SLOW_FROM": "4"}
     out = tmp_path / "run.json"
     journal = tmp_path / "run.json.journal"
-    proc = subprocess.Popen([sys.executable, "-m", "kernelwatch", *TIMED, "--devices", "all", "--suite", "accuracy",
-                             "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelwatch", *TIMED, "--devices", "all", "--suite", "accuracy", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 240
@@ -628,10 +727,11 @@ def test_sigkill_keeps_every_finished_case_and_no_worker_survives(tmp_path: Path
     assert not journal.exists(), "a recovered journal is removed once its run is stored"
     doc = to_data(load_artifact(out))
     assert doc["run"]["status"] == "partial"
-    assert f"recovered from its journal after the collector stopped: {len(journal_rows)} of 8 " \
-           "work items had finished" in doc["run"]["notes"]
-    assert {a["case"]: a for a in doc["accuracy"]} == {r["accuracy"][0]["case"]: r["accuracy"][0]
-                                                       for r in journal_rows}
+    assert (
+        f"recovered from its journal after the collector stopped: {len(journal_rows)} of 8 "
+        "work items had finished" in doc["run"]["notes"]
+    )
+    assert {a["case"]: a for a in doc["accuracy"]} == {r["accuracy"][0]["case"]: r["accuracy"][0] for r in journal_rows}
     assert all(a["passed"] for a in doc["accuracy"])
     assert doc["hardware"]["toolkit"] == "triton-interpreter"
     # The same journal through `ingest` gives the same run.
@@ -659,8 +759,9 @@ def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> 
     now = [0.0]
     stream = io.StringIO()
     groups = {"acc/heavy": 100.0, "acc/light": 90.0}
-    progress = Progress(len(items), stream=stream, every=1, total_cost=190.0, group_costs=groups, workers=2,
-                        clock=lambda: now[0])
+    progress = Progress(
+        len(items), stream=stream, every=1, total_cost=190.0, group_costs=groups, workers=2, clock=lambda: now[0]
+    )
     free, finishes = [0.0, 0.0], []
     for group, cost, seconds in items:  # two workers, each takes the next item when it is free
         start = heapq.heappop(free)
@@ -686,8 +787,9 @@ def test_progress_estimate_ignores_a_workers_warm_up() -> None:
     """On the CPU a worker's first case also pays the interpreter's warm-up (49 s, then ~2 s per case)."""
     from collector.progress import Progress
 
-    progress = Progress(14, enabled=False, total_cost=14.0, group_costs={"accuracy/k": 14.0}, workers=2,
-                        clock=lambda: 0.0)
+    progress = Progress(
+        14, enabled=False, total_cost=14.0, group_costs={"accuracy/k": 14.0}, workers=2, clock=lambda: 0.0
+    )
     for seconds in (49.0, 49.0, 2.0, 2.0):
         progress.update("x", 1.0, seconds, "accuracy/k")
     assert progress.left_s(0.0) == 10 * 2.0 / 2  # 10 cases of ~2 s left on two workers, not ~100 s
@@ -716,10 +818,11 @@ assert out.tolist() == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("mode", ["loud", "quiet"])
-def test_interpreter_warnings_on_masked_lanes_stay_out_of_the_output(mode) -> None:  # noqa: ANN001
+def test_interpreter_warnings_on_masked_lanes_stay_out_of_the_output(mode) -> None:
     """collect on the CPU printed "interpreter.py:599: RuntimeWarning: divide by zero" for lanes never stored."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run([sys.executable, "-c", QUIET_PROBE, mode], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", QUIET_PROBE, mode], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert ("RuntimeWarning" in out.stderr) == (mode == "loud"), out.stderr

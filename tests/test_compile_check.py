@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import os, sys, tempfile, warnings
     warnings.filterwarnings("ignore")
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent('''
     assert "undefined_name" in bad.error, bad.error
     assert good.ok and good.detail.startswith("cubin"), good
     cc.print_summary(planted, 1.0)
-''')
+""")
 
 
 def test_planted_compile_failure_is_reported_and_plans_give_the_jobs(tmp_path: Path) -> None:
@@ -59,8 +59,7 @@ def test_planted_compile_failure_is_reported_and_plans_give_the_jobs(tmp_path: P
     env["PYTHONPATH"] = str(ROOT)
     script = tmp_path / "planted_compile.py"  # @triton.jit needs its source in a file
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     fail = [line for line in out.stdout.splitlines() if line.startswith("FAIL ")]
     assert len(fail) == 1 and fail[0].startswith("FAIL cuda-sm80 planted_broken_kernel BLOCK=64 num_warps=4")

@@ -18,16 +18,27 @@ from kernelwatch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "ci" / "history"
-PLANTED = ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted", "--device", "cpu",
-           "--no-progress", "--suite", "accuracy"]
+PLANTED = [
+    "collect",
+    "--extra-kernels",
+    "tests.planted_kernels",
+    "--kernels",
+    "planted",
+    "--device",
+    "cpu",
+    "--no-progress",
+    "--suite",
+    "accuracy",
+]
 
 
-def _ingest(cli, db: str, *files: Path):  # noqa: ANN001, ANN202
+def _ingest(cli, db: str, *files: Path):
     return cli.invoke(main, ["ingest", "--db", db, *map(str, files)])
 
 
 def test_collect_out_gz_writes_gzip_that_ingests_and_a_recompressed_copy_is_unchanged(
-        tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+    tmp_path: Path, cli, monkeypatch
+) -> None:
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,off_by_one_percent")
     out = tmp_path / "run.json.gz"
     result = cli.invoke(main, [*PLANTED, "--out", str(out)])
@@ -66,21 +77,26 @@ def test_the_shipped_history_is_compressed_and_holds_the_committed_json() -> Non
     """Every ci/history file is gzip (history grows by a fraction of the plain JSON); each holds one JSON
     document that is its own canonical text (``dumps``), so decompressing gives back what was measured."""
     files = sorted(HISTORY.iterdir())
-    assert files and all(p.name.endswith(".json.gz") for p in files), [p.name for p in files if
-                                                                      not p.name.endswith(".json.gz")]
+    assert files and all(p.name.endswith(".json.gz") for p in files), [
+        p.name for p in files if not p.name.endswith(".json.gz")
+    ]
     plain = sum(len(gzip.decompress(p.read_bytes())) for p in files)
     assert sum(p.stat().st_size for p in files) < plain / 3
 
 
 def test_the_history_json_is_byte_for_byte_what_was_committed_before_compression() -> None:
     """The conversion changed no measurement: each file's JSON has the hash its plain file had in git."""
-    sha = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%H", "-1", "--diff-filter=D", "--",
-                          "ci/history/*.json"], capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--format=%H", "-1", "--diff-filter=D", "--", "ci/history/*.json"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not sha:  # a source tree without git history: nothing to compare with
         return
     for path in sorted(HISTORY.glob("*.json.gz")):
-        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{sha}^:ci/history/{path.name[:-3]}"],
-                             capture_output=True).stdout
+        old = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{sha}^:ci/history/{path.name[:-3]}"], capture_output=True
+        ).stdout
         if old:
             assert hashlib.sha256(old).digest() == hashlib.sha256(gzip.decompress(path.read_bytes())).digest(), path
 
@@ -91,7 +107,7 @@ def _bomb(path: Path, size: int) -> None:
     path.write_bytes(member * -(-size // (16 << 20)))
 
 
-def test_a_gzip_bomb_is_refused_in_one_line_and_stores_nothing(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_gzip_bomb_is_refused_in_one_line_and_stores_nothing(tmp_path: Path, cli) -> None:
     bomb = tmp_path / "bomb.json.gz"
     _bomb(bomb, MAX_ARTIFACT_BYTES + (16 << 20))
     assert bomb.stat().st_size < 1 << 20
@@ -103,11 +119,13 @@ def test_a_gzip_bomb_is_refused_in_one_line_and_stores_nothing(tmp_path: Path, c
     assert not (tmp_path / "kw.db").exists(), "a refused file creates nothing"
 
 
-def test_broken_gzip_is_one_line(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_broken_gzip_is_one_line(tmp_path: Path, cli) -> None:
     good = min(HISTORY.glob("*.json.gz")).read_bytes()
-    cases = {"cut.json.gz": (good[: len(good) // 2], "cut short"),
-             "garbage.json.gz": (b"\x1f\x8b" + b"x" * 40, "not a valid gzip file"),
-             "bad-crc.json.gz": (good[:-8] + bytes(8), "not a valid gzip file")}
+    cases = {
+        "cut.json.gz": (good[: len(good) // 2], "cut short"),
+        "garbage.json.gz": (b"\x1f\x8b" + b"x" * 40, "not a valid gzip file"),
+        "bad-crc.json.gz": (good[:-8] + bytes(8), "not a valid gzip file"),
+    }
     for name, (data, message) in cases.items():
         path = tmp_path / name
         path.write_bytes(data)
@@ -116,7 +134,7 @@ def test_broken_gzip_is_one_line(tmp_path: Path, cli) -> None:  # noqa: ANN001
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (name, result.stderr)
 
 
-def test_a_bomb_inflating_inside_one_member_is_stopped_too(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_bomb_inflating_inside_one_member_is_stopped_too(tmp_path: Path, monkeypatch) -> None:
     """One deflate stream past the limit (no member boundary to stop at): refused, not read to the end."""
     from db import artifact
 

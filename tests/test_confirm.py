@@ -132,8 +132,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A repository of this tree plus the planted module: commits 1 (1.0 ms of work), 2 (1.5 ms), 3 (2's code,
     another README)."""
     repo = tmp_path_factory.mktemp("scratch")
-    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], check=True,
-                           capture_output=True, text=True).stdout.split("\n")
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], check=True, capture_output=True, text=True
+    ).stdout.split("\n")
     for name in files:
         if name and not name.startswith(("ci/history/", "benchmarks/results/")) and (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -156,13 +157,33 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 CASE = "confirmed/v1/fp32/shape=64"
 
 
-def _confirm(cli, repo: Path, base: str, cand: str, *extra: str):  # noqa: ANN001, ANN202
-    return cli.invoke(main, ["confirm", "--repo", str(repo), "--case", CASE, "--baseline-commit", base,
-                             "--candidate-commit", cand, "--device", "cpu", "--extra-kernels", "planted_confirm",
-                             "--min-effect", "0.2", "--round-ms", "20", *extra])
+def _confirm(cli, repo: Path, base: str, cand: str, *extra: str):
+    return cli.invoke(
+        main,
+        [
+            "confirm",
+            "--repo",
+            str(repo),
+            "--case",
+            CASE,
+            "--baseline-commit",
+            base,
+            "--candidate-commit",
+            cand,
+            "--device",
+            "cpu",
+            "--extra-kernels",
+            "planted_confirm",
+            "--min-effect",
+            "0.2",
+            "--round-ms",
+            "20",
+            *extra,
+        ],
+    )
 
 
-def test_confirm_finds_a_planted_slowdown_between_two_commits(cli, scratch) -> None:  # noqa: ANN001
+def test_confirm_finds_a_planted_slowdown_between_two_commits(cli, scratch) -> None:
     """+50% of work between commits 1 and 2: SLOWER, exit 1, the rounds reported; the worktrees are gone.
     Defect: both workers importing one tree (this checkout's, say) would make it SAME."""
     repo, (c1, c2, _) = scratch
@@ -175,7 +196,7 @@ def test_confirm_finds_a_planted_slowdown_between_two_commits(cli, scratch) -> N
     assert _git(repo, "worktree", "list").count("\n") == 0  # only the main worktree is left
 
 
-def test_confirm_calls_identical_code_same(cli, scratch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_confirm_calls_identical_code_same(cli, scratch, tmp_path: Path) -> None:
     """Commits 2 and 3 differ only in the README: SAME, exit 0, and the report file holds the table."""
     repo, (_, c2, c3) = scratch
     out = tmp_path / "confirm.md"
@@ -185,7 +206,7 @@ def test_confirm_calls_identical_code_same(cli, scratch, tmp_path: Path) -> None
     assert f"| `{CASE}` | SAME |" in out.read_text()
 
 
-def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:  # noqa: ANN001
+def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:
     repo, (c1, c2, _) = scratch
     cases = [
         (["--case", CASE, "--baseline-commit", "--upload-pack=x", "--candidate-commit", c2], "not a commit sha"),
@@ -193,8 +214,21 @@ def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:  # noqa:
         (["--case", CASE], "--case needs --baseline-commit"),
         (["--case", CASE, "--baseline-commit", c1, "--baseline", "main"], "not both"),
         (["--artifact", "x.json"], "--baseline BRANCH|RUN_ID is needed"),
-        (["--case", "nosuch/case", "--baseline-commit", c1, "--candidate-commit", c2, "--device", "cpu",
-          "--max-rounds", "8"], None),
+        (
+            [
+                "--case",
+                "nosuch/case",
+                "--baseline-commit",
+                c1,
+                "--candidate-commit",
+                c2,
+                "--device",
+                "cpu",
+                "--max-rounds",
+                "8",
+            ],
+            None,
+        ),
     ]
     for args, message in cases:
         result = cli.invoke(main, ["confirm", "--repo", str(repo), *args])
@@ -221,22 +255,48 @@ def _run_doc(sha: str, ms: float, uuid: str, hour: int) -> dict:
     when = f"2026-12-02T{hour:02d}:00:00.000000Z"
     return {
         "schema": SCHEMA,
-        "run": {"id": f"00000000-0000-4000-8000-{hour:012d}", "commit": {"sha": sha, "branch": "main", "time": when,
-                                                                         "subject": "t", "dirty": False},
-                "trigger": "manual", "ci_job": None, "device": "cpu", "command": None, "versions": {},
-                "started_at": when, "finished_at": when, "status": "complete", "synthetic": False, "notes": None},
+        "run": {
+            "id": f"00000000-0000-4000-8000-{hour:012d}",
+            "commit": {"sha": sha, "branch": "main", "time": when, "subject": "t", "dirty": False},
+            "trigger": "manual",
+            "ci_job": None,
+            "device": "cpu",
+            "command": None,
+            "versions": {},
+            "started_at": when,
+            "finished_at": when,
+            "status": "complete",
+            "synthetic": False,
+            "notes": None,
+        },
         "hardware": {"peak_gbps": None, "peak_tflops": None, **hardware_info("cpu")},
         "cases": [{"key": CASE, "kernel": "confirmed", "variant": "v1", "dtype": "fp32", "params": {"shape": [64]}}],
         "accuracy": [],
-        "perf": [{"case": CASE, "implementation": "triton", **q, "min_ms": min(samples), "samples_ms": samples,
-                  "bytes": 512, "flops": None, "gbps": None, "tflops": None, "pct_peak": None,
-                  "speedup_vs_eager": None, "target": None, "target_met": None, "error": None, "device": "cpu",
-                  "device_uuid": uuid}],
+        "perf": [
+            {
+                "case": CASE,
+                "implementation": "triton",
+                **q,
+                "min_ms": min(samples),
+                "samples_ms": samples,
+                "bytes": 512,
+                "flops": None,
+                "gbps": None,
+                "tflops": None,
+                "pct_peak": None,
+                "speedup_vs_eager": None,
+                "target": None,
+                "target_met": None,
+                "error": None,
+                "device": "cpu",
+                "device_uuid": uuid,
+            }
+        ],
         "profiler": [],
     }
 
 
-def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_path: Path):  # noqa: ANN001, ANN202
+def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_path: Path):
     """Ingest ``base``; gate ``cand`` (an artifact) against main; confirm what it sends; gate again."""
     from db.artifact import dumps
 
@@ -248,19 +308,35 @@ def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_pat
     before = cli.invoke(main, gate)
     source = ["--artifact", str(path), "--baseline", "main", "--db", url]
     listed = cli.invoke(main, ["confirm", *source, "--dry-run"])
-    confirmed = cli.invoke(main, ["confirm", *source, "--repo", str(repo), "--device", "cpu", "--extra-kernels",
-                                  "planted_confirm", "--min-effect", "0.2", "--round-ms", "20"])
+    confirmed = cli.invoke(
+        main,
+        [
+            "confirm",
+            *source,
+            "--repo",
+            str(repo),
+            "--device",
+            "cpu",
+            "--extra-kernels",
+            "planted_confirm",
+            "--min-effect",
+            "0.2",
+            "--round-ms",
+            "20",
+        ],
+    )
     return before, listed, confirmed, cli.invoke(main, gate)
 
 
-def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scratch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scratch, tmp_path: Path) -> None:
     """Commit 2 does 1.5x the work of commit 1; the runs come from two devices, so the gate cannot decide (suspect,
     exit 1). confirm --dry-run lists the case; confirm --db measures SLOWER and stores it; the next gate calls it a
     regression, quoting the confirmation. Defect: confirm taking only "regression" would find nothing here."""
     repo, (c1, c2, _) = scratch
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     before, listed, confirmed, after = _gate_and_confirm(
-        cli, repo, url, _run_doc(c1, 1.0, "GPU-aaaa1111-0000", 8), _run_doc(c2, 1.5, "GPU-bbbb2222-0000", 9), tmp_path)
+        cli, repo, url, _run_doc(c1, 1.0, "GPU-aaaa1111-0000", 8), _run_doc(c2, 1.5, "GPU-bbbb2222-0000", 9), tmp_path
+    )
     assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
     assert listed.exit_code == 0 and listed.output.splitlines() == [CASE], listed.output
     assert confirmed.exit_code == 1 and f"| `{CASE}` | SLOWER |" in confirmed.output, confirmed.output
@@ -280,20 +356,21 @@ def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scra
     assert stored.seconds > 2 * stored.rounds * 0.02 and stored.device_uuid == "cpu"  # 2 x 20 ms per round at least
 
 
-def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path: Path) -> None:
     """Commits 2 and 3 run the same code; the candidate's device happened to be 30% slower: suspect (exit 1), then
     confirm says SAME and stores it, and the next gate passes the job (exit 0)."""
     repo, (_, c2, c3) = scratch
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     before, listed, confirmed, after = _gate_and_confirm(
-        cli, repo, url, _run_doc(c2, 1.5, "GPU-aaaa1111-0000", 8), _run_doc(c3, 1.95, "GPU-bbbb2222-0000", 9), tmp_path)
+        cli, repo, url, _run_doc(c2, 1.5, "GPU-aaaa1111-0000", 8), _run_doc(c3, 1.95, "GPU-bbbb2222-0000", 9), tmp_path
+    )
     assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
     assert confirmed.exit_code == 0 and f"| `{CASE}` | SAME |" in confirmed.output, confirmed.output
     assert after.exit_code == 0 and "## KernelWatch gate: PASS" in after.output, after.output
     assert "decided by a stored confirmation" in after.output
 
 
-def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Path) -> None:
     """--dry-run must work on a CPU-only host with the database and the artifact alone: no torch imported (so no
     device code path), no worker, no worktree. Defect: resolving the device first imports torch."""
     from db.artifact import dumps
@@ -306,12 +383,33 @@ def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Pat
     ingest_documents(open_database(url), [("base", RunDocument.model_validate(_run_doc(c1, 1.0, "GPU-a-0", 8)))])
     path = tmp_path / "candidate.json"
     path.write_text(dumps(_run_doc(c2, 1.5, "GPU-b-0", 9)))
-    code = ("import sys\nfrom kernelwatch.cli import main\n"
-            "try:\n    main.main(sys.argv[1:], standalone_mode=False)\nexcept SystemExit as e:\n    code = e.code\n"
-            "print('MODULES', sorted(m for m in ('torch', 'triton') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code, "confirm", "--dry-run", "--artifact", str(path), "--baseline",
-                          "main", "--db", url, "--repo", str(repo)], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys\nfrom kernelwatch.cli import main\n"
+        "try:\n    main.main(sys.argv[1:], standalone_mode=False)\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('MODULES', sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "confirm",
+            "--dry-run",
+            "--artifact",
+            str(path),
+            "--baseline",
+            "main",
+            "--db",
+            url,
+            "--repo",
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [CASE, "MODULES []"], out.stdout
     assert _git(repo, "worktree", "list").count("\n") == 0

@@ -58,25 +58,40 @@ ALL = (*READERS, "ack", "db current", "ingest")
 # damage -> (SQL, the commands that must refuse, what the line names). Value damage is met by the commands that
 # read the value; a missing table or column by every command, when it opens the database.
 SQLITE_DAMAGE = {
-    "started_at='yesterday'": ("UPDATE run SET started_at='yesterday'", READERS,
-                               ("field started_at: 'yesterday' is not a date and time", "run ")),
-    "samples_ms='{not json'": ("UPDATE perf_result SET samples_ms='{not json'",
-                               ("show", "gate", "export", "bisect", "confirm"),
-                               ("perf_result of run ", "field samples_ms: '{not json' is not a JSON list of numbers")),
-    "median_ms='fast'": ("UPDATE perf_result SET median_ms='fast'", ("show", "gate", "export", "bisect", "confirm"),
-                         ("perf_result of run ", "field median_ms: 'fast' is not a number")),
+    "started_at='yesterday'": (
+        "UPDATE run SET started_at='yesterday'",
+        READERS,
+        ("field started_at: 'yesterday' is not a date and time", "run "),
+    ),
+    "samples_ms='{not json'": (
+        "UPDATE perf_result SET samples_ms='{not json'",
+        ("show", "gate", "export", "bisect", "confirm"),
+        ("perf_result of run ", "field samples_ms: '{not json' is not a JSON list of numbers"),
+    ),
+    "median_ms='fast'": (
+        "UPDATE perf_result SET median_ms='fast'",
+        ("show", "gate", "export", "bisect", "confirm"),
+        ("perf_result of run ", "field median_ms: 'fast' is not a number"),
+    ),
     "dropped table": ("DROP TABLE profiler_metric", ALL, ("is damaged: its table profiler_metric is missing",)),
-    "dropped column": ("ALTER TABLE perf_result DROP COLUMN p80_ms", ALL,
-                       ("is damaged: table perf_result has no column p80_ms",)),
+    "dropped column": (
+        "ALTER TABLE perf_result DROP COLUMN p80_ms",
+        ALL,
+        ("is damaged: table perf_result has no column p80_ms",),
+    ),
 }
 POSTGRES_DAMAGE = {
     "dropped table": ("DROP TABLE profiler_metric", ALL, ("is damaged: its table profiler_metric is missing",)),
-    "dropped column": ("ALTER TABLE perf_result DROP COLUMN p80_ms", ALL,
-                       ("is damaged: table perf_result has no column p80_ms",)),
-    "median_ms text 'fast'": ("ALTER TABLE perf_result ALTER COLUMN median_ms TYPE text; "
-                              "UPDATE perf_result SET median_ms = 'fast'",
-                              ("show", "gate", "export", "bisect", "confirm"),
-                              ("perf_result of run ", "field median_ms: 'fast' is not a number")),
+    "dropped column": (
+        "ALTER TABLE perf_result DROP COLUMN p80_ms",
+        ALL,
+        ("is damaged: table perf_result has no column p80_ms",),
+    ),
+    "median_ms text 'fast'": (
+        "ALTER TABLE perf_result ALTER COLUMN median_ms TYPE text; UPDATE perf_result SET median_ms = 'fast'",
+        ("show", "gate", "export", "bisect", "confirm"),
+        ("perf_result of run ", "field median_ms: 'fast' is not a number"),
+    ),
 }
 
 
@@ -93,7 +108,7 @@ def sqlite_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _check(cli, url: str, tmp: Path, must_fail: tuple[str, ...], names: tuple[str, ...]) -> None:  # noqa: ANN001
+def _check(cli, url: str, tmp: Path, must_fail: tuple[str, ...], names: tuple[str, ...]) -> None:
     for command, args in commands(tmp).items():
         result = cli.invoke(main, [*args, "--db", url])
         assert result.exception is None or isinstance(result.exception, SystemExit), (command, result.exception)
@@ -107,8 +122,7 @@ def _check(cli, url: str, tmp: Path, must_fail: tuple[str, ...], names: tuple[st
 
 
 @pytest.mark.parametrize("damage", SQLITE_DAMAGE)
-def test_damaged_sqlite_values_and_tables_are_one_line(damage: str, sqlite_source: Path, tmp_path: Path,
-                                                       cli) -> None:  # noqa: ANN001
+def test_damaged_sqlite_values_and_tables_are_one_line(damage: str, sqlite_source: Path, tmp_path: Path, cli) -> None:
     sql, must_fail, names = SQLITE_DAMAGE[damage]
     path = tmp_path / "kw.db"
     shutil.copy(sqlite_source, path)
@@ -119,25 +133,29 @@ def test_damaged_sqlite_values_and_tables_are_one_line(damage: str, sqlite_sourc
     _check(cli, f"sqlite:///{path}", tmp_path, must_fail, names)
 
 
-def test_a_value_names_its_own_run(sqlite_source: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_value_names_its_own_run(sqlite_source: Path, tmp_path: Path, cli) -> None:
     """One damaged row among whole ones: the line names that run, whichever command reads it."""
     path = tmp_path / "kw.db"
     shutil.copy(sqlite_source, path)
     conn = sqlite3.connect(path)
-    conn.execute("UPDATE perf_result SET samples_ms = '[1.0, \"x\"]' WHERE run_id = ? AND id = "
-                 "(SELECT min(id) FROM perf_result WHERE run_id = ?)", (NEWEST, NEWEST))
+    conn.execute(
+        "UPDATE perf_result SET samples_ms = '[1.0, \"x\"]' WHERE run_id = ? AND id = "
+        "(SELECT min(id) FROM perf_result WHERE run_id = ?)",
+        (NEWEST, NEWEST),
+    )
     conn.commit()
     conn.close()
     for args in (["show", NEWEST[:8]], ["export", NEWEST[:8], "-o", "-"]):
         result = cli.invoke(main, [*args, "--db", str(path)])
         assert result.exit_code == 2 and result.stderr == (
             f"kernelwatch {args[0]}: error: the database holds a damaged value: perf_result of run {NEWEST}, field "
-            f"samples_ms: [1.0, 'x'] is not a JSON list of numbers; nothing was changed\n"), result.output
+            f"samples_ms: [1.0, 'x'] is not a JSON list of numbers; nothing was changed\n"
+        ), result.output
     other = DOCS[-2]["run"]["id"]
     assert cli.invoke(main, ["show", other, "--db", str(path)]).exit_code == 0  # the other runs still read
 
 
-def test_corrupted_pages_are_one_line_in_every_command(sqlite_source: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_corrupted_pages_are_one_line_in_every_command(sqlite_source: Path, tmp_path: Path, cli) -> None:
     path = tmp_path / "kw.db"
     shutil.copy(sqlite_source, path)
     size = path.stat().st_size
@@ -154,8 +172,7 @@ def test_corrupted_pages_are_one_line_in_every_command(sqlite_source: Path, tmp_
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("damage", POSTGRES_DAMAGE)
-def test_damaged_postgresql_tables_and_types_are_one_line(damage: str, pg_url: str, tmp_path: Path,
-                                                          cli) -> None:  # noqa: ANN001
+def test_damaged_postgresql_tables_and_types_are_one_line(damage: str, pg_url: str, tmp_path: Path, cli) -> None:
     sql, must_fail, names = POSTGRES_DAMAGE[damage]
     _store(pg_url)
     engine = create_engine(pg_url)
@@ -172,7 +189,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_postgresql_connection_refused_is_one_line(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_postgresql_connection_refused_is_one_line(tmp_path: Path, cli) -> None:
     """libpq's message has a second line ("Is the server running on that host...")."""
     url = f"postgresql+psycopg://kw:secret@127.0.0.1:{_free_port()}/kw"
     for command, args in commands(tmp_path).items():
@@ -185,14 +202,22 @@ def test_postgresql_connection_refused_is_one_line(tmp_path: Path, cli) -> None:
 
 def _dashboard(url: str) -> subprocess.CompletedProcess:
     """The dashboard in its own process: past the check it would exec the server (and time out here)."""
-    return subprocess.run([sys.executable, "-m", "kernelwatch", "dashboard", "--port", str(_free_port()), "--db", url],
-                          env=_env(), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwatch", "dashboard", "--port", str(_free_port()), "--db", url],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("damage", ["started_at='yesterday'", "samples_ms='{not json'", "median_ms='fast'",
-                                    "dropped column", "corrupted pages"])
-def test_the_dashboard_refuses_a_damaged_database_before_serving(damage: str, sqlite_source: Path,
-                                                                 tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    ["started_at='yesterday'", "samples_ms='{not json'", "median_ms='fast'", "dropped column", "corrupted pages"],
+)
+def test_the_dashboard_refuses_a_damaged_database_before_serving(
+    damage: str, sqlite_source: Path, tmp_path: Path
+) -> None:
     path = tmp_path / "kw.db"
     shutil.copy(sqlite_source, path)
     if damage == "corrupted pages":
@@ -222,11 +247,13 @@ def test_the_dashboards_check_finds_one_damaged_value_among_many(sqlite_source: 
     engine = open_database(str(sqlite_source), readonly=True)
     check_database(engine)  # whole
     engine.dispose()
-    for sql, field in (("UPDATE run SET finished_at = 'soon' WHERE id = :run", "finished_at"),
-                       ("UPDATE run SET versions = '[1]' WHERE id = :run", "versions"),
-                       ("UPDATE perf_result SET gbps = 'x' WHERE run_id = :run", "gbps"),
-                       ("UPDATE perf_result SET call_samples_ms = '{\"a\": 1}' WHERE run_id = :run", "call_samples_ms"),
-                       ("UPDATE accuracy_result SET passed = 'maybe' WHERE run_id = :run", "passed")):
+    for sql, field in (
+        ("UPDATE run SET finished_at = 'soon' WHERE id = :run", "finished_at"),
+        ("UPDATE run SET versions = '[1]' WHERE id = :run", "versions"),
+        ("UPDATE perf_result SET gbps = 'x' WHERE run_id = :run", "gbps"),
+        ("UPDATE perf_result SET call_samples_ms = '{\"a\": 1}' WHERE run_id = :run", "call_samples_ms"),
+        ("UPDATE accuracy_result SET passed = 'maybe' WHERE run_id = :run", "passed"),
+    ):
         path = tmp_path / f"{field}.db"
         shutil.copy(sqlite_source, path)
         conn = sqlite3.connect(path)

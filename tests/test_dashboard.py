@@ -35,8 +35,10 @@ STEP_CASE = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=3355443
 STEP = 1.3
 EVIL_HW = "GPU [hw](https://example.com/hw) <img src=https://example.com/hw.png> (synthetic)"
 SHELL_CASE = "mse_loss/x'; touch pwned; echo '"
-MD_CASE = ("mse_loss/[click here](https://example.com/c) ![t](https://example.com/t.png) "
-           "<a href=https://example.com/a>a</a> :red[x] $x$")
+MD_CASE = (
+    "mse_loss/[click here](https://example.com/c) ![t](https://example.com/t.png) "
+    "<a href=https://example.com/a>a</a> :red[x] $x$"
+)
 CPU_HW = "CPU interpreter (synthetic)"
 
 
@@ -67,8 +69,16 @@ def hostile_documents() -> list:
 def cpu_document():
     """An accuracy-only run on a CPU-like machine with one failing case (as `make demo` collects)."""
     doc = to_data(next(SyntheticHistory(runs=1, cases=3, hardware=1, seed=11).documents()))
-    doc["hardware"].update(vendor="cpu", device_name=CPU_HW, compute_units=2, memory_bytes=None,
-                           peak_gbps=None, peak_tflops=None, peak_gbps_datasheet=None, peak_tflops_datasheet=None)
+    doc["hardware"].update(
+        vendor="cpu",
+        device_name=CPU_HW,
+        compute_units=2,
+        memory_bytes=None,
+        peak_gbps=None,
+        peak_tflops=None,
+        peak_gbps_datasheet=None,
+        peak_tflops_datasheet=None,
+    )
     doc["run"]["device"] = "cpu"
     doc["perf"] = []
     doc["accuracy"][0].update(error_budget=1.7, passed=False)
@@ -92,14 +102,14 @@ def build(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def dash_db(tmp_path_factory) -> str:  # noqa: ANN001
+def dash_db(tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'dash.db'}"
     build(url)
     return url
 
 
 @pytest.fixture
-def page(dash_db: str, monkeypatch):  # noqa: ANN001, ANN201
+def page(dash_db: str, monkeypatch):
     # AppTest leaves the page script installed as __main__; a later multiprocessing "spawn" child
     # would then re-run that page as its main module. Put the real __main__ back afterwards.
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
@@ -120,7 +130,7 @@ def page(dash_db: str, monkeypatch):  # noqa: ANN001, ANN201
     return run
 
 
-def values(array) -> list:  # noqa: ANN001
+def values(array) -> list:
     """Plotly >= 6 writes numeric arrays as {"dtype", "bdata"} (base64); lists stay lists."""
     if isinstance(array, dict) and "bdata" in array:
         import base64
@@ -161,12 +171,21 @@ def texts(at: AppTest) -> str:
 # ---------------------------------------------------------------------------------------------
 # Triage
 # ---------------------------------------------------------------------------------------------
-def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_db) -> None:  # noqa: ANN001
+def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_db) -> None:
     h200 = fingerprint(dash_db, "NVIDIA H200")
     at = page("triage", hardware=h200, show="all cases")
     table = at.dataframe[0].value
-    assert list(table.columns[:9]) == ["verdict", "kernel", "case", "effect %", "p", "now us", "before us",
-                                       "budget change", "trend us"]
+    assert list(table.columns[:9]) == [
+        "verdict",
+        "kernel",
+        "case",
+        "effect %",
+        "p",
+        "now us",
+        "before us",
+        "budget change",
+        "trend us",
+    ]
     top = table.iloc[0]
     assert top["verdict"] == "slower" and shlex.split(top["bisect"])[-1] == STEP_CASE
     assert top["case"].startswith("persistent/fp32 ") and "shape=33554432" in top["case"]
@@ -184,7 +203,7 @@ def test_triage_ranks_the_injected_step_first_with_the_gates_numbers(page, dash_
     assert shlex.split(top["reproduce"])[-2:] == ["--case", STEP_CASE]
 
 
-def test_triage_default_shows_changes_of_every_hardware(page) -> None:  # noqa: ANN001
+def test_triage_default_shows_changes_of_every_hardware(page) -> None:
     at = page("triage")
     heads = [s.value for s in at.subheader]
     assert heads[0].startswith("NVIDIA H200")  # measured hardware first
@@ -193,7 +212,7 @@ def test_triage_default_shows_changes_of_every_hardware(page) -> None:  # noqa: 
     assert "unchanged" not in verdicts and {"slower", "accuracy failed"} <= verdicts
 
 
-def test_triage_kernel_filter(page, dash_db) -> None:  # noqa: ANN001
+def test_triage_kernel_filter(page, dash_db) -> None:
     """The newest H200 runs here are MSELoss-only copies: with softmax picked, Triage once judged them and said
     "Nothing changed in scaled_masked_softmax" about a run that never measured it. It judges the newest run
     holding softmax perf (and the newest holding its accuracy), and lists softmax cases only."""
@@ -203,7 +222,7 @@ def test_triage_kernel_filter(page, dash_db) -> None:  # noqa: ANN001
     assert all(set(d.value["kernel"]) == {"scaled_masked_softmax"} for d in at.dataframe)
 
 
-def test_triage_warns_when_software_changed_since_the_baseline(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_triage_warns_when_software_changed_since_the_baseline(tmp_path, monkeypatch) -> None:
     url = f"sqlite:///{tmp_path / 'sw.db'}"
     engine = open_database(url)
     base = load_artifact(REPEAT)
@@ -228,7 +247,7 @@ def test_triage_warns_when_software_changed_since_the_baseline(tmp_path, monkeyp
 # ---------------------------------------------------------------------------------------------
 # Case page
 # ---------------------------------------------------------------------------------------------
-def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -> None:  # noqa: ANN001
+def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -> None:
     h200 = fingerprint(dash_db, "NVIDIA H200")
     at = page("case", case=STEP_CASE, hardware=h200)
     kernel_panel, speed, floor, times = specs(at)
@@ -254,8 +273,10 @@ def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -
     assert {"eager PyTorch", "torch.compile"} <= {t["name"] for t in speed["data"]}
     assert {"yaxis", "yaxis2"} <= set(speed["layout"])
     titles = [a["text"] for a in speed["layout"].get("annotations", [])]
-    assert titles == ["over eager PyTorch (t eager PyTorch / t kernel)",
-                      "over torch.compile (t torch.compile / t kernel)"]
+    assert titles == [
+        "over eager PyTorch (t eager PyTorch / t kernel)",
+        "over torch.compile (t torch.compile / t kernel)",
+    ]
     assert any(t["name"] == "100% = the ceiling" for t in floor["data"])
     assert any("copy rate" in c.value and "over 100% are possible" in c.value for c in at.caption)
     codes = [c.value for c in at.code]
@@ -263,12 +284,15 @@ def test_case_page_times_with_bands_speedups_floor_and_commands(page, dash_db) -
     assert any("SYNTHETIC" in w.value for w in at.warning)
 
 
-def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> None:  # noqa: ANN001
+def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> None:
     at = page("case", case=STEP_CASE, hardware=fingerprint(dash_db, "NVIDIA H200"))
     times = specs(at)[3]  # every implementation's time, in the expander
     wall = {t["name"]: t for t in times["data"] if "wall time per call" in (t.get("name") or "")}
-    assert set(wall) == {"kernel (Triton): wall time per call", "eager PyTorch: wall time per call",
-                         "torch.compile: wall time per call"}
+    assert set(wall) == {
+        "kernel (Triton): wall time per call",
+        "eager PyTorch: wall time per call",
+        "torch.compile: wall time per call",
+    }
     assert len(wall["kernel (Triton): wall time per call"]["x"]) == 3  # only the three runs that recorded it
     runs = at.dataframe[0].value
     assert runs["kernel wall µs/call"].notna().sum() == 3
@@ -287,7 +311,7 @@ def test_floor_ceiling_uses_a_measured_read_ceiling_for_read_only_streams() -> N
     assert factor == 1.0 and "did not record its ceiling" in text
 
 
-def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db) -> None:  # noqa: ANN001
+def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db) -> None:
     synth = fingerprint(dash_db, "NVIDIA H200 (synthetic)")
     case = SyntheticHistory(cases=9).case_list()[0]["key"]  # mse_loss: 25% slower from run 12 on
     at = page("case", case=case, hardware=synth)
@@ -295,13 +319,16 @@ def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db
     marks = [t for t in times["data"] if t.get("name") == "change point"]
     assert marks and any("+2" in h for h in marks[0]["hovertext"])
     assert times["layout"]["shapes"], "a vertical line at the change"
-    real = page("case", case="mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=1048576",
-                hardware=fingerprint(dash_db, "NVIDIA H200"))
+    real = page(
+        "case",
+        case="mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=1048576",
+        hardware=fingerprint(dash_db, "NVIDIA H200"),
+    )
     counters = real.dataframe[-1].value
     assert "dram_throughput_pct" in set(counters["name"]) and (counters["ideal"] == ">80").any()
 
 
-def test_case_page_marks_an_acknowledged_change(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_case_page_marks_an_acknowledged_change(tmp_path, monkeypatch) -> None:
     from db.ack import add_ack
 
     url = f"sqlite:///{tmp_path / 'ack.db'}"
@@ -318,26 +345,33 @@ def test_case_page_marks_an_acknowledged_change(tmp_path, monkeypatch) -> None: 
     assert not at.exception
     acks = next(t for t in specs(at)[0]["data"] if t.get("name") == "acknowledged")
     assert "new tiling: &lt;b&gt;expected&lt;/b&gt;" in acks["hovertext"][0]  # HTML arrives escaped
-    assert any((df.value.get("reason") == "new tiling: <b>expected</b>").any() for df in at.dataframe
-               if "reason" in df.value)
+    assert any(
+        (df.value.get("reason") == "new tiling: <b>expected</b>").any() for df in at.dataframe if "reason" in df.value
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Charts a person can read
 # ---------------------------------------------------------------------------------------------
-def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(page, dash_db) -> None:  # noqa: ANN001
+def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(page, dash_db) -> None:
     h200 = fingerprint(dash_db, "NVIDIA H200")
     at = page("performance", kernel="mse_loss", hardware=h200, group="shape")
     (spec,) = specs(at)
-    lines = [t for t in spec["data"] if t.get("showlegend") is not False and t["name"] not in ("change point",)
-             and not t["name"].startswith(("parity", "target"))]
+    lines = [
+        t
+        for t in spec["data"]
+        if t.get("showlegend") is not False
+        and t["name"] not in ("change point",)
+        and not t["name"].startswith(("parity", "target"))
+    ]
     # short labels, never raw case keys; a line per branch (runs of two branches are never joined): "· branch"
     assert 2 <= len(lines) <= 8 and all("/" not in t["name"].split(" · ")[0] for t in lines)
     assert {t["name"].split(" · ")[1] for t in lines if " · " in t["name"]} == {"synthetic/step"}
     assert all(t["line"]["dash"] == "dash" for t in lines if " · " in t["name"])
     assert {a["text"] for a in spec["layout"]["annotations"]} >= {
         "kernel speedup over eager PyTorch (t eager / t kernel)",
-        "kernel speedup over torch.compile (t compile / t kernel)"}  # torch.compile has its own panel
+        "kernel speedup over torch.compile (t compile / t kernel)",
+    }  # torch.compile has its own panel
     assert spec["layout"]["yaxis"]["type"] == "log" and spec["layout"]["yaxis2"]["type"] == "log"
     colour = {t["name"]: t["line"]["color"] for t in lines}
     filtered = specs(page("performance", kernel="mse_loss", hardware=h200, group="shape", dtype="fp32"))[0]
@@ -349,14 +383,15 @@ def test_performance_groups_cases_into_few_labelled_series_with_stable_colours(p
     # a target line only for the lines whose every case has it: 1.8x eager is the target of the persistent
     # 33554432-element cases, not of the atomic ones the same line averages over
     assert not [r for r in refs if r.startswith("target")]
-    assert "one line per shape; each point: geometric mean over 2 variants, 2 dtypes" in spec["layout"][
-        "title"]["text"]
+    assert "one line per shape; each point: geometric mean over 2 variants, 2 dtypes" in spec["layout"]["title"]["text"]
     persistent = specs(page("performance", kernel="mse_loss", hardware=h200, group="shape", variant="persistent"))[0]
     assert [t["name"] for t in persistent["data"] if t["name"].startswith("target")] == [
-        "target 1x eager (4096)", "target 1.8x eager (33554432)"]
+        "target 1x eager (4096)",
+        "target 1.8x eager (33554432)",
+    ]
 
 
-def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -> None:  # noqa: ANN001
+def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -> None:
     """One geometric mean over variants and dtypes under "kernel speedup" hid which variant is slow."""
     at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200"))
     assert at.selectbox(key=f"group-{fingerprint(dash_db, 'NVIDIA H200')}").value == "variant/dtype"
@@ -366,15 +401,14 @@ def test_performance_defaults_to_one_line_per_variant_and_dtype(page, dash_db) -
     assert "geometric mean" not in spec["layout"]["title"]["text"]  # nothing mixed: nothing to warn about
 
 
-def test_performance_caps_series_at_eight(page, dash_db) -> None:  # noqa: ANN001
-    at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200"), group="shape",
-              last="200")
+def test_performance_caps_series_at_eight(page, dash_db) -> None:
+    at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200"), group="shape", last="200")
     for spec in specs(at):
         shown = {t["name"] for t in spec["data"] if t.get("mode") == "lines+markers"}
         assert len(shown) <= 8
 
 
-def test_performance_marks_the_synthetic_step_as_a_change_point(page, dash_db) -> None:  # noqa: ANN001
+def test_performance_marks_the_synthetic_step_as_a_change_point(page, dash_db) -> None:
     at = page("performance", kernel="mse_loss", hardware=fingerprint(dash_db, "NVIDIA H200 (synthetic)"))
     (spec,) = specs(at)
     assert "SYNTHETIC" in spec["layout"]["title"]["text"]
@@ -382,7 +416,7 @@ def test_performance_marks_the_synthetic_step_as_a_change_point(page, dash_db) -
     assert marks and any("+25" in h or "+24" in h or "+26" in h for t in marks for h in t["hovertext"])
 
 
-def test_roofline_shows_the_measured_ceiling(page, dash_db) -> None:  # noqa: ANN001
+def test_roofline_shows_the_measured_ceiling(page, dash_db) -> None:
     at = page("roofline", hardware=fingerprint(dash_db, "NVIDIA H200"), run="9816bd90")
     (spec,) = specs(at)
     assert spec["layout"]["xaxis"]["type"] == "log" and spec["layout"]["yaxis"]["type"] == "log"
@@ -394,7 +428,7 @@ def test_roofline_shows_the_measured_ceiling(page, dash_db) -> None:  # noqa: AN
 # ---------------------------------------------------------------------------------------------
 # Accuracy across hardware
 # ---------------------------------------------------------------------------------------------
-def test_accuracy_heatmap_keeps_the_h200_whose_newest_run_is_perf_only(page) -> None:  # noqa: ANN001
+def test_accuracy_heatmap_keeps_the_h200_whose_newest_run_is_perf_only(page) -> None:
     at = page("accuracy")
     heat = specs(at)[0]["data"][0]
     assert heat["type"] == "heatmap"
@@ -404,11 +438,12 @@ def test_accuracy_heatmap_keeps_the_h200_whose_newest_run_is_perf_only(page) -> 
     assert rows["mse_loss fp32"] is not None and rows["scaled_masked_softmax fp16"] is not None
     failing = next(df.value for df in at.dataframe if "budget" in df.value)
     assert list(failing.columns[:2]) == ["hardware", "kernel"] and set(failing["hardware"]) == {
-        next(x for x in heat["x"] if "CPU interpreter" in x)}
+        next(x for x in heat["x"] if "CPU interpreter" in x)
+    }
     assert "Failing cases: 1" in [s.value for s in at.subheader]
 
 
-def test_accuracy_drill_down_lists_every_case_per_hardware(page) -> None:  # noqa: ANN001
+def test_accuracy_drill_down_lists_every_case_per_hardware(page) -> None:
     at = page("accuracy", cell="mse_loss fp16")
     detail = next(df.value for df in at.dataframe if "case" in df.value and "NVIDIA H200 (b10424)" in df.value)
     assert len(detail) > 10 and set(detail["NVIDIA H200 (b10424)"]) - {"-"}
@@ -417,7 +452,7 @@ def test_accuracy_drill_down_lists_every_case_per_hardware(page) -> None:  # noq
 # ---------------------------------------------------------------------------------------------
 # Defaults that show something
 # ---------------------------------------------------------------------------------------------
-def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) -> None:  # noqa: ANN001
+def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) -> None:
     from db.queries import list_runs
 
     at = page("compare")
@@ -435,7 +470,7 @@ def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) 
     assert at.get("download_button")
 
 
-def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # noqa: ANN001
+def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:
     from db.queries import list_runs
 
     runs = [r for r in list_runs(open_database(dash_db, readonly=True)) if r["hardware"] == "NVIDIA H200 (synthetic)"]
@@ -462,7 +497,7 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:  # n
     assert (slowed[slowed["gate"] == "slower"]["p"] < 0.01).all()
 
 
-def test_profiler_opens_on_a_ratio_metric_with_data(page) -> None:  # noqa: ANN001
+def test_profiler_opens_on_a_ratio_metric_with_data(page) -> None:
     at = page("profiler")
     assert at.selectbox(key="kernel").value == "mse_loss"
     assert at.selectbox(key="metric").value == "dram_throughput_pct"
@@ -472,7 +507,7 @@ def test_profiler_opens_on_a_ratio_metric_with_data(page) -> None:  # noqa: ANN0
     assert all("/" not in t["name"] for t in spec["data"])
 
 
-def test_overview_lists_each_hardware_and_missing_cells_read_dash(page) -> None:  # noqa: ANN001
+def test_overview_lists_each_hardware_and_missing_cells_read_dash(page) -> None:
     at = page("overview")
     heads = [s.value for s in at.subheader]
     assert heads[0].startswith("NVIDIA H200") and any("CPU interpreter" in h for h in heads)
@@ -485,7 +520,7 @@ def test_overview_lists_each_hardware_and_missing_cells_read_dash(page) -> None:
 
 
 @pytest.mark.parametrize("name", VIEWS)
-def test_every_table_shows_missing_values_as_a_dash(page, name) -> None:  # noqa: ANN001
+def test_every_table_shows_missing_values_as_a_dash(page, name) -> None:
     at = page(name)
     assert at.dataframe or name == "case"
     assert all(df.proto.placeholder == "-" for df in at.dataframe)
@@ -510,14 +545,14 @@ HOSTILE_QUERIES = [
 
 @pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: ",".join(q))
 @pytest.mark.parametrize("name", VIEWS)
-def test_url_values_never_raise_and_never_render_as_markdown(page, name, query) -> None:  # noqa: ANN001
+def test_url_values_never_raise_and_never_render_as_markdown(page, name, query) -> None:
     at = page(name, **query)  # page() asserts no exception
     shown = texts(at)  # Markdown sources: an escaped URL reads "https\:\/\/example\.com"
     assert "https://example.com" not in shown and not raw_markup(shown)
     assert any(w.value for w in [*at.warning, *at.error])  # the bad value is reported, not silently used
 
 
-def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tmp_path) -> None:  # noqa: ANN001
+def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tmp_path) -> None:
     evil = fingerprint(dash_db, EVIL_HW)
     at = page("triage", hardware=evil)
     assert "https://example.com" not in texts(at) and not raw_markup(texts(at))
@@ -551,7 +586,7 @@ DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2g
 
 
 @pytest.fixture(scope="module")
-def history_dbs(tmp_path_factory) -> tuple[str, str]:  # noqa: ANN001
+def history_dbs(tmp_path_factory) -> tuple[str, str]:
     """(every real run of ci/history, the same plus the demo branch) as two SQLite files."""
     import shutil
 
@@ -564,13 +599,14 @@ def history_dbs(tmp_path_factory) -> tuple[str, str]:  # noqa: ANN001
 
     from kernelwatch.cli import main
 
-    planted = CliRunner().invoke(main, ["synth", "--db", f"sqlite:///{folder / 'demo.db'}", "--demo-from",
-                                        str(DEMO_SOURCE)])
+    planted = CliRunner().invoke(
+        main, ["synth", "--db", f"sqlite:///{folder / 'demo.db'}", "--demo-from", str(DEMO_SOURCE)]
+    )
     assert planted.exit_code == 0, planted.output
     return f"sqlite:///{folder / 'real.db'}", f"sqlite:///{folder / 'demo.db'}"
 
 
-def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.setenv("KERNELWATCH_DB", url)
     import streamlit as st
@@ -589,12 +625,13 @@ def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
 def newest_h200() -> dict[str, object]:
     """The newest single-model H200 run of the shipped history with perf results, and the newest with accuracy."""
     docs = [d for d in (load_artifact(p) for p in ALL_HISTORY) if d.hardware.device_name == "NVIDIA H200"]
-    return {section: max((d for d in docs if getattr(d, section)), key=lambda d: d.run.started_at)
-            for section in ("perf", "accuracy")}
+    return {
+        section: max((d for d in docs if getattr(d, section)), key=lambda d: d.run.started_at)
+        for section in ("perf", "accuracy")
+    }
 
 
-def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, newest_h200,
-                                                                        monkeypatch) -> None:  # noqa: ANN001
+def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_dbs, newest_h200, monkeypatch) -> None:
     """A newest H200 run may hold only RMSNorm+MatMul accuracy (it once did): judging only it hid every perf
     result. Both defaults get a section, each with its own run."""
     at = _triage_at(history_dbs[0], monkeypatch)
@@ -608,24 +645,26 @@ def test_triage_judges_the_newest_perf_run_and_the_newest_accuracy_run(history_d
         assert heads == ["newest run with perf", "newest run with accuracy"]
 
 
-def test_a_picked_kernel_is_judged_in_the_newest_runs_that_hold_it(history_dbs, newest_h200,
-                                                                   monkeypatch) -> None:  # noqa: ANN001
+def test_a_picked_kernel_is_judged_in_the_newest_runs_that_hold_it(history_dbs, newest_h200, monkeypatch) -> None:
     """With a kernel picked, Triage judges the newest runs holding that kernel's perf and its accuracy: the
     shipped history's newest H200 run once held only softmax, and judging it for MSELoss showed "no cases"."""
     newest = {r.case.split("/")[0] for r in newest_h200["perf"].perf}
     docs = [load_artifact(p) for p in ALL_HISTORY]
-    elsewhere = sorted({r.case.split("/")[0] for d in docs if d.hardware.device_name == "NVIDIA H200"
-                        for r in d.perf} - newest)
+    elsewhere = sorted(
+        {r.case.split("/")[0] for d in docs if d.hardware.device_name == "NVIDIA H200" for r in d.perf} - newest
+    )
     assert elsewhere, "every kernel's perf is in the newest H200 run: nothing here to pick"
     at = _triage_at(history_dbs[0], monkeypatch, kernel=elsewhere[0])
-    assert [s.value.split(" — ")[1] for s in at.subheader][0] in ("newest run with perf", "newest run with perf "
-                                                                  "and accuracy")
+    assert [s.value.split(" — ")[1] for s in at.subheader][0] in (
+        "newest run with perf",
+        "newest run with perf and accuracy",
+    )
     counts = [t.value for t in at.text]
     assert counts and "no cases" not in counts, counts
     assert f"run {newest_h200['perf'].run.id[:8]}" not in " ".join(c.value for c in at.caption)
 
 
-def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) -> None:
     at = _triage_at(history_dbs[0], monkeypatch, hardware=fingerprint(history_dbs[0], "NVIDIA H200"))
     picker = at.selectbox(key="run")
     labels = list(picker.options)
@@ -634,7 +673,7 @@ def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) ->
     assert any("cd36845f" in x and "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" in x for x in labels)
 
 
-def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(history_dbs, monkeypatch) -> None:
     at = _triage_at(history_dbs[1], monkeypatch)
     assert "SYNTHETIC" in at.subheader[0].value and "perf and accuracy" in at.subheader[0].value
     table = at.dataframe[0].value
@@ -649,7 +688,7 @@ def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(his
         assert rows["case"].is_unique and rows["case"].str.len().max() <= 60, list(rows["case"])
 
 
-def _page_at(url: str, name: str, monkeypatch, **query: str) -> AppTest:  # noqa: ANN001
+def _page_at(url: str, name: str, monkeypatch, **query: str) -> AppTest:
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.setenv("KERNELWATCH_DB", url)
     import streamlit as st
@@ -667,7 +706,7 @@ def _page_at(url: str, name: str, monkeypatch, **query: str) -> AppTest:  # noqa
 DEMO_SLOWER = "scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=8x16x4096x4096"
 
 
-def test_case_page_labels_at_most_twelve_runs_with_short_commits(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_case_page_labels_at_most_twelve_runs_with_short_commits(history_dbs, monkeypatch) -> None:
     """~35 rotated "commit·run" labels overlapped; past 12 runs every k-th run is labelled by its commit."""
     url = history_dbs[1]
     at = _page_at(url, "case", monkeypatch, case=DEMO_SLOWER, hardware=fingerprint(url, "NVIDIA H200"))
@@ -679,7 +718,7 @@ def test_case_page_labels_at_most_twelve_runs_with_short_commits(history_dbs, mo
     assert set(axis["tickvals"]) <= set(kernel["x"])
 
 
-def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> None:
     """The accuracy drift chart's log axis read "1, 5, 2, 0.1" (Plotly's minor 2 and 5 labels, dtick D2)."""
     at = _page_at(history_dbs[1], "accuracy", monkeypatch)
     drift = specs(at)[-1]
@@ -690,7 +729,7 @@ def test_log_axes_read_as_plain_ascending_numbers(history_dbs, monkeypatch) -> N
     assert [f"{v:g}" for v in axis["tickvals"]] == axis["ticktext"]
 
 
-def test_roofline_table_names_implementations_and_units_and_the_axis_fits_the_points(page, dash_db) -> None:  # noqa: ANN001
+def test_roofline_table_names_implementations_and_units_and_the_axis_fits_the_points(page, dash_db) -> None:
     at = page("roofline", hardware=fingerprint(dash_db, "NVIDIA H200"), run="9816bd90")
     table = at.dataframe[0].value
     assert list(table.columns[:2]) == ["kernel", "case"]
@@ -703,7 +742,7 @@ def test_roofline_table_names_implementations_and_units_and_the_axis_fits_the_po
     assert hi - lo <= math.log10(max(points) / min(points)) + 1.5  # not five decades for points in one
 
 
-def test_profiler_shows_metric_display_names_and_how_old_the_counters_are(page) -> None:  # noqa: ANN001
+def test_profiler_shows_metric_display_names_and_how_old_the_counters_are(page) -> None:
     at = page("profiler")
     assert at.selectbox(key="metric").value == "dram_throughput_pct"  # the URL keeps the stored name
     (spec,) = specs(at)
@@ -712,24 +751,32 @@ def test_profiler_shows_metric_display_names_and_how_old_the_counters_are(page) 
     assert any("Counters from 1 run" in c.value and "behind" in c.value for c in at.caption)
 
 
-def test_overview_times_read_as_dates_not_iso_strings(page) -> None:  # noqa: ANN001
+def test_overview_times_read_as_dates_not_iso_strings(page) -> None:
     captions = " ".join(c.value for c in page("overview").caption)
     assert "UTC" in captions and not re.search(r"\d{2}:\d{2}:\d{2}\.\d+Z", captions)
 
 
-def test_case_page_plain_text_has_no_markdown_backticks(page, dash_db) -> None:  # noqa: ANN001
-    at = page("case", case="scaled_masked_softmax/causal/bf16/direction=bwd,scale=0.5,shape=1x100x100",
-              hardware=fingerprint(dash_db, "NVIDIA H200"))  # an accuracy case: no profiler counters
+def test_case_page_plain_text_has_no_markdown_backticks(page, dash_db) -> None:
+    at = page(
+        "case",
+        case="scaled_masked_softmax/causal/bf16/direction=bwd,scale=0.5,shape=1x100x100",
+        hardware=fingerprint(dash_db, "NVIDIA H200"),
+    )  # an accuracy case: no profiler counters
     assert any("kernelwatch collect --profile" in c.value for c in at.caption)
     assert not [t.value for t in at.text if "`" in t.value]
 
 
-def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkeypatch) -> None:
     """Softmax keys are ~90 characters: cut at the column's width, rows looked identical."""
     url = history_dbs[1]
     compare = _page_at(url, "compare", monkeypatch).dataframe[0].value
-    perf = _page_at(url, "performance", monkeypatch, kernel="scaled_masked_softmax",
-                    hardware=fingerprint(url, "NVIDIA H200")).dataframe[0].value
+    perf = (
+        _page_at(
+            url, "performance", monkeypatch, kernel="scaled_masked_softmax", hardware=fingerprint(url, "NVIDIA H200")
+        )
+        .dataframe[0]
+        .value
+    )
     timed = compare[compare["B/A time"].notna()]  # the accuracy-only rows are labelled among themselves
     for frame in (timed, perf):
         assert frame["case"].str.len().max() <= 60, frame["case"].str.len().max()
@@ -738,8 +785,7 @@ def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkey
     assert perf["case"].is_unique
 
 
-def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest_h200,
-                                                             monkeypatch) -> None:  # noqa: ANN001
+def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest_h200, monkeypatch) -> None:
     """The physical device is data: each run of the shipped history ran on its own H200 (by UUID), and both
     pages say which GPU measured what."""
     at = _triage_at(history_dbs[0], monkeypatch, show="all cases")
@@ -758,13 +804,20 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     assert "graph" in set(runs["timing"])
 
 
-def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkeypatch) -> None:
     """A case starts helpers beside its kernel (LayerNorm+MatMul's statistics prepass): which launch the counters
     came from was invisible, and the prepass's SM throughput once stood under the GEMM's cases. The newest run
     names its launch; a run from before it was recorded says so."""
-    real = max((d for d in (load_artifact(p) for p in ALL_HISTORY)
-                if d.hardware.device_name == "NVIDIA H200" and any(r.value is not None for r in d.profiler)
-                and all(r.launch is None for r in d.profiler)), key=lambda d: d.run.started_at)
+    real = max(
+        (
+            d
+            for d in (load_artifact(p) for p in ALL_HISTORY)
+            if d.hardware.device_name == "NVIDIA H200"
+            and any(r.value is not None for r in d.profiler)
+            and all(r.launch is None for r in d.profiler)
+        ),
+        key=lambda d: d.run.started_at,
+    )
     (newer,) = [to_data(d) for d in stepped_copies(real, 1, 1.0, "no case has this in its key")]
     launch = "<b>_ln_gemm_tma_kernel</b>"  # from a profiler's output: text, never markup
     for row in newer["profiler"]:
@@ -788,12 +841,17 @@ def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkey
     assert [v for k, v in row.items() if k not in ("name", "ideal")] == [NOT_RECORDED, launch]  # oldest first
 
 
-def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> None:  # noqa: ANN001
+def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> None:
     """The counters table put its runs in alphabetical order of their labels (3592a8c, 474a944, be613d2)."""
-    case = "fused_layernorm_matmul/center_prologue/bf16/bias=False,direction=fwd,layout=contiguous,n=4096," \
-           "shape=4096x4096,shift=0.0"
-    docs = [d for d in (load_artifact(p) for p in ALL_HISTORY)
-            if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)]
+    case = (
+        "fused_layernorm_matmul/center_prologue/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,"
+        "shape=4096x4096,shift=0.0"
+    )
+    docs = [
+        d
+        for d in (load_artifact(p) for p in ALL_HISTORY)
+        if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)
+    ]
     assert len(docs) >= 3
     docs.sort(key=lambda d: (d.run.commit.time or d.run.started_at, d.run.started_at))
     url = history_dbs[0]

@@ -51,8 +51,12 @@ def test_sigterm_to_the_command_stops_the_server(tmp_path: Path) -> None:
     ingest_documents(open_database(url), [(str(p), load_artifact(p)) for p in history])
     port = _free_port()
     exe = str(Path(sys.executable).with_name("kernelwatch"))
-    proc = subprocess.Popen([exe, "dashboard", "--db", url, "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [exe, "dashboard", "--db", url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.time() + 90
         while time.time() < deadline:

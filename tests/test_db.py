@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = (Hardware, Run, Case, AccuracyResult, PerfResult, ProfilerMetric)
 
 
-def snapshot(engine) -> dict:  # noqa: ANN001
+def snapshot(engine) -> dict:
     with engine.connect() as conn:
         counts = {m.__tablename__: conn.execute(select(func.count()).select_from(m)).scalar_one() for m in TABLES}
         runs = sorted(conn.execute(select(Run.id, Run.content_hash)).all())
@@ -60,7 +60,7 @@ def test_sqlite_is_opened_with_wal_busy_timeout_and_foreign_keys(tmp_path: Path)
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 10_000
 
 
-def test_default_url_is_kernelwatch_db_in_the_working_folder(tmp_path: Path, monkeypatch, cli) -> None:  # noqa: ANN001
+def test_default_url_is_kernelwatch_db_in_the_working_folder(tmp_path: Path, monkeypatch, cli) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KERNELWATCH_DB", raising=False)
     result = cli.invoke(main, ["db", "upgrade"])
@@ -72,13 +72,31 @@ def test_default_url_is_kernelwatch_db_in_the_working_folder(tmp_path: Path, mon
     assert other.exists()
 
 
-def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, make_doc, cli) -> None:
     doc = make_doc(cases=8)
-    doc["profiler"] = [{"case": doc["cases"][0]["key"], "source": "ncu", "name": "dram__bytes_read.sum",
-                        "value": 1.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None},
-                       {"case": doc["cases"][1]["key"], "source": "ncu", "name": "dram__bytes_read.sum",
-                        "value": 2.5e9, "unit": "byte", "ideal": None, "meets_ideal": None, "error": None,
-                        "launch": "_mse_persistent_kernel"}]
+    doc["profiler"] = [
+        {
+            "case": doc["cases"][0]["key"],
+            "source": "ncu",
+            "name": "dram__bytes_read.sum",
+            "value": 1.5e9,
+            "unit": "byte",
+            "ideal": None,
+            "meets_ideal": None,
+            "error": None,
+        },
+        {
+            "case": doc["cases"][1]["key"],
+            "source": "ncu",
+            "name": "dram__bytes_read.sum",
+            "value": 2.5e9,
+            "unit": "byte",
+            "ideal": None,
+            "meets_ideal": None,
+            "error": None,
+            "launch": "_mse_persistent_kernel",
+        },
+    ]
     src = tmp_path / "run.json"
     src.write_text(dumps(doc))
     assert cli.invoke(main, ["ingest", str(src), "--db", db_url]).exit_code == 0
@@ -94,11 +112,19 @@ def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, ma
     assert [r.launch for r in again.profiler] == [None, "_mse_persistent_kernel"]
 
 
-def test_a_profiler_row_s_launch_is_content_and_its_absence_is_not(make_doc) -> None:  # noqa: ANN001
+def test_a_profiler_row_s_launch_is_content_and_its_absence_is_not(make_doc) -> None:
     """Runs from before the launch was recorded keep their hash (and so re-ingest as unchanged)."""
     doc = make_doc(cases=2)
-    row = {"case": doc["cases"][0]["key"], "source": "ncu", "name": "sm_throughput_pct", "value": 87.0,
-           "unit": "%", "ideal": ">80", "meets_ideal": True, "error": None}
+    row = {
+        "case": doc["cases"][0]["key"],
+        "source": "ncu",
+        "name": "sm_throughput_pct",
+        "value": 87.0,
+        "unit": "%",
+        "ideal": ">80",
+        "meets_ideal": True,
+        "error": None,
+    }
     doc["profiler"] = [row]
     older = content_hash(parse_artifact(dumps(doc)))
     doc["profiler"] = [{**row, "launch": None}]
@@ -110,7 +136,7 @@ def test_a_profiler_row_s_launch_is_content_and_its_absence_is_not(make_doc) -> 
         parse_artifact(dumps(doc))
 
 
-def test_reingest_changes_nothing(db_url: str, make_doc) -> None:  # noqa: ANN001
+def test_reingest_changes_nothing(db_url: str, make_doc) -> None:
     engine = open_database(db_url)
     doc = parse_artifact(dumps(make_doc(cases=5)))
     (first,) = ingest_documents(engine, [("a", doc)])
@@ -124,7 +150,7 @@ def _ingest_many(url: str, docs: list[str], error_file: str) -> None:
     try:
         engine = open_database(url)
         ingest_documents(engine, [(f"doc{i}", parse_artifact(d)) for i, d in enumerate(docs)])
-    except Exception as exc:  # noqa: BLE001 - written to a file: a Queue would block the child's exit
+    except Exception as exc:
         Path(error_file).write_text(repr(exc))
         raise
 
@@ -148,7 +174,7 @@ def test_four_processes_ingesting_fifty_runs_each_lose_nothing(db_url: str, tmp_
     assert snap["counts"]["kernel_case"] == 6
 
 
-def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:  # noqa: ANN001
+def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:
     """True while another process holds the ingest's write transaction open."""
     if db_url.startswith("sqlite"):
         import sqlite3
@@ -163,10 +189,12 @@ def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:  # noqa: ANN
         finally:
             probe.close()
     with engine.connect() as conn:
-        return bool(conn.exec_driver_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND datname = current_database() AND (state = 'idle in transaction' OR query ILIKE 'INSERT%%')"
-        ).scalar())
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND datname = current_database() AND (state = 'idle in transaction' OR query ILIKE 'INSERT%%')"
+            ).scalar()
+        )
 
 
 def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path) -> None:
@@ -177,8 +205,12 @@ def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path
     path.write_text(dumps(doc))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     engine = open_database(db_url)
-    proc = subprocess.Popen([sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", db_url], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelwatch", "ingest", str(path), "--db", db_url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not _writer_is_inside_its_transaction(db_url, engine):
         assert proc.poll() is None, proc.communicate()
@@ -200,23 +232,31 @@ BAD_INPUTS = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "unknown schema": (lambda text: text.replace(SCHEMA, "kernelwatch.run/9"), "schema: unknown schema version"),
     "missing field": (lambda text: _edit(text, lambda d: d["run"].pop("status")), "run.status: missing field"),
-    "mistyped field": (lambda text: _edit(text, lambda d: d["perf"][2].update(median_ms="fast")),
-                       "perf[2].median_ms: expected a number"),
-    "NaN": (lambda text: text.replace('"median_ms": ' + str(json.loads(text)["perf"][0]["median_ms"]),
-                                      '"median_ms": NaN', 1), "NaN is not valid JSON"),
-    "unknown case": (lambda text: _edit(text, lambda d: d["accuracy"][0].update(case="nope")),
-                     "accuracy[0].case: 'nope' is not listed in cases"),
+    "mistyped field": (
+        lambda text: _edit(text, lambda d: d["perf"][2].update(median_ms="fast")),
+        "perf[2].median_ms: expected a number",
+    ),
+    "NaN": (
+        lambda text: text.replace(
+            '"median_ms": ' + str(json.loads(text)["perf"][0]["median_ms"]), '"median_ms": NaN', 1
+        ),
+        "NaN is not valid JSON",
+    ),
+    "unknown case": (
+        lambda text: _edit(text, lambda d: d["accuracy"][0].update(case="nope")),
+        "accuracy[0].case: 'nope' is not listed in cases",
+    ),
 }
 
 
-def _edit(text: str, change) -> str:  # noqa: ANN001
+def _edit(text: str, change) -> str:
     doc = json.loads(text)
     change(doc)
     return json.dumps(doc)
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
-def test_bad_input_is_named_and_changes_nothing(kind: str, db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_bad_input_is_named_and_changes_nothing(kind: str, db_url: str, tmp_path: Path, make_doc, cli) -> None:
     engine = open_database(db_url)
     good = tmp_path / "good.json"
     good.write_text(dumps(make_doc(0, cases=4)))
@@ -234,7 +274,7 @@ def test_bad_input_is_named_and_changes_nothing(kind: str, db_url: str, tmp_path
     assert snapshot(engine) == before
 
 
-def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:
     engine = open_database(db_url)
     doc = make_doc(cases=4)
     first = tmp_path / "a.json"
@@ -252,7 +292,7 @@ def test_same_run_id_with_different_content_is_refused(db_url: str, tmp_path: Pa
         ingest_documents(engine, [("b", parse_artifact(second.read_text()))])
 
 
-def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: Path, make_doc, cli) -> None:
     """Every run of a key must describe the same point: a run that reuses a stored key with other params
     (a spec edited without renaming its cases) is refused whole, naming the key and the field."""
     engine = open_database(db_url)
@@ -275,7 +315,7 @@ def test_a_case_key_stored_with_other_params_is_refused(db_url: str, tmp_path: P
     assert cli.invoke(main, ["ingest", str(second), "--db", db_url]).exit_code == 0
 
 
-def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_path: Path, make_doc, cli) -> None:
     """export -o (and collect --out) write atomically by renaming over the path: as root, -o /dev/null
     would replace the device. Anything but a regular file or a symlink is refused; a symlink is replaced,
     never written through (a run.json link committed in a PR had its target overwritten)."""
@@ -301,7 +341,7 @@ def test_an_artifact_never_replaces_a_device_fifo_or_folder(db_url: str, tmp_pat
     assert not link.is_symlink() and not real.exists() and json.loads(link.read_text())["run"]["id"] == run
 
 
-def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli) -> None:
     path = tmp_path / "a.json"
     path.write_text(dumps(make_doc()))
     url = "postgresql+psycopg://nobody:secret@127.0.0.1:9/none"
@@ -322,7 +362,7 @@ def test_artifact_errors_name_nested_fields() -> None:
         parse_artifact(json.dumps(doc), "x.json")
 
 
-def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) -> None:  # noqa: ANN001
+def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) -> None:
     from db.synthetic import SyntheticHistory
 
     engine = open_database(db_url)
@@ -332,8 +372,20 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     assert result.exit_code == 0, result.output
     runs = json.loads(result.output)
     assert len(runs) == 6
-    assert set(runs[0]) == {"id", "commit", "branch", "hardware", "trigger", "status", "started", "device_count",
-                            "kernels", "perf", "accuracy", "profiler"}
+    assert set(runs[0]) == {
+        "id",
+        "commit",
+        "branch",
+        "hardware",
+        "trigger",
+        "status",
+        "started",
+        "device_count",
+        "kernels",
+        "perf",
+        "accuracy",
+        "profiler",
+    }
     assert runs[0]["perf"] == 4 and runs[0]["accuracy"] == 4 and len(runs[0]["kernels"]) == 3  # what it holds
     listed = cli.invoke(main, ["runs", "--wide", "--db", db_url]).output  # the default table counts, in 100 columns
     assert "perf 4 + accuracy 4 · fused_rmsnorm_matmul, mse_loss, scaled_masked_softmax · 1 GPU" in listed
@@ -343,9 +395,26 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     run_id = docs[0]["run"]["id"]
     shown = json.loads(cli.invoke(main, ["show", run_id, "--db", db_url, "--format", "json"]).output)
     assert len(shown) == 4 * 3
-    required = {"kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
-                "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed",
-                "error"}
+    required = {
+        "kernel",
+        "variant",
+        "case",
+        "dtype",
+        "params",
+        "implementation",
+        "median_ms",
+        "p20_ms",
+        "p80_ms",
+        "gbps",
+        "tflops",
+        "pct_peak",
+        "speedup_vs_eager",
+        "target",
+        "target_met",
+        "error_budget",
+        "passed",
+        "error",
+    }
     assert required <= set(shown[0])
     kernel_rows = [r for r in shown if r["implementation"] == "triton"]
     assert all(r["passed"] is True and r["error_budget"] is not None for r in kernel_rows)
@@ -358,8 +427,11 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
     assert "times in µs" in table and "x eager" in table and "budget" in table
     assert max(map(len, lines)) <= 120  # lines were 228 characters
     kernel_row = next(x for x in lines if x.startswith("    kernel "))
-    doc_perf = next(p for p in docs[0]["perf"] if p["implementation"] == "triton" and p["case"] == min(
-        p["case"] for p in docs[0]["perf"]))
+    doc_perf = next(
+        p
+        for p in docs[0]["perf"]
+        if p["implementation"] == "triton" and p["case"] == min(p["case"] for p in docs[0]["perf"])
+    )
     assert f"{doc_perf['median_ms'] * 1e3:.4g}" in kernel_row  # µs, as the dashboard shows them
     missing = cli.invoke(main, ["show", "ffffffff", "--db", db_url])
     assert missing.exit_code == 2 and "no run with id 'ffffffff'" in missing.output
@@ -382,7 +454,10 @@ def test_history_and_latest_queries(db_url: str) -> None:
     assert all(len(r["samples_ms"]) == history.samples for r in rows)
     assert len(list_runs(engine, limit=4)) == 4
     assert {r["implementation"] for r in run_results(engine, docs[0]["run"]["id"])} == {
-        "triton", "torch_eager", "torch_compile"}
+        "triton",
+        "torch_eager",
+        "torch_compile",
+    }
 
 
 def test_concurrent_first_open_does_not_race(db_url: str) -> None:

@@ -183,10 +183,68 @@ def test_outliers_next_to_a_step_do_not_hide_it() -> None:
     """A series from benchmarks/detector_eval.py (real H200 noise of a 5 us case, 20% step at 28, four 2-6x
     outlier runs): clipped against the global median and MAD the outliers stayed large enough to pull
     the split away and nothing was found; clipped against their neighbours the step is found."""
-    series = [5.15, 5.5, 5.18, 5.18, 5.15, 5.15, 5.78, 5.76, 5.12, 5.12, 5.15, 5.12, 5.15, 5.1, 5.15, 16.21, 5.12,
-              5.12, 11.67, 5.22, 5.6, 5.54, 5.79, 5.12, 5.12, 5.15, 5.18, 5.12, 6.18, 6.95, 6.2, 6.16, 6.91, 6.93,
-              6.14, 6.68, 6.22, 6.22, 6.91, 6.18, 6.68, 6.14, 6.11, 6.22, 6.12, 6.22, 29.64, 6.68, 6.14, 6.14, 6.14,
-              6.18, 22.65, 6.57, 6.14, 6.18, 6.18, 6.18, 6.14, 21.0]
+    series = [
+        5.15,
+        5.5,
+        5.18,
+        5.18,
+        5.15,
+        5.15,
+        5.78,
+        5.76,
+        5.12,
+        5.12,
+        5.15,
+        5.12,
+        5.15,
+        5.1,
+        5.15,
+        16.21,
+        5.12,
+        5.12,
+        11.67,
+        5.22,
+        5.6,
+        5.54,
+        5.79,
+        5.12,
+        5.12,
+        5.15,
+        5.18,
+        5.12,
+        6.18,
+        6.95,
+        6.2,
+        6.16,
+        6.91,
+        6.93,
+        6.14,
+        6.68,
+        6.22,
+        6.22,
+        6.91,
+        6.18,
+        6.68,
+        6.14,
+        6.11,
+        6.22,
+        6.12,
+        6.22,
+        29.64,
+        6.68,
+        6.14,
+        6.14,
+        6.14,
+        6.18,
+        22.65,
+        6.57,
+        6.14,
+        6.18,
+        6.18,
+        6.18,
+        6.14,
+        21.0,
+    ]
     found = change_points(series, min_effect=0.03)
     assert [c.index for c in found] == [28] and found[0].change == pytest.approx(0.2, abs=0.03)
 
@@ -196,8 +254,10 @@ def test_outliers_next_to_a_step_do_not_hide_it() -> None:
 # ---------------------------------------------------------------------------------------------
 def test_between_machine_sigma_is_a_variance_component() -> None:
     rng = np.random.default_rng(4)
-    groups = {f"GPU-{i}": list(np.exp(np.log(0.1) + 0.03 * rng.standard_normal() + 0.002 * rng.standard_normal(6)))
-              for i in range(12)}
+    groups = {
+        f"GPU-{i}": list(np.exp(np.log(0.1) + 0.03 * rng.standard_normal() + 0.002 * rng.standard_normal(6)))
+        for i in range(12)
+    }
     assert 0.015 < between_machine_sigma(groups) < 0.05
     same = {f"GPU-{i}": list(0.1 * np.exp(0.002 * rng.standard_normal(6))) for i in range(12)}
     assert between_machine_sigma(same) < 0.002
@@ -244,8 +304,27 @@ def test_a_step_the_history_already_holds_is_a_change_not_noise() -> None:
     """The real H200 history of the causal softmax forward (bf16, 512x2048x2048, ci/history): 16 runs near 2.37 ms,
     then the triangle-skipping kernel near 1.59 ms (3 runs), then 6af074a4 at 1.93 ms (+21.8%). Measured across
     the step, the runs at it deviated 40% from their neighbours and the slowdown was "within noise" (p 0.18)."""
-    history = [2.3648, 2.3629, 2.3654, 2.3639, 2.3801, 2.3643, 2.3628, 2.3642, 2.3672, 2.3634, 2.3641, 2.3789,
-               2.3782, 2.3691, 2.3792, 2.3787, 1.5936, 1.5996, 1.5881]
+    history = [
+        2.3648,
+        2.3629,
+        2.3654,
+        2.3639,
+        2.3801,
+        2.3643,
+        2.3628,
+        2.3642,
+        2.3672,
+        2.3634,
+        2.3641,
+        2.3789,
+        2.3782,
+        2.3691,
+        2.3792,
+        2.3787,
+        1.5936,
+        1.5996,
+        1.5881,
+    ]
     rng = np.random.default_rng(3)
     baseline = list(1.5881 * (1 + 0.002 * rng.standard_normal(40)))
     candidate = list(1.9345 * (1 + 0.002 * rng.standard_normal(40)))
@@ -262,8 +341,27 @@ def test_gpus_are_compared_within_the_last_segment_of_the_history() -> None:
     they differ by well under 1%."""
     old = {"GPU-cadb0535": [2.3792], "GPU-d83c984e": [2.3787]}
     new = {"GPU-7b44cc34": [1.5936], "GPU-12456339": [1.5996], "GPU-44732af5": [1.5881]}
-    history = [2.3648, 2.3629, 2.3654, 2.3639, 2.3801, 2.3643, 2.3628, 2.3642, 2.3672, 2.3634, 2.3641, 2.3789,
-               2.3782, 2.3691, 2.3792, 2.3787, 1.5936, 1.5996, 1.5881]
+    history = [
+        2.3648,
+        2.3629,
+        2.3654,
+        2.3639,
+        2.3801,
+        2.3643,
+        2.3628,
+        2.3642,
+        2.3672,
+        2.3634,
+        2.3641,
+        2.3789,
+        2.3782,
+        2.3691,
+        2.3792,
+        2.3787,
+        1.5936,
+        1.5996,
+        1.5881,
+    ]
     assert segment_start(history) == 16 and segment_start(history[:16]) == 0 and segment_start([]) == 0
     assert between_machine_sigma({**old, **new}) > 0.15
     assert between_machine_sigma(new) < 0.01
@@ -284,8 +382,13 @@ def test_run_ratio_takes_the_median_over_shared_cases_of_each_gpu_pair() -> None
     """One case 40% apart among four 1% apart is a case's noise, not the machine: the whole run is 1.01x."""
     from ci.detect import run_ratio
 
-    cases = [{"a": [1.0], "b": [1.01]}, {"a": [2.0], "b": [2.02]}, {"a": [3.0], "b": [3.03]},
-             {"a": [4.0], "b": [5.6]}, {"a": [5.0], "b": [5.05], "c": [50.0]}]
+    cases = [
+        {"a": [1.0], "b": [1.01]},
+        {"a": [2.0], "b": [2.02]},
+        {"a": [3.0], "b": [3.03]},
+        {"a": [4.0], "b": [5.6]},
+        {"a": [5.0], "b": [5.05], "c": [50.0]},
+    ]
     assert run_ratio(cases) == pytest.approx(1.01)
     assert run_ratio(cases[:3]) is None  # fewer shared cases than RUN_SHIFT_MIN_CASES
 

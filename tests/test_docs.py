@@ -10,8 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels", "collector", "db", "dashboard", "ci", "kernelwatch")
 # Pointers at documents that live outside this repository (the sessions' shared folder, the issue tracker).
-OUTSIDE = re.compile(r"DESIGN\.md|KERNELS\.md|STYLE\.md|ascend_facts\.md|\.\./shared|\b[Ii]ssues? \d+\b|"
-                     r"^(?!.*docs/).*design doc")  # "the design document" only beside the docs/ file that holds it
+OUTSIDE = re.compile(
+    r"DESIGN\.md|KERNELS\.md|STYLE\.md|ascend_facts\.md|\.\./shared|\b[Ii]ssues? \d+\b|"
+    r"^(?!.*docs/).*design doc"
+)  # "the design document" only beside the docs/ file that holds it
 
 
 def _layout() -> dict[str, str]:
@@ -45,8 +47,11 @@ def test_the_readme_layout_names_every_module_and_folder_of_every_package() -> N
     for package in PACKAGES:
         listed = set(re.findall(r"[\w.-]+\.(?:py|sh|md)|[\w-]+/", layout[package]))
         folder = ROOT / package
-        present = {p.name for p in folder.iterdir() if p.is_file() and p.suffix in (".py", ".sh", ".md")
-                   and p.name not in ("__init__.py", "__main__.py")}
+        present = {
+            p.name
+            for p in folder.iterdir()
+            if p.is_file() and p.suffix in (".py", ".sh", ".md") and p.name not in ("__init__.py", "__main__.py")
+        }
         present |= {f"{p.name}/" for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
         if package == "kernels":  # a kernel module (one that defines SPEC) is found by discovery: adding one
             present = {n for n in present if not _is_kernel(folder / n)}  # touches no other file
@@ -56,7 +61,7 @@ def test_the_readme_layout_names_every_module_and_folder_of_every_package() -> N
         assert not gone, f"README layout of {package}/ lists {sorted(gone)}, which {package}/ does not have"
 
 
-def test_the_layout_check_catches_a_module_left_out(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_the_layout_check_catches_a_module_left_out(monkeypatch, tmp_path: Path) -> None:
     """Break the README on purpose: a layout without ``plan.py`` must fail the check above."""
     import pytest
 

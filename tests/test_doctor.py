@@ -17,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelwatch", "doctor", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=180, env=env or dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwatch", "doctor", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env or dict(os.environ),
+    )
 
 
 def test_cpu_host_passes_and_reports_what_a_run_uses(tmp_path: Path) -> None:
@@ -26,8 +32,17 @@ def test_cpu_host_passes_and_reports_what_a_run_uses(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     lines = {line.split()[1]: line for line in out.stdout.splitlines() if line.strip()}
     assert "cpu x1" in lines["device"] and lines["vendor"].split()[-1] == "cpu"
-    for name in ("torch", "triton", "torch_npu", "triton-ascend", "ASCEND_HOME_PATH", "CANN", "C", "profiler",
-                 "database"):
+    for name in (
+        "torch",
+        "triton",
+        "torch_npu",
+        "triton-ascend",
+        "ASCEND_HOME_PATH",
+        "CANN",
+        "C",
+        "profiler",
+        "database",
+    ):
         assert name in lines, f"doctor does not report {name}"
     assert "(will be created)" in lines["database"]
     assert out.stderr == ""

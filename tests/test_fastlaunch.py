@@ -7,7 +7,7 @@ import triton
 from kernels import fastlaunch
 
 
-def test_on_unless_turned_off_and_never_under_the_interpreter(monkeypatch) -> None:  # noqa: ANN001
+def test_on_unless_turned_off_and_never_under_the_interpreter(monkeypatch) -> None:
     monkeypatch.delenv("KERNELWATCH_FAST_LAUNCH", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     verified = triton.__version__.rsplit(".", 1)[0] in fastlaunch.VERIFIED
@@ -49,8 +49,21 @@ def test_the_by_type_key_is_the_isinstance_key() -> None:
     import torch
 
     base = torch.zeros(64, dtype=torch.float16)
-    values = [base, base[1:], torch.zeros(3, dtype=torch.int32), 1, 16, 17, 2**31, -(2**31) - 1, 2**63,
-              0.5, True, False, None]
+    values = [
+        base,
+        base[1:],
+        torch.zeros(3, dtype=torch.int32),
+        1,
+        16,
+        17,
+        2**31,
+        -(2**31) - 1,
+        2**63,
+        0.5,
+        True,
+        False,
+        None,
+    ]
     for v in values:
         assert fastlaunch._KEY_BY_TYPE[type(v)](v) == fastlaunch._arg_key(v), v
     assert fastlaunch._tensor_key(base) != fastlaunch._tensor_key(base[1:])  # 2-byte offset: not 16-aligned

@@ -7,12 +7,12 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from collector.accuracy import compare  # noqa: E402
-from kernels.device import simulated  # noqa: E402
-from kernels.fused_layernorm_matmul import (  # noqa: E402
+from collector.accuracy import compare
+from kernels.device import simulated
+from kernels.fused_layernorm_matmul import (
     PREPARED,
     SPEC,
     VARIANTS,
@@ -22,12 +22,12 @@ from kernels.fused_layernorm_matmul import (  # noqa: E402
     plan_forward,
     tolerance,
 )
-from kernels.plan import ASCEND_910B, NVIDIA_A100, NVIDIA_H200, Autotuned, recording  # noqa: E402
+from kernels.plan import ASCEND_910B, NVIDIA_A100, NVIDIA_H200, Autotuned, recording
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
 
-def _ref(x, w, g, beta, b, eps=1e-5):  # noqa: ANN001, ANN202
+def _ref(x, w, g, beta, b, eps=1e-5):
     x, w, g = x.double(), w.double(), g.double()
     mu = x.mean(-1, keepdim=True)
     xn = (x - mu) * torch.rsqrt((x - mu).pow(2).mean(-1, keepdim=True) + eps) * g
@@ -37,7 +37,7 @@ def _ref(x, w, g, beta, b, eps=1e-5):  # noqa: ANN001, ANN202
     return y + b.double() if b is not None else y
 
 
-def _inputs(m_shape, n, dtype, seed=0, shift=0.0):  # noqa: ANN001, ANN202
+def _inputs(m_shape, n, dtype, seed=0, shift=0.0):
     gen = torch.Generator().manual_seed(seed)
     k = m_shape[-1]
     x = (2 * (shift + torch.randn(m_shape, generator=gen))).to(dtype)
@@ -51,7 +51,7 @@ def _inputs(m_shape, n, dtype, seed=0, shift=0.0):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name,dtype", DTYPES)
 @pytest.mark.parametrize("m_shape,n,shift", [((1, 64), 16, 0.0), ((17, 100), 33, 4.0), ((2, 3, 48), 20, 0.0)])
-def test_forward_matches_float64(variant, name, dtype, m_shape, n, shift) -> None:  # noqa: ANN001
+def test_forward_matches_float64(variant, name, dtype, m_shape, n, shift) -> None:
     x, w, g, beta, b = _inputs(m_shape, n, dtype, shift=shift)
     y = fused_layernorm_matmul(x, w, g, beta, b, variant=variant)
     assert y.shape == (*m_shape[:-1], n) and y.dtype == dtype
@@ -67,8 +67,12 @@ def test_a_large_mean_costs_fold_gamma_its_fp32_accumulation_not_its_budget() ->
     x, w, g, beta, b = _inputs((24, 256), 40, torch.float32, seed=5, shift=50.0)
     ref = _ref(x, w, g, beta, b)
     fold = compare(fused_layernorm_matmul(x, w, g, beta, b), ref, 1e-4, tolerance("fp32", 256, 50.0).atol)
-    centred = compare(fused_layernorm_matmul(x, w, g, beta, b, variant="center_prologue"), ref, 1e-4,
-                      tolerance("fp32", 256, 50.0).atol)
+    centred = compare(
+        fused_layernorm_matmul(x, w, g, beta, b, variant="center_prologue"),
+        ref,
+        1e-4,
+        tolerance("fp32", 256, 50.0).atol,
+    )
     assert fold["error_budget"] <= 1 and centred["error_budget"] <= 1, (fold, centred)
     assert fold["max_abs_err"] > centred["max_abs_err"]
 
@@ -84,10 +88,12 @@ def test_tolerance_follows_the_error_model() -> None:
 def test_gradcheck_in_float64() -> None:
     """The backward (PyTorch's, unfused) for x, weight, gamma, beta and bias against finite differences."""
     gen = torch.Generator().manual_seed(2)
-    x, w, g, beta, b = (torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_()
-                        for s in ((3, 6), (4, 6), (6,), (6,), (4,)))
-    assert torch.autograd.gradcheck(lambda *t: FusedLayerNormMatmulFunction.apply(*t, 1e-5, "fold_gamma"),
-                                    (x, w, g, beta, b))
+    x, w, g, beta, b = (
+        torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_() for s in ((3, 6), (4, 6), (6,), (6,), (4,))
+    )
+    assert torch.autograd.gradcheck(
+        lambda *t: FusedLayerNormMatmulFunction.apply(*t, 1e-5, "fold_gamma"), (x, w, g, beta, b)
+    )
     with pytest.raises(TypeError, match="not supported"):
         fused_layernorm_matmul(x, w, g, beta, b)  # the public function runs the kernels, which take no fp64
 
@@ -117,8 +123,9 @@ def test_non_contiguous_x_without_beta_or_bias() -> None:
     x, w, g, _, _ = _inputs((40, 32), 24, torch.float32)
     xt = x.t().contiguous().t()
     assert not xt.is_contiguous()
-    torch.testing.assert_close(fused_layernorm_matmul(xt, w, g).double(), _ref(x, w, g, None, None),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        fused_layernorm_matmul(xt, w, g).double(), _ref(x, w, g, None, None), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_prepared_weight_cache_follows_in_place_updates() -> None:
@@ -129,8 +136,9 @@ def test_prepared_weight_cache_follows_in_place_updates() -> None:
     for t, change in ((g, 2.0), (beta, 1.0), (b, -3.0), (w, 0.5)):
         with torch.no_grad():
             t.add_(change)
-        torch.testing.assert_close(fused_layernorm_matmul(x, w, g, beta, b).double(), _ref(x, w, g, beta, b),
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            fused_layernorm_matmul(x, w, g, beta, b).double(), _ref(x, w, g, beta, b), rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize(
@@ -143,7 +151,7 @@ def test_prepared_weight_cache_follows_in_place_updates() -> None:
         ((torch.randn(2, 8), torch.randn(4, 8), torch.randn(8), None, torch.randn(5)), ValueError, "bias shape"),
     ],
 )
-def test_bad_arguments_get_clear_errors(args, exc, message) -> None:  # noqa: ANN001
+def test_bad_arguments_get_clear_errors(args, exc, message) -> None:
     with pytest.raises(exc, match=message):
         fused_layernorm_matmul(*args)
 
@@ -157,8 +165,10 @@ def test_plans_take_the_rmsnorm_kernels_paths_tagged() -> None:
     assert plan_forward(4096, 4096, 4096, "bf16", "fold_gamma", True, NVIDIA_H200).path == "hopper"
     decode = plan_forward(16, 8192, 8192, "bf16", "fold_gamma", True, NVIDIA_H200)
     assert decode.path == "decode" and decode.steps[1].grid == (64, 2) and decode.steps[1].constexprs["W_DESC"]
-    for plan in (plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", True, NVIDIA_A100),
-                 plan_forward(1024, 4096, 8192, "fp16", "center_prologue", True, NVIDIA_H200)):
+    for plan in (
+        plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", True, NVIDIA_A100),
+        plan_forward(1024, 4096, 8192, "fp16", "center_prologue", True, NVIDIA_H200),
+    ):
         assert plan.path == "tiles" and isinstance(plan.steps[1], Autotuned)
     stats, gemm = plan_forward(4096, 4096, 4096, "fp16", "fold_gamma", True, ASCEND_910B).steps
     assert stats.grid == (48,) and not stats.footprint.cube_vector and stats.footprint.fits()
@@ -166,9 +176,14 @@ def test_plans_take_the_rmsnorm_kernels_paths_tagged() -> None:
     assert plan_forward(0, 8, 8, "fp16", "fold_gamma", True, NVIDIA_H200).steps == ()
 
 
-@pytest.mark.parametrize("shape,n,names", [((130, 256), 264, ["_ln_stats_kernel", "_ln_gemm_tma_kernel"]),
-                                           ((5, 1024), 1040, ["_ln_stats_kernel", "_ln_decode_splitk_kernel"])])
-def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter(shape, n, names) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "shape,n,names",
+    [
+        ((130, 256), 264, ["_ln_stats_kernel", "_ln_gemm_tma_kernel"]),
+        ((5, 1024), 1040, ["_ln_stats_kernel", "_ln_decode_splitk_kernel"]),
+    ],
+)
+def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter(shape, n, names) -> None:
     x, w, g, beta, b = _inputs(shape, n, torch.float16, seed=4, shift=4.0)
     with simulated(NVIDIA_H200), recording() as rec:
         y = fused_layernorm_matmul(x, w, g, beta, b)
@@ -180,8 +195,7 @@ def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter(shape, n, 
 
 def test_spec_perf_cases_targets_and_baselines() -> None:
     perf = SPEC.perf_cases()
-    assert {(c.p["shape"], c.p["n"]) for c in perf} == {((1024, 8192), 4096), ((4096, 4096), 4096),
-                                                         ((16, 8192), 8192)}
+    assert {(c.p["shape"], c.p["n"]) for c in perf} == {((1024, 8192), 4096), ((4096, 4096), 4096), ((16, 8192), 8192)}
     targets = {c.target.max_ratio_to for c in perf if c.variant == "fold_gamma"}
     assert targets == {("cublas_linear", 1.05)}
     small = next(c for c in SPEC.accuracy_cases() if c.p["shape"] == (1, 64) and c.dtype == "fp32")
@@ -189,4 +203,5 @@ def test_spec_perf_cases_targets_and_baselines() -> None:
     assert {"triton", "torch_eager", "torch_compile", "cublas_linear"} <= set(impls)
     big = next(c for c in perf if c.p["shape"] == (1024, 8192))
     assert SPEC.flops(big) >= 2 * 1024 * 8192 * 4096 and SPEC.bytes_moved(big) == 2 * (
-        1024 * 8192 + 4096 * 8192 + 1024 * 4096 + 2 * 8192)
+        1024 * 8192 + 4096 * 8192 + 1024 * 4096 + 2 * 8192
+    )

@@ -7,13 +7,13 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import pytest
+import torch
+import triton
+import triton.language as tl
 
-from collector.accuracy import compare  # noqa: E402
-from kernels.fused_rmsnorm_matmul import (  # noqa: E402
+from collector.accuracy import compare
+from kernels.fused_rmsnorm_matmul import (
     FOLDED,
     SPEC,
     VARIANTS,
@@ -26,13 +26,13 @@ from kernels.fused_rmsnorm_matmul import (  # noqa: E402
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
 
-def _ref(x, w, g, b, eps=1e-6):  # noqa: ANN001, ANN202
+def _ref(x, w, g, b, eps=1e-6):
     x, w, g = x.double(), w.double(), g.double()
     y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g) @ w.t()
     return y + b.double() if b is not None else y
 
 
-def _inputs(m_shape, n, dtype, seed=0):  # noqa: ANN001, ANN202
+def _inputs(m_shape, n, dtype, seed=0):
     gen = torch.Generator().manual_seed(seed)
     k = m_shape[-1]
     x = (torch.randn(m_shape, generator=gen) * 2).to(dtype)
@@ -45,7 +45,7 @@ def _inputs(m_shape, n, dtype, seed=0):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name,dtype", DTYPES)
 @pytest.mark.parametrize("m_shape,n", [((1, 64), 16), ((17, 100), 33), ((2, 3, 48), 20)])
-def test_forward_matches_float64(variant, name, dtype, m_shape, n) -> None:  # noqa: ANN001
+def test_forward_matches_float64(variant, name, dtype, m_shape, n) -> None:
     x, w, g, b = _inputs(m_shape, n, dtype)
     y = fused_rmsnorm_matmul(x, w, g, b, variant=variant)
     assert y.shape == (*m_shape[:-1], n) and y.dtype == dtype
@@ -117,8 +117,12 @@ def test_module_holds_gamma_weight_bias_and_matches_the_function() -> None:
     layer = FusedRMSLinear(48, 20)
     assert {n for n, _ in layer.named_parameters()} == {"gamma", "weight", "bias"}
     x = torch.randn(3, 48)
-    torch.testing.assert_close(layer(x).double(), _ref(x, layer.weight.detach(), layer.gamma.detach(),
-                                                       layer.bias.detach()), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        layer(x).double(),
+        _ref(x, layer.weight.detach(), layer.gamma.detach(), layer.bias.detach()),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert FusedRMSLinear(8, 4, bias=False).bias is None
 
 
@@ -171,8 +175,9 @@ def test_an_autotuned_step_remembers_the_candidate_its_tuner_chose() -> None:
     (_, tuned) = plan_forward(16, 8192, 8192, "fp16", "rstd_prepass", False, NVIDIA_H200)
     want = tuned.candidates[1]
     c = want.constexprs
-    config = triton.Config({k: c[k] for k in ("BM", "BN", "BK", "GROUP_M")}, num_warps=want.num_warps,
-                           num_stages=want.num_stages)
+    config = triton.Config(
+        {k: c[k] for k in ("BM", "BN", "BK", "GROUP_M")}, num_warps=want.num_warps, num_stages=want.num_stages
+    )
     assert chosen_candidate(tuned, config) is want
     other = triton.Config(config.kwargs, num_warps=want.num_warps, num_stages=(want.num_stages or 0) + 9)
     assert chosen_candidate(tuned, other) is None and chosen_candidate(tuned, None) is None
@@ -187,7 +192,7 @@ def test_an_autotuned_step_remembers_the_candidate_its_tuner_chose() -> None:
         ((torch.randn(2, 8).int(), torch.randn(4, 8).int(), torch.randn(8).int()), TypeError, "not supported"),
     ],
 )
-def test_bad_arguments_get_clear_errors(args, exc, message) -> None:  # noqa: ANN001
+def test_bad_arguments_get_clear_errors(args, exc, message) -> None:
     with pytest.raises(exc, match=message):
         fused_rmsnorm_matmul(*args)
     with pytest.raises(ValueError, match="bias shape"):

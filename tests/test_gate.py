@@ -21,23 +21,37 @@ RUNS = 24
 BASE_MS = 0.1  # 0.1-0.7 ms: past the launch-bound range, where one run's slowdown can be significant
 
 
-def _history(db_url: str, steps=(), seed: int = 0, runs: int = RUNS, **kwargs) -> dict:  # noqa: ANN001, ANN003
+def _history(db_url: str, steps=(), seed: int = 0, runs: int = RUNS, **kwargs) -> dict:
     """Ingest ``runs`` runs of history; return the (not ingested) candidate run that follows them."""
     kwargs.setdefault("base_ms", BASE_MS)
-    docs = list(SyntheticHistory(runs=runs + 1, cases=10, samples=30, seed=seed, steps=list(steps), **kwargs)
-                .documents())
+    docs = list(
+        SyntheticHistory(runs=runs + 1, cases=10, samples=30, seed=seed, steps=list(steps), **kwargs).documents()
+    )
     ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs[:-1])])
     return to_data(docs[-1])
 
 
-def _gate(cli, db_url: str, doc: dict, tmp_path: Path, *extra: str):  # noqa: ANN001, ANN202
+def _gate(cli, db_url: str, doc: dict, tmp_path: Path, *extra: str):
     path = tmp_path / "candidate.json"
     path.write_text(dumps(doc))
-    return cli.invoke(main, ["gate", "--artifact", str(path), "--baseline", "synthetic/main", "--db", db_url,
-                             "--report-dir", str(tmp_path / "report"), *extra])
+    return cli.invoke(
+        main,
+        [
+            "gate",
+            "--artifact",
+            str(path),
+            "--baseline",
+            "synthetic/main",
+            "--db",
+            db_url,
+            "--report-dir",
+            str(tmp_path / "report"),
+            *extra,
+        ],
+    )
 
 
-def test_a_clear_regression_fails_only_where_it_happened(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_clear_regression_fails_only_where_it_happened(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, steps=[Step(RUNS, 1.15, "mse_loss")])
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 1, result.output
@@ -49,28 +63,35 @@ def test_a_clear_regression_fails_only_where_it_happened(db_url, tmp_path, cli) 
     assert "## KernelWatch gate: FAIL" in (tmp_path / "report" / "gate.md").read_text()
 
 
-def test_a_to_a_noise_passes(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_to_a_noise_passes(db_url, tmp_path, cli) -> None:
     for seed in (1, 2, 3):
-        candidate = _history(db_url, seed=seed) if seed == 1 else next(
-            d for i, d in enumerate(SyntheticHistory(runs=RUNS + seed, cases=10, samples=30, seed=1,
-                                                     base_ms=BASE_MS).documents())
-            if i == RUNS + seed - 1)
+        candidate = (
+            _history(db_url, seed=seed)
+            if seed == 1
+            else next(
+                d
+                for i, d in enumerate(
+                    SyntheticHistory(runs=RUNS + seed, cases=10, samples=30, seed=1, base_ms=BASE_MS).documents()
+                )
+                if i == RUNS + seed - 1
+            )
+        )
         result = _gate(cli, db_url, candidate, tmp_path)
         assert result.exit_code == 0, result.output
 
 
-def test_a_small_step_below_the_minimum_effect_passes(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_small_step_below_the_minimum_effect_passes(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, steps=[Step(RUNS, 1.03, "mse_loss")])
     assert _gate(cli, db_url, candidate, tmp_path).exit_code == 0
     assert _gate(cli, db_url, candidate, tmp_path, "--min-effect", "0.01").exit_code == 1
 
 
-def test_per_kernel_minimum_effect(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_per_kernel_minimum_effect(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, steps=[Step(RUNS, 1.15, "mse_loss")])
     assert _gate(cli, db_url, candidate, tmp_path, "--case-min-effect", "mse_loss=0.3").exit_code == 0
 
 
-def test_an_accuracy_failure_fails_and_budget_growth_warns(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_an_accuracy_failure_fails_and_budget_growth_warns(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url)
     # the errors the budget comes from move with it (the synthetic rows have max abs = budget x atol)
     candidate["accuracy"][0].update(passed=False, error_budget=3.5, max_abs_err=3.5e-3, max_rel_err=3.5e-3)
@@ -81,14 +102,14 @@ def test_an_accuracy_failure_fails_and_budget_growth_warns(db_url, tmp_path, cli
     assert result.exit_code == 0 and "Warnings" in result.output and "error budget grew" in result.output
 
 
-def test_an_errored_case_fails(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_an_errored_case_fails(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url)
     row = next(p for p in candidate["perf"] if p["implementation"] == "triton")
     row.update(error="the worker process was killed by SIGSEGV", median_ms=None, samples_ms=[])
     assert _gate(cli, db_url, candidate, tmp_path).exit_code == 1
 
 
-def test_no_baseline_on_this_hardware_cannot_decide(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_no_baseline_on_this_hardware_cannot_decide(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url)
     candidate["hardware"]["device_name"] = "NVIDIA A100-SXM4-80GB (synthetic)"
     result = _gate(cli, db_url, candidate, tmp_path)
@@ -104,32 +125,46 @@ def test_no_baseline_on_this_hardware_cannot_decide(db_url, tmp_path, cli) -> No
     assert "synthetic/main (" in wrong_branch.output  # what exists
 
 
-def test_bad_input_cannot_decide(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_bad_input_cannot_decide(db_url, tmp_path, cli) -> None:
     assert cli.invoke(main, ["gate", "--baseline", "main", "--db", db_url]).exit_code == 2
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     result = cli.invoke(main, ["gate", "--artifact", str(bad), "--baseline", "main", "--db", db_url])
     assert result.exit_code == 2 and "bad.json" in result.output
-    assert "no database at" in cli.invoke(main, ["gate", "--candidate", "ffff", "--baseline", "main", "--db",
-                                                 db_url]).output or db_url.startswith("postgresql")
+    assert "no database at" in cli.invoke(
+        main, ["gate", "--candidate", "ffff", "--baseline", "main", "--db", db_url]
+    ).output or db_url.startswith("postgresql")
     open_database(db_url).dispose()
     missing = cli.invoke(main, ["gate", "--candidate", "ffff", "--baseline", "main", "--db", db_url])
     assert missing.exit_code == 2 and "no run with id 'ffff'" in missing.output
 
 
-def test_candidate_from_the_database_by_run_id(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_candidate_from_the_database_by_run_id(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, steps=[Step(RUNS, 1.2, "softmax")])
     ingest_documents(open_database(db_url), [("c", parse_artifact(dumps(candidate)))])
-    result = cli.invoke(main, ["gate", "--candidate", candidate["run"]["id"][:8], "--baseline", "synthetic/main",
-                               "--db", db_url, "--report-dir", str(tmp_path / "r")])
+    result = cli.invoke(
+        main,
+        [
+            "gate",
+            "--candidate",
+            candidate["run"]["id"][:8],
+            "--baseline",
+            "synthetic/main",
+            "--db",
+            db_url,
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+    )
     assert result.exit_code == 1 and "scaled_masked_softmax/" in result.output
 
 
-def test_bisect_names_the_commits_around_the_step(tmp_path, cli) -> None:  # noqa: ANN001
+def test_bisect_names_the_commits_around_the_step(tmp_path, cli) -> None:
     db_url = f"sqlite:///{tmp_path / 'b.db'}"
     history = SyntheticHistory(runs=30, cases=4, samples=10, steps=[Step(17, 1.25, "mse_loss")])
-    ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in
-                                             enumerate(history.documents())])
+    ingest_documents(
+        open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(history.documents())]
+    )
     case = next(c["key"] for c in history.case_list() if c["kernel"] == "mse_loss")
     result = cli.invoke(main, ["bisect", case, "--hardware", "H200", "--db", db_url])
     assert result.exit_code == 0, result.output
@@ -138,7 +173,7 @@ def test_bisect_names_the_commits_around_the_step(tmp_path, cli) -> None:  # noq
 
 
 @pytest.mark.browser
-def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> None:
     from tests.test_dashboard_browser import CHROMIUM
 
     if not Path(CHROMIUM).exists():
@@ -152,8 +187,9 @@ def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> 
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
-                                                                   "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         page = browser.new_page()
         page.goto((tmp_path / "report" / "gate.html").as_uri())
         page.wait_for_selector("#ratios td.case", timeout=30_000)
@@ -167,8 +203,13 @@ def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> 
         from ci.reports import html_report
 
         run = {"id": "0" * 36, "commit": {"sha": "0" * 40, "branch": "b"}, "status": "complete"}
-        chart_only = GateResult(candidate=run, baseline={"id": "1" * 36, "commit": "1" * 40, "branch": "b"}, verdicts=[
-            CaseVerdict(EVIL, "mse_loss", "pass", comparison=compare_case(EVIL, [1.0, 1.1, 1.2], [1.0, 1.1, 1.2]))])
+        chart_only = GateResult(
+            candidate=run,
+            baseline={"id": "1" * 36, "commit": "1" * 40, "branch": "b"},
+            verdicts=[
+                CaseVerdict(EVIL, "mse_loss", "pass", comparison=compare_case(EVIL, [1.0, 1.1, 1.2], [1.0, 1.1, 1.2]))
+            ],
+        )
         (tmp_path / "chart.html").write_text(html_report(chart_only))
         page.goto((tmp_path / "chart.html").as_uri())
         page.wait_for_selector("#ratios td.case", timeout=30_000)
@@ -180,13 +221,26 @@ def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> 
 # ---------------------------------------------------------------------------------------------
 # Options, incomplete candidates, baselines by name
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("option", [
-    ("--min-effect", "nan"), ("--min-effect", "inf"), ("--min-effect", "-1"), ("--min-effect", "0"),
-    ("--min-effect", "10"), ("--fdr", "0"), ("--fdr", "nan"), ("--fdr", "2"), ("--fdr", "1"),
-    ("--case-min-effect", "mse_loss=nan"), ("--case-min-effect", "mse_loss=0"), ("--case-min-effect", "mse_loss"),
-    ("--case-min-effect", "no_such_kernel=0.1"), ("--case-min-effect", "=0.1"),
-])
-def test_option_values_are_validated(option, tmp_path, cli) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "option",
+    [
+        ("--min-effect", "nan"),
+        ("--min-effect", "inf"),
+        ("--min-effect", "-1"),
+        ("--min-effect", "0"),
+        ("--min-effect", "10"),
+        ("--fdr", "0"),
+        ("--fdr", "nan"),
+        ("--fdr", "2"),
+        ("--fdr", "1"),
+        ("--case-min-effect", "mse_loss=nan"),
+        ("--case-min-effect", "mse_loss=0"),
+        ("--case-min-effect", "mse_loss"),
+        ("--case-min-effect", "no_such_kernel=0.1"),
+        ("--case-min-effect", "=0.1"),
+    ],
+)
+def test_option_values_are_validated(option, tmp_path, cli) -> None:
     """Bad option values once made the gate PASS (`--min-effect nan`, `--fdr 0`); each is an exit-2 one-liner."""
     db_url = f"sqlite:///{tmp_path / 'kw.db'}"
     candidate = _history(db_url, runs=3, steps=[Step(3, 1.5, "mse_loss")])
@@ -197,7 +251,7 @@ def test_option_values_are_validated(option, tmp_path, cli) -> None:  # noqa: AN
     assert option[0] in lines[0]
 
 
-def test_a_case_min_effect_may_name_a_case(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_case_min_effect_may_name_a_case(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=6, steps=[Step(6, 1.15, "mse_loss")])
     mse = [c["key"] for c in candidate["cases"] if c["kernel"] == "mse_loss"]
     args = [a for key in mse for a in ("--case-min-effect", f"{key}=0.3")]
@@ -205,7 +259,7 @@ def test_a_case_min_effect_may_name_a_case(db_url, tmp_path, cli) -> None:  # no
     assert _gate(cli, db_url, candidate, tmp_path, *args[:-2]).exit_code == 1  # one case left at 5%
 
 
-def test_a_partial_candidate_fails_and_names_the_missing_cases(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_partial_candidate_fails_and_names_the_missing_cases(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=6)
     dropped = {c["key"] for c in candidate["cases"][5:]}
     candidate["run"]["status"] = "partial"
@@ -216,13 +270,15 @@ def test_a_partial_candidate_fails_and_names_the_missing_cases(db_url, tmp_path,
     for key in dropped:
         assert key in result.output
     junit = ET.parse(tmp_path / "report" / "gate-junit.xml").getroot()
-    missing = {c.get("name") for c in junit.iter("testcase") if (f := c.find("failure")) is not None
-               and f.get("type") == "missing"}
+    missing = {
+        c.get("name")
+        for c in junit.iter("testcase")
+        if (f := c.find("failure")) is not None and f.get("type") == "missing"
+    }
     assert missing == dropped
 
 
-def test_a_complete_run_of_fewer_kernels_is_judged_on_what_it_set_out_to_measure(db_url, tmp_path,
-                                                                                cli) -> None:  # noqa: ANN001
+def test_a_complete_run_of_fewer_kernels_is_judged_on_what_it_set_out_to_measure(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=6)
     keep = {c["key"] for c in candidate["cases"] if c["kernel"] == "mse_loss"}
     candidate["accuracy"] = [a for a in candidate["accuracy"] if a["case"] in keep]
@@ -233,7 +289,7 @@ def test_a_complete_run_of_fewer_kernels_is_judged_on_what_it_set_out_to_measure
     assert result.exit_code == 1 and "missing" in result.output
 
 
-def test_a_failed_candidate_with_nothing_measured_cannot_decide(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_failed_candidate_with_nothing_measured_cannot_decide(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=3)
     candidate["run"].update(status="failed", notes="the cuda worker could not describe its device")
     candidate.update(cases=[], accuracy=[], perf=[])
@@ -242,18 +298,23 @@ def test_a_failed_candidate_with_nothing_measured_cannot_decide(db_url, tmp_path
     assert "nothing comparable was measured" in result.output and "20 missing" in result.output
 
 
-def test_an_errored_candidate_lists_its_errors(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_an_errored_candidate_lists_its_errors(db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=3)
     candidate["run"]["status"] = "partial"
     for a in candidate["accuracy"][:2]:
-        a.update(passed=False, error_budget=None, max_abs_err=None, max_rel_err=None,
-                 error="the worker process was killed by SIGKILL while running this case")
+        a.update(
+            passed=False,
+            error_budget=None,
+            max_abs_err=None,
+            max_rel_err=None,
+            error="the worker process was killed by SIGKILL while running this case",
+        )
     result = _gate(cli, db_url, candidate, tmp_path)
     assert result.exit_code == 1 and result.output.count("killed by SIGKILL") == 2
 
 
 @pytest.mark.parametrize("broken", ["no samples", "no trials"])
-def test_a_result_without_a_measurement_never_passes(broken, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_result_without_a_measurement_never_passes(broken, db_url, tmp_path, cli) -> None:
     candidate = _history(db_url, runs=3)
     if broken == "no samples":
         row = next(p for p in candidate["perf"] if p["implementation"] == "triton")
@@ -268,17 +329,18 @@ def _ingest(db_url: str, *docs: dict) -> None:
     ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
 
 
-def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_path, cli) -> None:
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents()]
     first, second, candidate = docs
     _ingest(db_url, first)
     path = tmp_path / "c.json"
     path.write_text(dumps(candidate))
 
-    def gate(baseline: str, *source: str):  # noqa: ANN202
+    def gate(baseline: str, *source: str):
         src = list(source) or ["--artifact", str(path)]
-        return cli.invoke(main, ["gate", *src, "--baseline", baseline, "--db", db_url,
-                                 "--report-dir", str(tmp_path / "r")])
+        return cli.invoke(
+            main, ["gate", *src, "--baseline", baseline, "--db", db_url, "--report-dir", str(tmp_path / "r")]
+        )
 
     for spec in (first["run"]["id"], first["run"]["id"][:6]):
         result = gate(spec)
@@ -293,16 +355,17 @@ def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_pa
     assert itself.exit_code == 2 and "is the candidate run itself" in itself.output
 
 
-def test_a_branch_whose_only_run_is_the_candidate_says_so(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_branch_whose_only_run_is_the_candidate_says_so(db_url, tmp_path, cli) -> None:
     (candidate,) = map(to_data, SyntheticHistory(runs=1, cases=4, samples=30, base_ms=BASE_MS).documents())
     _ingest(db_url, candidate)
-    result = cli.invoke(main, ["gate", "--candidate", candidate["run"]["id"], "--baseline", "synthetic/main",
-                               "--db", db_url])
+    result = cli.invoke(
+        main, ["gate", "--candidate", candidate["run"]["id"], "--baseline", "synthetic/main", "--db", db_url]
+    )
     assert result.exit_code == 2, result.output
     assert "1 run of synthetic/main on NVIDIA H200 (synthetic); the newest is the candidate" in result.output
 
 
-def test_a_branch_measured_only_on_other_hardware_names_it(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_branch_measured_only_on_other_hardware_names_it(db_url, tmp_path, cli) -> None:
     docs = [to_data(d) for d in SyntheticHistory(runs=2, cases=4, samples=30, hardware=2, base_ms=BASE_MS).documents()]
     _ingest(db_url, *[d for d in docs if d["hardware"]["vendor"] == "ascend"])
     path = tmp_path / "c.json"
@@ -313,7 +376,7 @@ def test_a_branch_measured_only_on_other_hardware_names_it(db_url, tmp_path, cli
     assert "2 on other hardware: Ascend910B4 (synthetic)" in result.output
 
 
-def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:  # noqa: ANN001
+def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:
     db_url = f"sqlite:///{tmp_path / 'kw.db'}"
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=2, samples=5).documents()]
     for i, d in enumerate(docs):
@@ -328,7 +391,7 @@ def test_an_ambiguous_run_id_prefix_is_refused(tmp_path, cli) -> None:  # noqa: 
 # ---------------------------------------------------------------------------------------------
 # Between-run noise
 # ---------------------------------------------------------------------------------------------
-def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, cli) -> None:
     """docs/design.md: 1-3 runs in 30 of a launch-bound case come out 2-6x slower. One such run is no regression
     but a suspect (confirm decides it); a step beyond what outlier runs do is a regression."""
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"  # 5 us
@@ -343,7 +406,7 @@ def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, 
     assert result.exit_code == 1 and f"| `{case}` | slower |" in result.output
 
 
-def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path, cli) -> None:
     """Two runs with tight samples (p_within ~ 1e-11) 6% apart, on a 25 us case with one run of history:
     within its between-run noise floor (doubled without history: 4.1%, z = 1.4). A 25% step is past it."""
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"
@@ -366,12 +429,13 @@ def _repeats_by_commit() -> dict[str, list[Path]]:
 
 
 REPEAT_GROUPS = _repeats_by_commit()
-A_A_CASES = [(commit, i) for commit, paths in sorted(REPEAT_GROUPS.items())
-             for i in sorted({0, len(paths) // 2, len(paths) - 1})]
+A_A_CASES = [
+    (commit, i) for commit, paths in sorted(REPEAT_GROUPS.items()) for i in sorted({0, len(paths) // 2, len(paths) - 1})
+]
 
 
 @pytest.mark.parametrize("commit,held_out", A_A_CASES, ids=[f"{c}-{i}" for c, i in A_A_CASES])
-def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, cli) -> None:
     """Repeated H200 runs of one commit: the others are history and baseline, the held-out one is the
     candidate. The four MSELoss repeats of 653a5717 once said FAIL (+8.7% slower, p=5.4e-27, on a 5 us
     launch-bound case); 73812d88 has 14 repeats of MSELoss and softmax."""
@@ -401,7 +465,7 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
 EVIL = 'mse_loss/x/fp16/n=`1`|2,<a href="http://evil.example/">x</a>,[y](https://evil.example),www.evil.example'
 
 
-def test_reports_escape_case_names_and_messages(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_reports_escape_case_names_and_messages(db_url, tmp_path, cli) -> None:
     """A case key or an error message from an artifact must not become a link, HTML, or a broken table."""
     candidate = _history(db_url, runs=3)
     old = candidate["cases"][0]["key"]
@@ -429,7 +493,7 @@ def test_reports_escape_case_names_and_messages(db_url, tmp_path, cli) -> None: 
 CONTROL = "\x1b[2J\x1b[32mPASS\x1b[0m\rok\x08\x07"  # clear screen, green "PASS", overwrite, backspace, bell
 
 
-def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path, cli) -> None:
     """An artifact's branch, subject and error text may carry ESC, CR or backspace (a compiler's coloured
     message, a hostile branch name): printed raw they would repaint a reviewer's terminal, and JUnit XML
     cannot hold them at all. Every command and report shows them escaped."""
@@ -456,7 +520,7 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     assert "\x1b" not in shown and "boom" + CONTROL in {r["error"] for r in json.loads(shown)}
 
 
-def test_an_empty_report_dir_is_refused(db_url, tmp_path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_an_empty_report_dir_is_refused(db_url, tmp_path, cli, monkeypatch) -> None:
     """--report-dir '' wrote the reports into the working folder; '.' still means it, on purpose."""
     candidate = _history(db_url, runs=3)
     monkeypatch.chdir(tmp_path)
@@ -476,7 +540,7 @@ def test_markdown_helpers() -> None:
     assert "http://" not in md_text("go to http://x.example") and "www." not in md_text("www.x.example")
 
 
-def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:
     """--metric call compares wall time per call (the collector's call samples). An A/A of real H200 repeats
     passes: the held-out repeat paid 1.6-2x more host time on six cases, so host time is judged with the
     outlier-run model (one run fails only past those runs). On SYNTHETIC copies with ten call samples a
@@ -496,12 +560,27 @@ def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:  # n
             p["call_ms"] = sorted(p["call_samples_ms"])[5] if p["call_samples_ms"] else None
     ingest_documents(open_database(synthetic), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(copies[:-1])])
     candidate, path = copies[-1], tmp_path / "c.json"
-    gate = ["gate", "--baseline", "synthetic/step", "--db", synthetic, "--report-dir", str(tmp_path / "s"),
-            "--metric", "call", "--artifact", str(path)]
+    gate = [
+        "gate",
+        "--baseline",
+        "synthetic/step",
+        "--db",
+        synthetic,
+        "--report-dir",
+        str(tmp_path / "s"),
+        "--metric",
+        "call",
+        "--artifact",
+        str(path),
+    ]
     for factor, code, status in ((3.0, 0, "slower (within noise)"), (8.0, 1, "slower")):
         row = next(p for p in candidate["perf"] if p["case"] == slow and p["implementation"] == "triton")
-        row["call_samples_ms"] = [v * factor for v in next(
-            p for p in copies[-2]["perf"] if p["case"] == slow and p["implementation"] == "triton")["call_samples_ms"]]
+        row["call_samples_ms"] = [
+            v * factor
+            for v in next(p for p in copies[-2]["perf"] if p["case"] == slow and p["implementation"] == "triton")[
+                "call_samples_ms"
+            ]
+        ]
         row["call_ms"] = sorted(row["call_samples_ms"])[5]
         path.write_text(dumps(candidate))
         result = cli.invoke(main, gate)

@@ -24,14 +24,18 @@ from kernelwatch.cli import main
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 # Three full runs of one commit on the x2 host (62 kernel timings, 234 perf rows, 358 gating accuracy rows each)
-FULL_HISTORY = [HISTORY / "2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json.gz",
-                HISTORY / "2026-11-30T1853-73812d88-h200x2-full-1gpu.json.gz"]
+FULL_HISTORY = [
+    HISTORY / "2026-11-30T1851-73812d88-h200x2-full-2gpu-cold.json.gz",
+    HISTORY / "2026-11-30T1853-73812d88-h200x2-full-1gpu.json.gz",
+]
 FULL = HISTORY / "2026-11-30T1856-73812d88-h200x2-full-2gpu.json.gz"
 # 14 repeats of one commit (38 kernel timings each): six are main's history, the seventh the candidate
 REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json.gz"))[:7]
-SLOWED = ("mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456",
-          "scaled_masked_softmax/masked/fp16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=32x16x1024x1024",
-          "scaled_masked_softmax/masked/bf16/density=0.1,direction=bwd,mask=batch,scale=0.125,shape=32x16x512x512")
+SLOWED = (
+    "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456",
+    "scaled_masked_softmax/masked/fp16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=32x16x1024x1024",
+    "scaled_masked_softmax/masked/bf16/density=0.1,direction=bwd,mask=batch,scale=0.125,shape=32x16x512x512",
+)
 REFERENCES = ("torch_eager", "torch_compile", "cublas_linear")
 YEAR = 60 * 24 * 366
 
@@ -62,8 +66,9 @@ def everything(doc: dict, factor: float) -> dict:
     return slower(doc, factor, ("triton", *REFERENCES))
 
 
-def moved(doc: dict, minutes: int, branch: str | None = None, trigger: str | None = None,
-          commit_too: bool = False) -> dict:
+def moved(
+    doc: dict, minutes: int, branch: str | None = None, trigger: str | None = None, commit_too: bool = False
+) -> dict:
     """The same run as another run (a new id), started ``minutes`` later (the commit time too with
     ``commit_too``), optionally on another branch or by another trigger."""
     doc = copy.deepcopy(doc)
@@ -73,8 +78,9 @@ def moved(doc: dict, minutes: int, branch: str | None = None, trigger: str | Non
         if doc["run"].get(key):
             doc["run"][key] = format_time(parse_time(doc["run"][key]) + dt.timedelta(minutes=minutes))
     if commit_too and doc["run"]["commit"].get("time"):
-        doc["run"]["commit"]["time"] = format_time(parse_time(doc["run"]["commit"]["time"])
-                                                   + dt.timedelta(minutes=minutes))
+        doc["run"]["commit"]["time"] = format_time(
+            parse_time(doc["run"]["commit"]["time"]) + dt.timedelta(minutes=minutes)
+        )
     if branch:
         doc["run"]["commit"]["branch"] = branch
     if trigger:
@@ -86,7 +92,7 @@ def ingest(db_url: str, *docs: dict) -> None:
     ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
 
 
-def gate(cli, db_url: str, doc: dict | None, tmp_path: Path, *extra: str):  # noqa: ANN001, ANN202
+def gate(cli, db_url: str, doc: dict | None, tmp_path: Path, *extra: str):
     args = ["gate", "--baseline", "main", "--db", db_url, "--report-dir", str(tmp_path / "report"), *extra]
     if doc is not None:
         path = tmp_path / "candidate.json"
@@ -118,14 +124,14 @@ def full_main(db_url: str) -> dict:
 
 
 @pytest.mark.parametrize("factor", [10.0, 2.0, 1.5])
-def test_every_implementation_slower_is_no_machine_of_this_model(factor, full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_every_implementation_slower_is_no_machine_of_this_model(factor, full_main, db_url, tmp_path, cli) -> None:
     """Probe: kernel, eager, compile and cuBLAS all x10 (or x2, x1.5) was "machine: 62 · pass: 358", exit 0. No two
     H200s in ci/history differ by more than 4.5% over a run: the run is unmeasured, exit 1."""
     result = gate(cli, db_url, everything(full_main, factor), tmp_path)
     _unmeasured(result, factor)
 
 
-def _unmeasured(result, factor: float) -> None:  # noqa: ANN001
+def _unmeasured(result, factor: float) -> None:
     """Every kernel timing unmeasured, but the one GEMM case 5.8% slower than its cuBLAS even so (a regression)."""
     counts = statuses(result.output)
     assert result.exit_code == 1, result.output
@@ -136,7 +142,7 @@ def _unmeasured(result, factor: float) -> None:  # noqa: ANN001
     assert abs(float(re.search(r"ran (\d+\.?\d*)x", note).group(1)) / factor - 1) < 0.05, note
 
 
-def test_with_the_measured_ceilings_cut_too(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_with_the_measured_ceilings_cut_too(full_main, db_url, tmp_path, cli) -> None:
     doc = everything(full_main, 10.0)
     for key in ("peak_gbps", "peak_tflops", "peak_read_gbps"):
         if doc["hardware"].get(key):
@@ -144,7 +150,7 @@ def test_with_the_measured_ceilings_cut_too(full_main, db_url, tmp_path, cli) ->
     _unmeasured(gate(cli, db_url, doc, tmp_path), 10.0)
 
 
-def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> None:
     doc = everything(full_main, 10.0)
     doc["run"]["status"] = "partial"
     kept = sorted({p["case"] for p in doc["perf"]})[::2]
@@ -155,13 +161,13 @@ def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> Non
     assert "machine" not in counts
 
 
-def test_stored_and_gated_by_id(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_stored_and_gated_by_id(full_main, db_url, tmp_path, cli) -> None:
     doc = moved(everything(full_main, 10.0), 1)
     ingest(db_url, doc)
     _unmeasured(gate(cli, db_url, None, tmp_path, "--candidate", doc["run"]["id"]), 10.0)
 
 
-def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli) -> None:
     """The kernel alone x10 is 62 regressions; eager alone x10 leaves the kernel's times, which pass."""
     result = gate(cli, db_url, slower(full_main, 10.0), tmp_path)
     assert result.exit_code == 1 and statuses(result.output).get("slower") == 62, result.output
@@ -183,18 +189,20 @@ def repeats_main(db_url: str) -> dict:
     return run(REPEATS[-1])
 
 
-def _regressed(result) -> None:  # noqa: ANN001
+def _regressed(result) -> None:
     assert result.exit_code == 1, result.output
     for case in SLOWED:
         assert "| slower |" in rows(result.output, case), rows(result.output, case)
     assert statuses(result.output).get("slower") == len(SLOWED), result.output
 
 
-def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tmp_path, cli) -> None:
     """Probe: six future-dated runs of branches junk0..junk5 (kernel 0.5-2x) made three +30% cases "noisy" ("runs
     of its history deviated this much 6 times in 14"). Other branches never judge main's candidates."""
-    junk = [moved(slower(repeats_main, f), YEAR, branch=f"junk{i}", commit_too=True)
-            for i, f in enumerate((0.5, 0.7, 0.85, 1.2, 1.5, 2.0))]
+    junk = [
+        moved(slower(repeats_main, f), YEAR, branch=f"junk{i}", commit_too=True)
+        for i, f in enumerate((0.5, 0.7, 0.85, 1.2, 1.5, 2.0))
+    ]
     ingest(db_url, *junk)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
     _regressed(result)
@@ -202,7 +210,7 @@ def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tm
     assert "from 6 runs of main" in rows(result.output, SLOWED[0])
 
 
-def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp_path, cli) -> None:
     """Probe: an empty run and x10 runs of main dated a year ahead (a runner's clock) entered the noise."""
     empty = moved(repeats_main, YEAR, commit_too=True)
     empty.update(perf=[], accuracy=[], profiler=[], cases=[])
@@ -213,7 +221,7 @@ def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp
     assert "history: 6 complete runs of main" in result.output
 
 
-def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_url, tmp_path, cli) -> None:
     """The candidate's clock a year ahead, main's future-dated x10 runs between now and it: only runs up to now
     judge it."""
     future = [moved(slower(repeats_main, 10.0), YEAR // 2 + i, commit_too=True) for i in range(3)]
@@ -223,7 +231,7 @@ def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_ur
     assert "history: 6 complete runs of main" in result.output
 
 
-def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_path, cli) -> None:
     """A pull request from a fork's branch named main, its timer broken (every time x10), stored by
     pull-request.yml before the gate: it was main's newest run, the baseline (the candidate 7x faster, PASS)."""
     push = moved(slower(repeats_main, 10.0), -1, branch="main", trigger="pr")
@@ -239,11 +247,12 @@ def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_pa
 # ---------------------------------------------------------------------------------------------
 def _worst_case(doc: dict) -> str:
     """The gating case with the largest budget (the one a forged budget hides best)."""
-    return max((a for a in doc["accuracy"] if a["kind"] == "gate" and a["error_budget"]),
-               key=lambda a: a["error_budget"])["case"]
+    return max(
+        (a for a in doc["accuracy"] if a["kind"] == "gate" and a["error_budget"]), key=lambda a: a["error_budget"]
+    )["case"]
 
 
-def test_a_forged_error_budget_fails(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_forged_error_budget_fails(full_main, db_url, tmp_path, cli) -> None:
     """Probe: errors x1000 with the stored budget forged to 0.5 was "warning: error budget grew 2.2x ... still
     within tolerance", exit 0. The same gating inputs under the baseline's budget imply at least ~80x the budget."""
     doc = copy.deepcopy(full_main)
@@ -257,7 +266,7 @@ def test_a_forged_error_budget_fails(full_main, db_url, tmp_path, cli) -> None: 
     assert "'passed: true' disagrees" in line
 
 
-def test_a_forged_tolerance_or_an_impossible_budget_fails(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_forged_tolerance_or_an_impossible_budget_fails(full_main, db_url, tmp_path, cli) -> None:
     doc = copy.deepcopy(full_main)
     gated = [a for a in doc["accuracy"] if a["kind"] == "gate" and a["error_budget"]]
     loose, high = gated[0], gated[1]
@@ -269,7 +278,7 @@ def test_a_forged_tolerance_or_an_impossible_budget_fails(full_main, db_url, tmp
     assert "larger than its errors allow" in rows(result.output, high["case"])
 
 
-def test_a_run_without_its_kernel_timings_is_missing_them(full_main, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_run_without_its_kernel_timings_is_missing_them(full_main, db_url, tmp_path, cli) -> None:
     """Probe: a complete run whose kernel perf rows were removed (eager, compile and cuBLAS rows left) was
     "pass: 357 · warning: 1", exit 0."""
     doc = copy.deepcopy(full_main)

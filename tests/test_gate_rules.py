@@ -26,19 +26,34 @@ REPEATS = sorted(HISTORY.glob("*73812d88-h200-mse-softmax-perf-repeat*.json.gz")
 BASE_MS = 0.1
 
 
-def _ingest(db_url: str, *docs) -> None:  # noqa: ANN002
-    ingest_documents(open_database(db_url), [(str(i), d if not isinstance(d, dict) else parse_artifact(dumps(d)))
-                                             for i, d in enumerate(docs)])
+def _ingest(db_url: str, *docs) -> None:
+    ingest_documents(
+        open_database(db_url),
+        [(str(i), d if not isinstance(d, dict) else parse_artifact(dumps(d))) for i, d in enumerate(docs)],
+    )
 
 
-def _gate(cli, db_url: str, doc, tmp_path: Path, baseline: str = "main", *extra: str):  # noqa: ANN001, ANN202
+def _gate(cli, db_url: str, doc, tmp_path: Path, baseline: str = "main", *extra: str):
     path = tmp_path / "candidate.json"
     path.write_text(dumps(doc))
-    return cli.invoke(main, ["gate", "--artifact", str(path), "--baseline", baseline, "--db", db_url,
-                             "--report-dir", str(tmp_path / "report"), *extra])
+    return cli.invoke(
+        main,
+        [
+            "gate",
+            "--artifact",
+            str(path),
+            "--baseline",
+            baseline,
+            "--db",
+            db_url,
+            "--report-dir",
+            str(tmp_path / "report"),
+            *extra,
+        ],
+    )
 
 
-def _slower(doc: dict, factor: float, match=lambda p: True, impl: str = "triton") -> dict:  # noqa: ANN001
+def _slower(doc: dict, factor: float, match=lambda p: True, impl: str = "triton") -> dict:
     doc = copy.deepcopy(doc)
     for p in doc["perf"]:
         if p["implementation"] == impl and match(p):
@@ -68,7 +83,7 @@ def _later(doc: dict, minutes: int = 30) -> dict:
 # ---------------------------------------------------------------------------------------------
 # One baseline rule
 # ---------------------------------------------------------------------------------------------
-def test_a_newer_accuracy_only_run_never_hides_a_tenfold_slowdown(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_newer_accuracy_only_run_never_hides_a_tenfold_slowdown(db_url, tmp_path, cli) -> None:
     """Hostile-input probe: main's newest complete run was accuracy-only, so all 62 perf cases were "new" and a
     candidate 10x slower passed. The rule takes the run sharing the kernel timings."""
     full = to_data(load_artifact(FULL))
@@ -80,7 +95,7 @@ def test_a_newer_accuracy_only_run_never_hides_a_tenfold_slowdown(db_url, tmp_pa
     assert f"run `{full['run']['id'][:8]}`" in result.output
 
 
-def test_never_newer_never_future_never_empty(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_never_newer_never_future_never_empty(db_url, tmp_path, cli) -> None:
     docs = [to_data(d) for d in SyntheticHistory(runs=4, cases=4, samples=30, base_ms=BASE_MS).documents()]
     first, second, candidate, newer = docs
     future, empty = _later(second, 60 * 24 * 365 * 50), _later(second, 1)
@@ -97,7 +112,7 @@ def test_never_newer_never_future_never_empty(db_url, tmp_path, cli) -> None:  #
     assert empty["run"]["id"] in named_empty.output  # whole ids, never cut
 
 
-def test_a_fragmented_branch_is_judged_case_by_case(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_fragmented_branch_is_judged_case_by_case(db_url, tmp_path, cli) -> None:
     """A newer run lacking a kernel timing once chose the older run, and with the older run lacking
     another the gate refused (exit 2, "baseline selection"). Each case now takes its newest earlier result."""
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents()]
@@ -120,7 +135,7 @@ def test_a_fragmented_branch_is_judged_case_by_case(db_url, tmp_path, cli) -> No
 # The gate judges what it measures
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [{"error_budget": 5.0}, {"nan_mismatches": 3}])
-def test_accuracy_is_judged_from_the_measurement_not_the_flag(bad, db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_accuracy_is_judged_from_the_measurement_not_the_flag(bad, db_url, tmp_path, cli) -> None:
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, samples=30, base_ms=BASE_MS).documents()]
     _ingest(db_url, *docs[:2])
     candidate = docs[2]
@@ -130,7 +145,7 @@ def test_accuracy_is_judged_from_the_measurement_not_the_flag(bad, db_url, tmp_p
     assert "| accuracy failed |" in result.output and "disagrees with the measurement" in result.output
 
 
-def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli) -> None:
     """Found by the hostile-input probe: --metric call with every case 3x slower was all "noisy: launch-bound"."""
     _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
     candidate = _slower(to_data(load_artifact(REPEATS[-1])), 3.0)
@@ -139,7 +154,7 @@ def test_every_case_three_times_slower_in_call_time_fails(db_url, tmp_path, cli)
     assert "run-wide shift" in result.output and "| slower |" in result.output
 
 
-def test_a_uniform_slowdown_shared_by_the_references_is_past_any_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_uniform_slowdown_shared_by_the_references_is_past_any_machine(db_url, tmp_path, cli) -> None:
     """A whole run 15% slower, its references with it, was "machine" (exit 0). No two H200s in ci/history
     differ by more than 4.5% over a run (MACHINE_RUN_BOUND): this machine is broken, the run unmeasured (exit 1)."""
     _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
@@ -191,7 +206,7 @@ def test_contamination_rule_on_the_issue_19_samples() -> None:
     assert float(np.median(cold)) / float(np.median(base)) > 1.5 and contamination(base, cold) is None
 
 
-def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_path, cli) -> None:
     docs = [to_data(d) for d in SyntheticHistory(runs=8, cases=4, samples=100, base_ms=0.0522).documents()]
     _ingest(db_url, *docs[:-1])
     candidate = docs[-1]
@@ -202,8 +217,12 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
     scale = float(np.median(before_samples)) / float(np.median(base))
     row["samples_ms"] = [v * scale for v in cand]
     ordered = sorted(row["samples_ms"])
-    row.update(median_ms=float(np.median(ordered)), p20_ms=float(np.quantile(ordered, 0.2)),
-               p80_ms=float(np.quantile(ordered, 0.8)), min_ms=ordered[0])
+    row.update(
+        median_ms=float(np.median(ordered)),
+        p20_ms=float(np.quantile(ordered, 0.2)),
+        p80_ms=float(np.quantile(ordered, 0.8)),
+        min_ms=ordered[0],
+    )
     result = _gate(cli, db_url, candidate, tmp_path, "synthetic/main")
     assert result.exit_code == 1, result.output
     line = next(x for x in result.output.splitlines() if row["case"] in x and x.startswith("| "))
@@ -220,7 +239,7 @@ def test_a_contaminated_case_is_unreliable_not_slower_within_noise(db_url, tmp_p
 # ---------------------------------------------------------------------------------------------
 # Machine-aware noise (docs/design.md, machines of one model)
 # ---------------------------------------------------------------------------------------------
-def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_path, cli) -> None:
     """Two runs of one commit on the two GPUs of one host (744fa8bf, device labels swapped)."""
     one, other = sorted(HISTORY.glob("*744fa8bf*.json.gz"))
     _ingest(db_url, load_artifact(one))
@@ -229,8 +248,9 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
     page = (tmp_path / "report" / "gate.html").read_text()  # every case's row, passes included
     assert "baseline from another GPU (GPU-cadb0535, candidate on GPU-d83c984e)" in page
     assert "between-GPU noise 2.7%, default for memory-bound cases" in page
-    assert re.search(r"Note: baseline from another GPU \(GPU-cadb0535, GPU-d83c984e\) for 38 of 38 compared cases",
-                     result.output), result.output  # the two GPUs' labels are swapped between the runs
+    assert re.search(
+        r"Note: baseline from another GPU \(GPU-cadb0535, GPU-d83c984e\) for 38 of 38 compared cases", result.output
+    ), result.output  # the two GPUs' labels are swapped between the runs
     # the atomic MSELoss differs 7-11% between these two GPUs (docs/design.md): within its class's between-GPU term
     assert "between-GPU noise 7.2%, default for atomic-reduction cases" in page
     # across GPUs a slowdown past the minimum effect is a suspect, sent to confirm: here that atomic case
@@ -243,14 +263,14 @@ def test_a_baseline_from_another_gpu_says_so_and_widens_the_noise(db_url, tmp_pa
 # ---------------------------------------------------------------------------------------------
 # Typed data, one hardware rule
 # ---------------------------------------------------------------------------------------------
-def test_decide_takes_run_documents_only(db_url) -> None:  # noqa: ANN001
+def test_decide_takes_run_documents_only(db_url) -> None:
     docs = list(SyntheticHistory(runs=2, cases=2, samples=5).documents())
     _ingest(db_url, docs[0])
     with pytest.raises(TypeError, match="RunDocument"):
         decide(open_database(db_url, readonly=True), to_data(docs[1]), "synthetic/main")
 
 
-def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:  # noqa: ANN001
+def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:
     docs = list(SyntheticHistory(runs=1, cases=2, samples=5, hardware=2).documents())
     _ingest(db_url, *docs)
     engine = open_database(db_url, readonly=True)
@@ -264,30 +284,42 @@ def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:  # noqa: ANN
     assert [h["fingerprint"] for h in match_hardware(engine, fp[:8])] == [fp]
 
 
-def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> None:
     """RMSNorm+MatMul's same-run reference is cuBLAS alone: the failing H200 had the fp16 cuBLAS of
     the same shape 4.3% slower too. The kernel +5.5% beside cuBLAS +4.5% is the machine; the kernel alone +8%
     fails; both +8% is past any two H200s' GEMM difference (4.5%, MACHINE_BOUND): unmeasured."""
     full = to_data(load_artifact(FULL))
     _ingest(db_url, full)
     gemm = "fused_rmsnorm_matmul/rstd_prepass/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4096x4096"
-    both = _slower(_slower(_later(full), 1.055, lambda p: p["case"] == gemm),
-                   1.045, lambda p: p["case"] == gemm, impl="cublas_linear")
+    both = _slower(
+        _slower(_later(full), 1.055, lambda p: p["case"] == gemm),
+        1.045,
+        lambda p: p["case"] == gemm,
+        impl="cublas_linear",
+    )
     result = _gate(cli, db_url, both, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
     # within the machines' spread: the statistics say machine, a suspect that a same-device confirmation decides
     assert "| suspect (confirm) |" in line and "the statistics: machine" in line, line
     assert "relative to cublas\\_linear in the same runs +1.0%" in line, line
     assert result.exit_code == 1, result.output
-    past = _slower(_slower(_later(full), 1.08, lambda p: p["case"] == gemm),
-                   1.08, lambda p: p["case"] == gemm, impl="cublas_linear")
+    past = _slower(
+        _slower(_later(full), 1.08, lambda p: p["case"] == gemm),
+        1.08,
+        lambda p: p["case"] == gemm,
+        impl="cublas_linear",
+    )
     result = _gate(cli, db_url, past, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
     assert result.exit_code == 1 and "| unmeasured |" in line and "this machine ran 1.08x slower" in line, line
     # cuBLAS 4.5% slower beside the kernel 9.4% slower: the reference explains half of it, not the machine
     # (a planted +10% step on one of three H200s looked so; benchmarks/cross_machine_aa.py)
-    half = _slower(_slower(_later(full), 1.094, lambda p: p["case"] == gemm),
-                   1.045, lambda p: p["case"] == gemm, impl="cublas_linear")
+    half = _slower(
+        _slower(_later(full), 1.094, lambda p: p["case"] == gemm),
+        1.045,
+        lambda p: p["case"] == gemm,
+        impl="cublas_linear",
+    )
     result = _gate(cli, db_url, half, tmp_path)
     line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
     assert result.exit_code == 1 and "| slower |" in line, line
@@ -297,7 +329,7 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
     assert result.exit_code == 1 and "| slower |" in line and "cublas\\_linear +0.0%" in line, line
 
 
-def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) -> None:
     """Graph replay leaves out launch gaps that events keep: a row comparing the two methods says so."""
     _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
     candidate = to_data(load_artifact(REPEATS[-1]))
@@ -306,8 +338,9 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
     result = _gate(cli, db_url, candidate, tmp_path)
     assert "| slower |" not in result.output, result.output  # launch-bound outlier runs are suspects
     rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
-    assert rows and all("timed by graph now, by events (before timing was recorded) in the baseline" in x
-                        for x in rows), rows[:2]
+    assert rows and all(
+        "timed by graph now, by events (before timing was recorded) in the baseline" in x for x in rows
+    ), rows[:2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,10 +374,20 @@ def test_a_budget_that_disagrees_with_its_errors_is_named() -> None:
 
     from ci.budget import BUDGET_RATIO_SPREAD, disagreements, implied_budget, recomputed_pass
 
-    def row(scale: float, budget: float, **kw) -> SimpleNamespace:  # noqa: ANN003
-        return SimpleNamespace(**{"max_abs_err": 2e-3 * scale, "max_rel_err": 4e-2 * scale, "rtol": 1e-2,
-                                  "atol": 1e-3, "error_budget": budget, "seed": 7, "nan_mismatches": 0,
-                                  "passed": budget <= 1, **kw})
+    def row(scale: float, budget: float, **kw) -> SimpleNamespace:
+        return SimpleNamespace(
+            **{
+                "max_abs_err": 2e-3 * scale,
+                "max_rel_err": 4e-2 * scale,
+                "rtol": 1e-2,
+                "atol": 1e-3,
+                "error_budget": budget,
+                "seed": 7,
+                "nan_mismatches": 0,
+                "passed": budget <= 1,
+                **kw,
+            }
+        )
 
     base = row(1.0, 0.3)
     assert disagreements(row(1.5, 0.45), base) == []  # an honest growth

@@ -19,14 +19,14 @@ SCRIPT = ROOT / "benchmarks" / "gpu_dev.py"
 
 
 @pytest.fixture(scope="module")
-def dev():  # noqa: ANN201
+def dev():
     spec = importlib.util.spec_from_file_location("gpu_dev", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_the_shipped_kernels_are_imported_not_copied(dev) -> None:  # noqa: ANN001
+def test_the_shipped_kernels_are_imported_not_copied(dev) -> None:
     rms = importlib.import_module("kernels.fused_rmsnorm_matmul")  # the package's own names shadow its modules
     smx = importlib.import_module("kernels.scaled_masked_softmax")
 
@@ -34,12 +34,17 @@ def test_the_shipped_kernels_are_imported_not_copied(dev) -> None:  # noqa: ANN0
     assert dev._rms_gemm_tma_kernel is rms._rms_gemm_tma_kernel and dev._rstd_kernel is rms._rstd_kernel
     assert dev._decode_splitk_kernel is rms._decode_splitk_kernel
     source = SCRIPT.read_text()
-    for shipped in ("def _softmax_fwd_heads_kernel", "def _rstd_kernel", "def _rms_gemm_tma_kernel",
-                    "def _decode_splitk_kernel", "def _splitk_fused_kernel"):
+    for shipped in (
+        "def _softmax_fwd_heads_kernel",
+        "def _rstd_kernel",
+        "def _rms_gemm_tma_kernel",
+        "def _decode_splitk_kernel",
+        "def _splitk_fused_kernel",
+    ):
         assert shipped not in source
 
 
-def test_every_candidate_computes_the_fused_result(dev, monkeypatch) -> None:  # noqa: ANN001
+def test_every_candidate_computes_the_fused_result(dev, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(multi_processor_count=4))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 8, 16, generator=g) * 4
@@ -54,8 +59,9 @@ def test_every_candidate_computes_the_fused_result(dev, monkeypatch) -> None:  #
     ref = (a * rstd[:, None]) @ w.T
     assert (dev.rstd_prepass(a, 4, 32, 4) - rstd).abs().max() < 1e-5
     candidates = {
-        "prepass + TMA GEMM": lambda: dev.rms_gemm_tma(a, w, (16, 32, 32, 1, 4, True), prepass=True,
-                                                       pre_cfg=(4, 32, 4)),
+        "prepass + TMA GEMM": lambda: dev.rms_gemm_tma(
+            a, w, (16, 32, 32, 1, 4, True), prepass=True, pre_cfg=(4, 32, 4)
+        ),
         "in-loop sum of squares": lambda: dev.rms_gemm_tma(a, w, (16, 32, 32, 1, 4, True)),
         "A read twice": lambda: dev.rms_gemm_twice(a, w, (16, 32, 32, 1, 4), 16),
         "phase before the GEMM": lambda: dev.rms_gemm_phase(a, w, (16, 32, 32, 1, 4), 8, 32),
@@ -71,7 +77,9 @@ def test_every_candidate_computes_the_fused_result(dev, monkeypatch) -> None:  #
 def test_without_cuda_the_script_stops_in_one_line() -> None:
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--only", "softmax"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--only", "softmax"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
-        "gpu_dev.py: no CUDA device visible; these studies time kernels on an NVIDIA GPU (Hopper for TMA)"]
+        "gpu_dev.py: no CUDA device visible; these studies time kernels on an NVIDIA GPU (Hopper for TMA)"
+    ]

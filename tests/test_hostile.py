@@ -41,10 +41,18 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
-def _kw(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300,
-        **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
-    return subprocess.run([sys.executable, "-m", "kernelwatch", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env or _env(), timeout=timeout, **kwargs)
+def _kw(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300, **kwargs
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwatch", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or _env(),
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 def _one_line(stderr: str) -> str:
@@ -84,7 +92,7 @@ def _git_repo(path: Path) -> Path:
 # 1. Stored commit shas never reach git as options or paths
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sha", PLANTED_SHAS)
-def test_a_commit_sha_that_is_not_hex_is_refused_at_ingest(sha: str, tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_a_commit_sha_that_is_not_hex_is_refused_at_ingest(sha: str, tmp_path: Path, make_doc) -> None:
     doc = make_doc()
     doc["run"]["commit"]["sha"] = sha
     path = tmp_path / "run.json"
@@ -95,7 +103,7 @@ def test_a_commit_sha_that_is_not_hex_is_refused_at_ingest(sha: str, tmp_path: P
     assert not (tmp_path / "kw.db").exists(), "refused before the database is even opened"
 
 
-def test_a_run_outside_a_checkout_is_ingested_but_never_offered_to_git(tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_a_run_outside_a_checkout_is_ingested_but_never_offered_to_git(tmp_path: Path, make_doc, cli) -> None:
     doc = make_doc()
     doc["run"]["commit"]["sha"] = "unknown"
     path = tmp_path / "run.json"
@@ -114,8 +122,9 @@ def test_a_reproduce_command_can_never_discard_an_edit(tmp_path: Path) -> None:
     from ci.bisect import rerun_command
 
     repo = _git_repo(tmp_path / "repo")
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     (repo / "tracked.txt").write_text("an uncommitted edit\n")
     (repo / head[:12]).write_text("a file named like the sha\n")
     command = rerun_command(head, "mse_loss/persistent/fp16/n=4096")
@@ -127,7 +136,7 @@ def test_a_reproduce_command_can_never_discard_an_edit(tmp_path: Path) -> None:
     assert rerun_command(".", "mse_loss/x") is None
 
 
-def test_bisect_never_hands_a_stored_value_to_git(db_url: str, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bisect_never_hands_a_stored_value_to_git(db_url: str, tmp_path: Path) -> None:
     """An older database may hold shas stored before ingest checked them: `--output=DIR/` and `/victim.txt`
     around a step made `git rev-list --output=DIR/../victim.txt` truncate victim.txt."""
     history = SyntheticHistory(runs=16, cases=2, samples=10, steps=[Step(8, 2.0)])
@@ -139,8 +148,9 @@ def test_bisect_never_hands_a_stored_value_to_git(db_url: str, tmp_path: Path) -
     engine = create_engine(db_url)
     with engine.begin() as conn:
         for index, sha in planted.items():
-            conn.execute(text("UPDATE run SET commit_sha = :sha WHERE id = :id"),
-                         {"sha": sha, "id": docs[index]["run"]["id"]})
+            conn.execute(
+                text("UPDATE run SET commit_sha = :sha WHERE id = :id"), {"sha": sha, "id": docs[index]["run"]["id"]}
+            )
     engine.dispose()
     repo = _git_repo(tmp_path / "repo")
     case = history.case_list()[0]["key"]
@@ -154,7 +164,7 @@ def test_bisect_never_hands_a_stored_value_to_git(db_url: str, tmp_path: Path) -
 # ---------------------------------------------------------------------------------------------------------
 # 2. Concurrent ingests
 # ---------------------------------------------------------------------------------------------------------
-def _ingest_worker(barrier, jobs: list[tuple[int, str, list[str]]], results) -> None:  # noqa: ANN001
+def _ingest_worker(barrier, jobs: list[tuple[int, str, list[str]]], results) -> None:
     """One writer process: per round, wait for the other seven, then `kernelwatch ingest` its files (the
     command itself, in this forked process: its own connections, no interpreter start-up to pay)."""
     import gc
@@ -180,12 +190,17 @@ def _parallel_rounds(tmp_path: Path, rounds: int, urls: list[str]) -> None:
     with single.connect() as conn:
         expected_rows = {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() for t in tables}
     single.dispose()
-    subsets = {r: [[str(f) for f in random.Random(f"{r}-{w}").sample(files, 6)] for w in range(8)]
-               for r in range(rounds)}
+    subsets = {
+        r: [[str(f) for f in random.Random(f"{r}-{w}").sample(files, 6)] for w in range(8)] for r in range(rounds)
+    }
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(8), ctx.Queue()
-    workers = [ctx.Process(target=_ingest_worker, args=(barrier, [(r, urls[r], subsets[r][w]) for r in range(rounds)],
-                                                         results)) for w in range(8)]
+    workers = [
+        ctx.Process(
+            target=_ingest_worker, args=(barrier, [(r, urls[r], subsets[r][w]) for r in range(rounds)], results)
+        )
+        for w in range(8)
+    ]
     for w in workers:
         w.start()
     outcomes = [results.get(timeout=600) for _ in range(8 * rounds)]
@@ -203,13 +218,14 @@ def _parallel_rounds(tmp_path: Path, rounds: int, urls: list[str]) -> None:
         assert stored["run"] == len(wanted), f"round {r}: {stored}"
         if len(wanted) == len(files):
             assert stored == expected_rows, f"round {r}: every run lands exactly once: {stored} vs {expected_rows}"
-        landed = sum(1 for rr, _, out, _, _ in outcomes if rr == r for line in out.splitlines()
-                     if line.startswith("ingested"))
+        landed = sum(
+            1 for rr, _, out, _, _ in outcomes if rr == r for line in out.splitlines() if line.startswith("ingested")
+        )
         assert landed == len(wanted), f"round {r}: each run is 'ingested' by exactly one writer"
 
 
 @pytest.mark.postgres
-def test_eight_parallel_ingests_into_one_postgresql_all_land(pg_admin: str, tmp_path: Path) -> None:  # noqa: ANN001
+def test_eight_parallel_ingests_into_one_postgresql_all_land(pg_admin: str, tmp_path: Path) -> None:
     """27 of 48 processes failed (`deadlock detected`, `duplicate key ... "run_pkey"`) and stored nothing."""
     made = [create_database(pg_admin, "kw_hostile") for _ in range(6)]  # the 48 ingests that found the races
     try:
@@ -224,21 +240,37 @@ def test_eight_parallel_ingests_into_one_sqlite_all_land(tmp_path: Path) -> None
 
 
 @pytest.mark.postgres
-def test_parallel_ingest_processes_from_the_command_line(pg_admin: str, tmp_path: Path) -> None:  # noqa: ANN001
+def test_parallel_ingest_processes_from_the_command_line(pg_admin: str, tmp_path: Path) -> None:
     """One round of eight real `kernelwatch ingest` processes (the console entry, interpreter start-up and all)."""
     files = _write_history(tmp_path, SyntheticHistory(runs=6, cases=2, samples=5, hardware=2))
     url, name = create_database(pg_admin, "kw_hostile")
     try:
-        procs = [subprocess.Popen([sys.executable, "-m", "kernelwatch", "ingest", "--db", url,
-                                   *map(str, random.Random(w).sample(files, 6))], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=_env()) for w in range(8)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelwatch",
+                    "ingest",
+                    "--db",
+                    url,
+                    *map(str, random.Random(w).sample(files, 6)),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_env(),
+            )
+            for w in range(8)
+        ]
         for p in procs:
             _, err = p.communicate(timeout=300)
             assert p.returncode == 0 and not err.strip(), err
         engine = create_engine(url)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM run")).scalar() == len(
-                {f for w in range(8) for f in random.Random(w).sample(files, 6)})
+                {f for w in range(8) for f in random.Random(w).sample(files, 6)}
+            )
         engine.dispose()
     finally:
         drop_database(pg_admin, name)
@@ -284,13 +316,22 @@ def gate_db(tmp_path: Path) -> dict:
 
 
 def _gate_args(gate_db: dict, *extra: str) -> list[str]:
-    return ["gate", "--db", gate_db["url"], "--candidate", gate_db["candidate"], "--baseline", gate_db["baseline"],
-            *extra]
+    return [
+        "gate",
+        "--db",
+        gate_db["url"],
+        "--candidate",
+        gate_db["candidate"],
+        "--baseline",
+        gate_db["baseline"],
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("where", ["report-dir", "default"])
-def test_a_planted_report_symlink_is_replaced_and_its_target_untouched(where: str, gate_db: dict,
-                                                                        tmp_path: Path) -> None:
+def test_a_planted_report_symlink_is_replaced_and_its_target_untouched(
+    where: str, gate_db: dict, tmp_path: Path
+) -> None:
     work = tmp_path / "work"
     folder = work / ("reports" if where == "report-dir" else "gate-report")
     folder.mkdir(parents=True)
@@ -308,10 +349,11 @@ def test_a_planted_report_symlink_is_replaced_and_its_target_untouched(where: st
     assert sorted(p.name for p in folder.iterdir()) == sorted(targets), "no temporary file left behind"
 
 
-def _no_core_and_small_files(limit: int):  # noqa: ANN202
+def _no_core_and_small_files(limit: int):
     def apply() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -338,16 +380,17 @@ def test_a_report_that_does_not_fit_leaves_the_old_one_whole(gate_db: dict, tmp_
 # ---------------------------------------------------------------------------------------------------------
 # 4. A damaged database
 # ---------------------------------------------------------------------------------------------------------
-def test_a_dropped_table_is_one_line_and_exit_2(db_url: str, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_dropped_table_is_one_line_and_exit_2(db_url: str, tmp_path: Path) -> None:
     docs = _store(db_url, SyntheticHistory(runs=8, cases=2, samples=10))
     run_id = docs[-1]["run"]["id"]
     engine = create_engine(db_url)
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE profiler_metric"))
     engine.dispose()
-    for args in (["export", run_id, "-o", str(tmp_path / "x.json")],
-                 ["gate", "--candidate", run_id, "--baseline", docs[-2]["run"]["id"], "--report-dir",
-                  str(tmp_path / "r")]):
+    for args in (
+        ["export", run_id, "-o", str(tmp_path / "x.json")],
+        ["gate", "--candidate", run_id, "--baseline", docs[-2]["run"]["id"], "--report-dir", str(tmp_path / "r")],
+    ):
         proc = _kw(*args, "--db", db_url)
         line = _one_line(proc.stderr)
         assert proc.returncode == 2 and "profiler_metric" in line and "damaged" in line, (args, line)
@@ -362,9 +405,12 @@ def test_corrupted_pages_are_one_line_and_exit_2(tmp_path: Path) -> None:
             fh.seek(offset + 100)
             fh.write(b"\xde\xad\xbe\xef" * 200)
     run_id = docs[-1]["run"]["id"]
-    for args in (["runs"], ["show", run_id], ["export", run_id, "-o", str(tmp_path / "x.json")],
-                 ["gate", "--candidate", run_id, "--baseline", docs[-2]["run"]["id"], "--report-dir",
-                  str(tmp_path / "r")]):
+    for args in (
+        ["runs"],
+        ["show", run_id],
+        ["export", run_id, "-o", str(tmp_path / "x.json")],
+        ["gate", "--candidate", run_id, "--baseline", docs[-2]["run"]["id"], "--report-dir", str(tmp_path / "r")],
+    ):
         proc = _kw(*args, "--db", str(path))
         line = _one_line(proc.stderr)
         assert proc.returncode == 2 and "malformed" in line, (args, line)
@@ -373,7 +419,7 @@ def test_corrupted_pages_are_one_line_and_exit_2(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # 5. Ingest conflicts with what is stored
 # ---------------------------------------------------------------------------------------------------------
-def test_datasheet_ceilings_are_the_runs_own(db_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_datasheet_ceilings_are_the_runs_own(db_url: str, tmp_path: Path, cli) -> None:
     """The first run's hardware row was kept silently: export showed 4800 for a run that said 5000, and
     re-ingesting that export was 'already exists with different content'."""
     docs = [to_data(d) for d in SyntheticHistory(runs=2, cases=2, samples=5).documents()]
@@ -393,7 +439,7 @@ def test_datasheet_ceilings_are_the_runs_own(db_url: str, tmp_path: Path, cli) -
         assert again.exit_code == 0 and again.output.startswith("unchanged"), again.output
 
 
-def test_params_of_another_json_type_are_refused_explicitly(db_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_params_of_another_json_type_are_refused_explicitly(db_url: str, tmp_path: Path, cli) -> None:
     """[1048576.0] against a stored [1048576] was 'ingested', and its export then differed from it."""
     docs = [to_data(d) for d in SyntheticHistory(runs=2, cases=2, samples=5).documents()]
     docs[1]["cases"][0]["params"]["n"] = [float(docs[1]["cases"][0]["params"]["n"])]
@@ -412,12 +458,26 @@ def _journal_lines(doc: dict, run_id: str | None = None) -> tuple[dict, dict]:
     run = {**doc["run"], "status": "running", "finished_at": None, "notes": None}
     if run_id:
         run["id"] = run_id
-    header = {"journal": "kernelwatch.journal/1", "kind": "header", "artifact_schema": "kernelwatch.run/1",
-              "run": run, "hardware": doc["hardware"], "expected": 2}
+    header = {
+        "journal": "kernelwatch.journal/1",
+        "kind": "header",
+        "artifact_schema": "kernelwatch.run/1",
+        "run": run,
+        "hardware": doc["hardware"],
+        "expected": 2,
+    }
     case = doc["cases"][0]
-    result = {"kind": "result", "suite": "perf", "key": case["key"], "case": case, "accuracy": [],
-              "perf": [p for p in doc["perf"] if p["case"] == case["key"]], "profiler": [],
-              "finished_at": doc["run"]["finished_at"], "phases": {"run": 0.5}}
+    result = {
+        "kind": "result",
+        "suite": "perf",
+        "key": case["key"],
+        "case": case,
+        "accuracy": [],
+        "perf": [p for p in doc["perf"] if p["case"] == case["key"]],
+        "profiler": [],
+        "finished_at": doc["run"]["finished_at"],
+        "phases": {"run": 0.5},
+    }
     return header, result
 
 
@@ -425,17 +485,38 @@ def _jsonl(*records: dict) -> str:
     return "".join(json.dumps(r) + "\n" for r in records)
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda h, r: (h, r, {"kind": "end", "status": "complete", "finished_at": None, "notes": 5, "phases_s": None}),
-     "line 3: notes: expected a string, got 5"),
-    (lambda h, r: (h, {**r, "phases": "abc"}), "line 2: phases: expected an object, got 'abc'"),
-    (lambda h, r: (h, {**r, "phases": {"run": -1}}), "line 2: phases.run: must be >= 0"),
-    (lambda h, r: (h, r, {"kind": "end", "status": "done", "finished_at": None, "notes": None, "phases_s": None}),
-     "line 3: status:"),
-    (lambda h, r: (h, r, {"kind": "end", "status": "complete", "finished_at": None, "notes": None,
-                          "phases_s": "x"}), "line 3: phases_s: expected an object"),
-])
-def test_a_malformed_journal_line_is_one_line(edit, message: str, tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda h, r: (
+                h,
+                r,
+                {"kind": "end", "status": "complete", "finished_at": None, "notes": 5, "phases_s": None},
+            ),
+            "line 3: notes: expected a string, got 5",
+        ),
+        (lambda h, r: (h, {**r, "phases": "abc"}), "line 2: phases: expected an object, got 'abc'"),
+        (lambda h, r: (h, {**r, "phases": {"run": -1}}), "line 2: phases.run: must be >= 0"),
+        (
+            lambda h, r: (
+                h,
+                r,
+                {"kind": "end", "status": "done", "finished_at": None, "notes": None, "phases_s": None},
+            ),
+            "line 3: status:",
+        ),
+        (
+            lambda h, r: (
+                h,
+                r,
+                {"kind": "end", "status": "complete", "finished_at": None, "notes": None, "phases_s": "x"},
+            ),
+            "line 3: phases_s: expected an object",
+        ),
+    ],
+)
+def test_a_malformed_journal_line_is_one_line(edit, message: str, tmp_path: Path, make_doc) -> None:
     header, result = _journal_lines(make_doc())
     path = tmp_path / "j.jsonl"
     path.write_text(_jsonl(*edit(header, result)))
@@ -461,7 +542,7 @@ def test_a_journal_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Pa
     assert proc.returncode == 2 and "larger than 512 MiB" in line, line
 
 
-def test_a_renamed_journal_is_the_same_run(db_url: str, tmp_path: Path, make_doc, cli) -> None:  # noqa: ANN001
+def test_a_renamed_journal_is_the_same_run(db_url: str, tmp_path: Path, make_doc, cli) -> None:
     header, result = _journal_lines(make_doc())
     first = tmp_path / "first.jsonl"
     first.write_text(_jsonl(header, result))
@@ -481,8 +562,19 @@ def test_the_gate_verdict_survives_a_latin1_terminal(verdict: str, tmp_path: Pat
     steps = [Step(7, 8.0)] if verdict == "fail" else []
     docs = _store(url, SyntheticHistory(runs=8, cases=3, samples=10, steps=steps))
     folder = tmp_path / "r"
-    proc = _kw("gate", "--db", url, "--candidate", docs[-1]["run"]["id"], "--baseline", docs[-2]["run"]["id"],
-               "--report-dir", str(folder), env=_env(PYTHONIOENCODING="latin-1"), encoding="latin-1")
+    proc = _kw(
+        "gate",
+        "--db",
+        url,
+        "--candidate",
+        docs[-1]["run"]["id"],
+        "--baseline",
+        docs[-2]["run"]["id"],
+        "--report-dir",
+        str(folder),
+        env=_env(PYTHONIOENCODING="latin-1"),
+        encoding="latin-1",
+    )
     assert proc.returncode == (0 if verdict == "pass" else 1), proc.stderr
     assert "Traceback" not in proc.stderr and f"KernelWatch gate: {verdict.upper()}" in proc.stdout
     assert sorted(p.name for p in folder.iterdir()) == ["gate-junit.xml", "gate.html", "gate.md"]
@@ -491,8 +583,12 @@ def test_the_gate_verdict_survives_a_latin1_terminal(verdict: str, tmp_path: Pat
 def test_the_gate_verdict_survives_a_reader_that_stops_reading(gate_db: dict, tmp_path: Path) -> None:
     """`gate ... | head -1` on a PASS was exit 1, and no report was written."""
     folder = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "kernelwatch", *_gate_args(gate_db, "--report-dir", str(folder))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelwatch", *_gate_args(gate_db, "--report-dir", str(folder))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
     proc.stdout.close()  # the reader is gone before the first line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0, err
@@ -504,7 +600,7 @@ def test_the_gate_verdict_survives_a_reader_that_stops_reading(gate_db: dict, tm
 # 8. The smaller ones
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["artifact", "journal"])
-def test_ingest_reads_a_pipe_given_as_dev_stdin(kind: str, db_url: str, tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_ingest_reads_a_pipe_given_as_dev_stdin(kind: str, db_url: str, tmp_path: Path, make_doc) -> None:
     """The journal sniff read the first line of the pipe, and the artifact reader got the rest."""
     doc = make_doc()
     data = dumps(doc) if kind == "artifact" else _jsonl(*_journal_lines(doc))
@@ -526,19 +622,35 @@ def test_readers_leave_nothing_beside_the_database(gate_db: dict, tmp_path: Path
     path = Path(gate_db["url"].removeprefix("sqlite:///"))
     assert sorted(p.name for p in path.parent.iterdir()) == ["gate.db"], "the writer closed cleanly"
     run_id = gate_db["candidate"]
-    for args in (["runs", "--db", str(path)], ["show", run_id, "--db", str(path)],
-                 ["export", run_id, "-o", "-", "--db", str(path)], ["db", "current", "--db", str(path)],
-                 _gate_args(gate_db, "--report-dir", str(tmp_path / "r"))):
+    for args in (
+        ["runs", "--db", str(path)],
+        ["show", run_id, "--db", str(path)],
+        ["export", run_id, "-o", "-", "--db", str(path)],
+        ["db", "current", "--db", str(path)],
+        _gate_args(gate_db, "--report-dir", str(tmp_path / "r")),
+    ):
         proc = _kw(*args)
         assert proc.returncode == 0, (args, proc.stderr)
         assert sorted(p.name for p in path.parent.iterdir()) == ["gate.db"], args
 
 
-def test_a_run_id_prefix_in_upper_case_is_the_same_on_both_databases(db_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_run_id_prefix_in_upper_case_is_the_same_on_both_databases(db_url: str, tmp_path: Path, cli) -> None:
     docs = _store(db_url, SyntheticHistory(runs=8, cases=2, samples=10))
     baseline = docs[-2]["run"]["id"][:8].upper()
-    result = cli.invoke(main, ["gate", "--db", db_url, "--candidate", docs[-1]["run"]["id"], "--baseline", baseline,
-                               "--report-dir", str(tmp_path / "r")])
+    result = cli.invoke(
+        main,
+        [
+            "gate",
+            "--db",
+            db_url,
+            "--candidate",
+            docs[-1]["run"]["id"],
+            "--baseline",
+            baseline,
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -563,17 +675,35 @@ def test_collect_in_a_read_only_folder_creates_no_database(tmp_path: Path) -> No
     work = tmp_path / "readonly"
     work.mkdir(mode=0o555)
     elsewhere = tmp_path / "db" / "kw.db"
-    proc = subprocess.run([*prefix, sys.executable, "-m", "kernelwatch", "collect", "--device", "cpu", "--kernels",
-                           "mse_loss", "--suite", "accuracy", "--db", str(elsewhere)],
-                          cwd=work, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "kernelwatch",
+            "collect",
+            "--device",
+            "cpu",
+            "--kernels",
+            "mse_loss",
+            "--suite",
+            "accuracy",
+            "--db",
+            str(elsewhere),
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert not elsewhere.exists() and not elsewhere.parent.exists(), "nothing was created"
     line = _one_line(proc.stderr)
     assert proc.returncode != 0 and "cannot write the run's journal" in line, line
 
 
-@pytest.mark.parametrize("args", [["gate", "--bogus"], ["runs", "--limit", "x"], ["no-such-command"],
-                                  ["gate"]])
-def test_usage_errors_are_one_line(args: list[str], cli) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("args", [["gate", "--bogus"], ["runs", "--limit", "x"], ["no-such-command"], ["gate"]])
+def test_usage_errors_are_one_line(args: list[str], cli) -> None:
     result = cli.invoke(main, args)
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and ": error: " in result.output, result.output
@@ -592,7 +722,7 @@ def test_a_dashboard_on_a_busy_port_fails_before_printing_its_url(gate_db: dict)
 # ---------------------------------------------------------------------------------------------------------
 # 9. bisect at the edge of a history; a CPU case's reproduce command
 # ---------------------------------------------------------------------------------------------------------
-def test_a_change_with_too_few_runs_on_one_side_says_so(db_url: str, cli) -> None:  # noqa: ANN001
+def test_a_change_with_too_few_runs_on_one_side_says_so(db_url: str, cli) -> None:
     """295.2, 296.8, then 201.6-204.4 us: 'no change of 5% or more in 9 runs' before."""
     history = SyntheticHistory(runs=9, cases=1, samples=10, noise=0.002, steps=[Step(2, 0.69)])
     _store(db_url, history)
@@ -615,9 +745,16 @@ def test_a_cpu_accuracy_case_is_reproduced_with_the_accuracy_suite(tmp_path: Pat
     for doc in SyntheticHistory(runs=3, cases=2, samples=5).documents():
         data = to_data(doc)
         data["run"]["device"] = "cpu"
-        data["hardware"].update(vendor="cpu", device_name="cpu (interpreter)", compute_units=None, memory_bytes=None,
-                                peak_gbps=None, peak_gbps_datasheet=None, peak_tflops=None,
-                                peak_tflops_datasheet=None)
+        data["hardware"].update(
+            vendor="cpu",
+            device_name="cpu (interpreter)",
+            compute_units=None,
+            memory_bytes=None,
+            peak_gbps=None,
+            peak_gbps_datasheet=None,
+            peak_tflops=None,
+            peak_tflops_datasheet=None,
+        )
         docs.append(data)
     ingest_documents(open_database(url), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs)])
     engine = open_database(url, readonly=True)

@@ -38,9 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FIFO_LINE = "not a regular file but a FIFO (not opened: reading it could block forever)"
 
 
-def _kw(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
-    return subprocess.run([sys.executable, "-m", "kernelwatch", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout, **kwargs)
+def _kw(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwatch", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 def _one_line(stderr: str) -> str:
@@ -76,7 +82,8 @@ def _nothing_created(db_url: str) -> None:
 @pytest.fixture
 def alarm() -> Iterator[None]:
     """An in-process read that blocks fails the test after 20 s instead of hanging the suite."""
-    def hung(signum, frame) -> None:  # noqa: ANN001
+
+    def hung(signum, frame) -> None:
         raise TimeoutError("blocked on a file that is not a regular one")
 
     previous = signal.signal(signal.SIGALRM, hung)
@@ -155,8 +162,17 @@ def test_every_reader_refuses_anything_but_a_regular_file(kind: str, tmp_path: P
 def test_a_pipe_handed_as_dev_stdin_is_still_read(db_url: str, tmp_path: Path) -> None:
     """The loader refuses FIFOs named by path, not the pipe a command is handed: gate --artifact /dev/stdin."""
     docs = _store(db_url)
-    proc = _kw("gate", "--artifact", "/dev/stdin", "--baseline", docs[-2]["run"]["id"], "--db", db_url,
-               input=dumps(docs[-1]), cwd=tmp_path)
+    proc = _kw(
+        "gate",
+        "--artifact",
+        "/dev/stdin",
+        "--baseline",
+        docs[-2]["run"]["id"],
+        "--db",
+        db_url,
+        input=dumps(docs[-1]),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0 and "not a regular file" not in proc.stderr, proc.stderr
     assert "PASS" in proc.stdout, proc.stdout[-2000:]
 
@@ -170,7 +186,7 @@ def _victim(tmp_path: Path, name: str = "victim") -> Path:
     return victim
 
 
-def test_export_over_a_symlink_replaces_the_link_and_says_so(db_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_export_over_a_symlink_replaces_the_link_and_says_so(db_url: str, tmp_path: Path, cli) -> None:
     """Before: export -o link.json wrote the run into the link's target."""
     run = _store(db_url)[-1]["run"]["id"]
     victim = _victim(tmp_path)
@@ -180,11 +196,13 @@ def test_export_over_a_symlink_replaces_the_link_and_says_so(db_url: str, tmp_pa
     assert result.exit_code == 0, result.output
     assert victim.read_text() == "precious\n"
     assert not link.is_symlink() and load_artifact(link).run.id == run
-    assert _one_line(result.stderr) == (f"kernelwatch export: {link} was a symbolic link (to {victim}): replaced by "
-                                        f"a regular file, {victim} not written")
+    assert _one_line(result.stderr) == (
+        f"kernelwatch export: {link} was a symbolic link (to {victim}): replaced by "
+        f"a regular file, {victim} not written"
+    )
 
 
-def test_a_link_planted_at_the_old_temporary_name_is_never_followed(db_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_link_planted_at_the_old_temporary_name_is_never_followed(db_url: str, tmp_path: Path, cli) -> None:
     """Before: write_artifact wrote ``.run.json.<pid>.tmp`` by name, so a link planted there for this process's
     pid had the whole run written into its target (then renamed: the victim got the run, run.json the link)."""
     run = _store(db_url)[-1]["run"]["id"]
@@ -201,8 +219,9 @@ def test_a_link_planted_at_the_old_temporary_name_is_never_followed(db_url: str,
 
 
 @pytest.mark.parametrize("given", ["missing/", "existing/"])
-def test_export_to_a_folder_path_is_one_line_and_writes_nothing(given: str, db_url: str, tmp_path: Path,
-                                                                monkeypatch) -> None:  # noqa: ANN001
+def test_export_to_a_folder_path_is_one_line_and_writes_nothing(
+    given: str, db_url: str, tmp_path: Path, monkeypatch
+) -> None:
     """Before: export -o dir/ wrote a file named dir. A path ending in / names a folder: refused (exit 2), for a
     folder that does not exist as for one that does; nothing is written."""
     run = _store(db_url)[-1]["run"]["id"]
@@ -216,7 +235,7 @@ def test_export_to_a_folder_path_is_one_line_and_writes_nothing(given: str, db_u
     assert (tmp_path / "existing").is_dir() and list((tmp_path / "existing").iterdir()) == []
 
 
-def test_collect_out_and_its_journal_over_symlinks_are_replaced(tmp_path: Path, monkeypatch, cli) -> None:  # noqa: ANN001
+def test_collect_out_and_its_journal_over_symlinks_are_replaced(tmp_path: Path, monkeypatch, cli) -> None:
     """Before: collect --out run.json wrote the run into a run.json link's target (a link committed in a PR).
     The journal beside it (run.json.journal) is created new too: a link there is replaced, never appended to."""
     monkeypatch.chdir(tmp_path)
@@ -225,20 +244,37 @@ def test_collect_out_and_its_journal_over_symlinks_are_replaced(tmp_path: Path, 
     out = tmp_path / "run.json"
     out.symlink_to(victim)
     (tmp_path / "run.json.journal").symlink_to(journal_victim)
-    result = cli.invoke(main, ["collect", "--extra-kernels", "tests.planted_kernels", "--kernels", "planted",
-                               "--device", "cpu", "--no-progress", "--suite", "accuracy", "--out", str(out)])
+    result = cli.invoke(
+        main,
+        [
+            "collect",
+            "--extra-kernels",
+            "tests.planted_kernels",
+            "--kernels",
+            "planted",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--suite",
+            "accuracy",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert victim.read_text() == "precious\n" and journal_victim.read_text() == "precious\n"
     assert not out.is_symlink() and len(load_artifact(out).accuracy) == 1
     assert not (tmp_path / "run.json.journal").exists(), "the journal is removed once the run is stored"
     notes = [line for line in result.stderr.splitlines() if "was a symbolic link" in line]
-    assert notes == [f"kernelwatch collect: {out}.journal was a symbolic link (to {journal_victim}): replaced by "
-                     f"a regular file, {journal_victim} not written",
-                     f"kernelwatch collect: {out} was a symbolic link (to {victim}): replaced by a regular file, "
-                     f"{victim} not written"], result.stderr
+    assert notes == [
+        f"kernelwatch collect: {out}.journal was a symbolic link (to {journal_victim}): replaced by "
+        f"a regular file, {journal_victim} not written",
+        f"kernelwatch collect: {out} was a symbolic link (to {victim}): replaced by a regular file, "
+        f"{victim} not written",
+    ], result.stderr
 
 
-def test_confirm_report_file_over_a_symlink_is_replaced(scratch, tmp_path: Path, cli) -> None:  # noqa: ANN001, F811
+def test_confirm_report_file_over_a_symlink_is_replaced(scratch, tmp_path: Path, cli) -> None:  # noqa: F811
     """Before: confirm --report-file wrote the report through a symlink (pull-request.yml writes
     gate-report/confirm.md in the PR's own checkout, where the PR can commit a link). A case neither commit
     has is UNKNOWN (exit 2) after the workers start: the report is still written, over the link."""
@@ -246,15 +282,34 @@ def test_confirm_report_file_over_a_symlink_is_replaced(scratch, tmp_path: Path,
     victim = _victim(tmp_path)
     report = tmp_path / "confirm.md"
     report.symlink_to(victim)
-    result = cli.invoke(main, ["confirm", "--repo", str(repo), "--case", "nosuch/case", "--baseline-commit", c1,
-                               "--candidate-commit", c2, "--device", "cpu", "--max-rounds", "8",
-                               "--report-file", str(report)])
+    result = cli.invoke(
+        main,
+        [
+            "confirm",
+            "--repo",
+            str(repo),
+            "--case",
+            "nosuch/case",
+            "--baseline-commit",
+            c1,
+            "--candidate-commit",
+            c2,
+            "--device",
+            "cpu",
+            "--max-rounds",
+            "8",
+            "--report-file",
+            str(report),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert victim.read_text() == "precious\n"
     assert not report.is_symlink()
     assert "| `nosuch/case` | UNKNOWN (the baseline commit has no perf case" in report.read_text()
-    assert (f"kernelwatch confirm: {report} was a symbolic link (to {victim}): replaced by a regular file, "
-            f"{victim} not written") in result.stderr.splitlines()
+    assert (
+        f"kernelwatch confirm: {report} was a symbolic link (to {victim}): replaced by a regular file, "
+        f"{victim} not written"
+    ) in result.stderr.splitlines()
 
 
 def test_a_gate_report_link_replaced_is_said(db_url: str, tmp_path: Path) -> None:
@@ -264,12 +319,23 @@ def test_a_gate_report_link_replaced_is_said(db_url: str, tmp_path: Path) -> Non
     folder.mkdir()
     victim = _victim(tmp_path)
     (folder / "gate.md").symlink_to(victim)
-    proc = _kw("gate", "--candidate", docs[-1]["run"]["id"], "--baseline", docs[-2]["run"]["id"], "--db", db_url,
-               "--report-dir", str(folder))
+    proc = _kw(
+        "gate",
+        "--candidate",
+        docs[-1]["run"]["id"],
+        "--baseline",
+        docs[-2]["run"]["id"],
+        "--db",
+        db_url,
+        "--report-dir",
+        str(folder),
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert victim.read_text() == "precious\n" and not (folder / "gate.md").is_symlink()
-    assert (f"warning: {folder / 'gate.md'} was a symbolic link (to {victim}): replaced by a regular file, "
-            f"{victim} not written") in proc.stderr.splitlines()
+    assert (
+        f"warning: {folder / 'gate.md'} was a symbolic link (to {victim}): replaced by a regular file, "
+        f"{victim} not written"
+    ) in proc.stderr.splitlines()
 
 
 def test_write_atomic_replaces_files_and_links_and_refuses_anything_else(tmp_path: Path) -> None:
@@ -298,8 +364,10 @@ def test_synth_refuses_a_step_that_makes_runs_the_schema_refuses_before_creating
     proc = _kw("synth", "--runs", "30", "--cases", "3", "--step", "29:1e-300", "--db", db_url)
     line = _one_line(proc.stderr)
     assert proc.returncode == 2, proc.stderr
-    assert line.startswith("kernelwatch synth: error: Invalid value for --step: synthetic run 29 cannot be stored "
-                           "(steps in effect: 29:1e-300): perf"), line
+    assert line.startswith(
+        "kernelwatch synth: error: Invalid value for --step: synthetic run 29 cannot be stored "
+        "(steps in effect: 29:1e-300): perf"
+    ), line
     assert "finite" in line
     _nothing_created(db_url)
 

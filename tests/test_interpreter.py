@@ -42,8 +42,13 @@ json.dump({"status": interpreter.status(), "outputs": out}, open(sys.argv[1], "w
 
 def _outputs(tmp_path: Path, name: str, **env: str) -> dict:
     out = tmp_path / f"{name}.json"
-    subprocess.run([sys.executable, "-c", OUTPUTS, str(out)], check=True, cwd=ROOT, timeout=600,
-                   env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", **env})
+    subprocess.run(
+        [sys.executable, "-c", OUTPUTS, str(out)],
+        check=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", **env},
+    )
     return json.loads(out.read_text())
 
 
@@ -53,7 +58,11 @@ def test_every_kernel_computes_the_same_bits_as_with_triton_s_own_interpreter(tm
     fast = _outputs(tmp_path, "fast")
     assert plain["status"] == f"{interpreter.PLAIN_ENV} is set" and fast["status"] == "installed"
     assert len(plain["outputs"]) >= 12 and {k.split("/")[0] for k in plain["outputs"]} >= {
-        "mse_loss", "scaled_masked_softmax", "fused_rmsnorm_matmul", "fused_layernorm_matmul"}
+        "mse_loss",
+        "scaled_masked_softmax",
+        "fused_rmsnorm_matmul",
+        "fused_layernorm_matmul",
+    }
     for key, values in plain["outputs"].items():
         assert json.dumps(values) == json.dumps(fast["outputs"][key]), key  # NaN included, bit for bit
 
@@ -70,7 +79,7 @@ def _calls_a_helper_per_element(ptr, N: tl.constexpr):
         _add_one(ptr, base + i)
 
 
-def test_a_launch_patches_the_language_once_per_helper_not_once_per_call(monkeypatch) -> None:  # noqa: ANN001
+def test_a_launch_patches_the_language_once_per_helper_not_once_per_call(monkeypatch) -> None:
     """4 programs x 8 helper calls: Triton patches 1 + 32 times, this 1 + 1, and the values are right."""
     assert interpreter.install() and interpreter.status() == "installed"
     calls = []
@@ -84,9 +93,9 @@ def test_a_launch_patches_the_language_once_per_helper_not_once_per_call(monkeyp
     assert torch.equal(x, torch.full((32,), 2.0)) and len(calls) == 4
 
 
-def test_an_interpreter_it_does_not_know_is_left_as_it_is(monkeypatch) -> None:  # noqa: ANN001
+def test_an_interpreter_it_does_not_know_is_left_as_it_is(monkeypatch) -> None:
     class Other:
-        def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+        def __call__(self, *args, **kwargs):
             return self.fn(*args, **kwargs)  # an interpreter that no longer re-patches per call
 
     monkeypatch.setattr(triton_interpreter, "InterpretedFunction", Other)

@@ -16,9 +16,19 @@ def _records(doc: dict) -> list[dict]:
     out = []
     for case in doc["cases"]:
         rows = {s: [r for r in doc[s] if r["case"] == case["key"]] for s in ("accuracy", "perf", "profiler")}
-        out.append({"suite": "perf" if rows["perf"] else "accuracy", "key": case["key"], "device": "cuda:0",
-                    "errored": False, "seconds": 1.0, "finished_at": doc["run"]["finished_at"], "phases": {"x": 1.0},
-                    "case": case, **rows})
+        out.append(
+            {
+                "suite": "perf" if rows["perf"] else "accuracy",
+                "key": case["key"],
+                "device": "cuda:0",
+                "errored": False,
+                "seconds": 1.0,
+                "finished_at": doc["run"]["finished_at"],
+                "phases": {"x": 1.0},
+                "case": case,
+                **rows,
+            }
+        )
     return out
 
 
@@ -33,7 +43,7 @@ def _write(path: Path, doc: dict, records: list[dict], end: bool = False) -> Non
     writer.close()
 
 
-def test_a_journal_recovers_its_finished_items_as_a_partial_run(tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_a_journal_recovers_its_finished_items_as_a_partial_run(tmp_path: Path, make_doc) -> None:
     doc = make_doc()
     records = _records(doc)
     path = tmp_path / "run.json.journal"
@@ -49,7 +59,7 @@ def test_a_journal_recovers_its_finished_items_as_a_partial_run(tmp_path: Path, 
     assert to_data(load_run(path)) == got  # what `kernelwatch ingest JOURNAL` reads
 
 
-def test_an_ended_journal_keeps_the_recorded_status(tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_an_ended_journal_keeps_the_recorded_status(tmp_path: Path, make_doc) -> None:
     doc = make_doc()
     path = tmp_path / "j.jsonl"
     _write(path, doc, _records(doc), end=True)
@@ -58,7 +68,7 @@ def test_an_ended_journal_keeps_the_recorded_status(tmp_path: Path, make_doc) ->
     assert got["run"]["notes"] == "all done; recovered from its journal: the run had ended but was not stored"
 
 
-def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path: Path, make_doc) -> None:
     doc = make_doc()
     records = _records(doc)
     path = tmp_path / "j.jsonl"
@@ -84,12 +94,15 @@ def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path: Path, make_doc)
         recover(empty)
 
 
-def test_a_journal_being_written_is_not_recovered_and_never_overwritten(tmp_path: Path, make_doc) -> None:  # noqa: ANN001
+def test_a_journal_being_written_is_not_recovered_and_never_overwritten(tmp_path: Path, make_doc) -> None:
     doc = make_doc()
     path = tmp_path / "live.jsonl"
     writer = JournalWriter(path)
-    writer.header(RunInfo.model_validate({**doc["run"], "status": "running", "finished_at": None}),
-                  Hardware.model_validate(doc["hardware"]), expected=1)
+    writer.header(
+        RunInfo.model_validate({**doc["run"], "status": "running", "finished_at": None}),
+        Hardware.model_validate(doc["hardware"]),
+        expected=1,
+    )
     with pytest.raises(ArtifactError, match="a running collector is still writing this journal"):
         Journal(path)
     with pytest.raises(ArtifactError, match="a journal of an earlier run is there"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "planted_contract_kernel"
@@ -87,7 +87,7 @@ PLANTED = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory) -> dict:  # noqa: ANN001
+def planted(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("planted")
     (folder / f"{MODULE}.py").write_text(PLANTED)
     sys.path.insert(0, str(folder))
@@ -98,13 +98,14 @@ def planted(tmp_path_factory) -> dict:  # noqa: ANN001
 
 
 def _kernelwatch(env: dict, *args: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "kernelwatch", *args], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelwatch", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     return out
 
 
-def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -> None:  # noqa: ANN001
+def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -> None:
     import kernels
 
     specs = kernels.discover((MODULE,))
@@ -115,7 +116,7 @@ def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -
 
 
 @pytest.mark.slow
-def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_path) -> None:  # noqa: ANN001
+def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_path) -> None:
     from collector.ceilings import fill_missing
     from dashboard import data
     from db import queries
@@ -123,13 +124,28 @@ def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_p
     from db.ingest import ingest_documents, load_files
 
     artifact = tmp_path / "run.json"
-    _kernelwatch(planted["env"], "collect", "--device", "cpu", "--suite", "accuracy,perf", "--cpu-perf",
-                 "--kernels", NAME, "--extra-kernels", MODULE, "--out", str(artifact), "--no-progress")
+    _kernelwatch(
+        planted["env"],
+        "collect",
+        "--device",
+        "cpu",
+        "--suite",
+        "accuracy,perf",
+        "--cpu-perf",
+        "--kernels",
+        NAME,
+        "--extra-kernels",
+        MODULE,
+        "--out",
+        str(artifact),
+        "--no-progress",
+    )
     doc = json.loads(artifact.read_text())
     assert {c["kernel"] for c in doc["cases"]} == {NAME}
     assert len(doc["accuracy"]) == 8 and all(a["passed"] for a in doc["accuracy"]), doc["accuracy"]
     assert {c["key"]: c["ceiling"] for c in doc["cases"]} == {
-        c["key"]: "read" if "/one_pass/" in c["key"] else "copy" for c in doc["cases"]}
+        c["key"]: "read" if "/one_pass/" in c["key"] else "copy" for c in doc["cases"]
+    }
 
     engine = open_database(f"sqlite:///{tmp_path / 'kw.db'}")
     ingest_documents(engine, load_files([artifact]))
@@ -144,7 +160,7 @@ def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_p
 
 
 @pytest.mark.slow
-def test_the_launch_plan_checks_take_it(planted) -> None:  # noqa: ANN001
+def test_the_launch_plan_checks_take_it(planted) -> None:
     import kernels
     from kernels.plan import ASCEND_910B, NVIDIA_H200
     from tests import test_launch_plans as plans
@@ -158,17 +174,33 @@ def test_the_launch_plan_checks_take_it(planted) -> None:  # noqa: ANN001
         plans.check_launchers(specs[NAME], info)
 
 
-def test_the_compile_checks_listing_takes_it(planted) -> None:  # noqa: ANN001
-    out = subprocess.run([sys.executable, "-m", "collector.compile_check", "--list", "--targets", "cuda-sm80,cuda-sm90",
-                          "--kernels", NAME, "--extra-kernels", MODULE], cwd=ROOT, env=planted["env"],
-                         capture_output=True, text=True, timeout=300)
+def test_the_compile_checks_listing_takes_it(planted) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector.compile_check",
+            "--list",
+            "--targets",
+            "cuda-sm80,cuda-sm90",
+            "--kernels",
+            NAME,
+            "--extra-kernels",
+            MODULE,
+        ],
+        cwd=ROOT,
+        env=planted["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert {line.split()[0] for line in lines} == {"cuda-sm80", "cuda-sm90"}
     assert all(f"{MODULE} _planted_sum_kernel BLOCK=256" in line for line in lines)
 
 
-def test_synth_draws_its_cases_from_the_specs(planted, tmp_path) -> None:  # noqa: ANN001
+def test_synth_draws_its_cases_from_the_specs(planted, tmp_path) -> None:
     from db import queries
     from db.engine import open_database
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import triton  # noqa: E402
+import pytest
+import torch
+import triton
 
-import kernels  # noqa: E402
-from collector.accuracy import check_case  # noqa: E402
-from kernels.device import describe, simulated  # noqa: E402
-from kernels.plan import (  # noqa: E402
+import kernels
+from collector.accuracy import check_case
+from kernels.device import describe, simulated
+from kernels.plan import (
     ASCEND_910B,
     GRID_LIMIT,
     NVIDIA_A100,
@@ -63,8 +63,11 @@ def grid_violations(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
 
 def unplanned_cases(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
     """Cases with a non-empty input and no launch planned."""
-    return [case.key for case in _all_cases(specs)
-            if min(case.p.get("shape") or (1,)) > 0 and not specs[case.kernel].launch_plans(case, device)]
+    return [
+        case.key
+        for case in _all_cases(specs)
+        if min(case.p.get("shape") or (1,)) > 0 and not specs[case.kernel].launch_plans(case, device)
+    ]
 
 
 def footprint_overruns(device: DeviceInfo, specs: dict = SPECS) -> list[str]:
@@ -129,81 +132,144 @@ def test_cube_kernels_use_ai_cores_and_vector_kernels_vector_cores() -> None:
 
 
 def _config(step: Launch) -> tuple:
-    return step.name, step.grid, {k: v for k, v in step.constexprs.items() if k != "ACC"}, step.num_warps, \
-        step.num_stages
+    return (
+        step.name,
+        step.grid,
+        {k: v for k, v in step.constexprs.items() if k != "ACC"},
+        step.num_warps,
+        step.num_stages,
+    )
 
 
 def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
     """The CUDA grids, constexprs and warps are those of the H200 measurements (kernels/NOTES.md)."""
     h200 = NVIDIA_H200
     assert [_config(s) for s in MSE.plan_forward(33_554_432, "mean", "persistent", "fp32", h200)] == [
-        ("_mse_persistent_kernel", (528,), {"BLOCK": 8192, "SINGLE": False, "FUSED_FINISH": True,
-                                            "FINISH_BLOCK": 1024}, 8, None)]
+        (
+            "_mse_persistent_kernel",
+            (528,),
+            {"BLOCK": 8192, "SINGLE": False, "FUSED_FINISH": True, "FINISH_BLOCK": 1024},
+            8,
+            None,
+        )
+    ]
     assert [_config(s) for s in MSE.plan_forward(4096, "mean", "persistent", "fp16", h200)] == [
-        ("_mse_persistent_kernel", (1,), {"BLOCK": 4096, "SINGLE": True, "FUSED_FINISH": False, "FINISH_BLOCK": 1},
-         8, None)]
+        (
+            "_mse_persistent_kernel",
+            (1,),
+            {"BLOCK": 4096, "SINGLE": True, "FUSED_FINISH": False, "FINISH_BLOCK": 1},
+            8,
+            None,
+        )
+    ]
     assert [_config(s) for s in MSE.plan_forward(268_435_456, "mean", "atomic", "fp32", h200)] == [
         ("_mse_atomic_kernel", (262_144,), {"BLOCK": 1024}, None, None),
-        ("_mse_finish_kernel", (1,), {"BLOCK": 2}, None, None)]
+        ("_mse_finish_kernel", (1,), {"BLOCK": 2}, None, None),
+    ]
     assert [_config(s) for s in MSE.plan_forward(1000, "none", "persistent", "bf16", h200)] == [
-        ("_mse_none_kernel", (1,), {"BLOCK": 1024}, None, None)]
+        ("_mse_none_kernel", (1,), {"BLOCK": 1024}, None, None)
+    ]
     assert [_config(s) for s in MSE.plan_backward(5000, "sum", True, False, "fp16", h200)] == [
-        ("_mse_backward_kernel", (5,), {"G_SCALAR": True, "WRITE_GX": True, "WRITE_GY": False, "BLOCK": 1024},
-         None, None)]
+        (
+            "_mse_backward_kernel",
+            (5,),
+            {"G_SCALAR": True, "WRITE_GX": True, "WRITE_GY": False, "BLOCK": 1024},
+            None,
+            None,
+        )
+    ]
     n_rows = 32 * 16 * 2048  # masked rows up to 2048: every head of a (batch, query row block) in one program
     assert [_config(s) for s in SMX.plan_forward(n_rows, 2048, 16, 2048, "fp16", "u8", False, h200)] == [
-        ("_softmax_fwd_heads_kernel", (32 * 2048,), {"ROWS": 1, "BLOCK_N": 2048}, 4, None)]
+        ("_softmax_fwd_heads_kernel", (32 * 2048,), {"ROWS": 1, "BLOCK_N": 2048}, 4, None)
+    ]
     assert [_config(s) for s in SMX.plan_forward(32 * 16 * 512, 512, 16, 512, "fp16", "u8", False, h200)] == [
-        ("_softmax_fwd_heads_kernel", (32 * 128,), {"ROWS": 4, "BLOCK_N": 512}, 4, None)]
+        ("_softmax_fwd_heads_kernel", (32 * 128,), {"ROWS": 4, "BLOCK_N": 512}, 4, None)
+    ]
     assert [_config(s) for s in SMX.plan_forward(8 * 16 * 4096, 4096, 16, 4096, "fp16", "u8", False, h200)] == [
-        ("_softmax_fwd_kernel", (8 * 16 * 4096,), {"ROWS": 1, "BLOCK_N": 4096, "HAS_MASK": True, "CAUSAL": False},
-         4, None)]
+        (
+            "_softmax_fwd_kernel",
+            (8 * 16 * 4096,),
+            {"ROWS": 1, "BLOCK_N": 4096, "HAS_MASK": True, "CAUSAL": False},
+            4,
+            None,
+        )
+    ]
     # causal: 2048 elements a program, 2 warps (the masked rule's tiles, 4 or 8 warps were slower on the H200)
     assert [_config(s) for s in SMX.plan_forward(512 * 512, 512, 1, 512, "fp16", None, True, h200)] == [
-        ("_softmax_fwd_kernel", (512 * 128,), {"ROWS": 4, "BLOCK_N": 512, "HAS_MASK": False, "CAUSAL": True}, 2, None)]
+        ("_softmax_fwd_kernel", (512 * 128,), {"ROWS": 4, "BLOCK_N": 512, "HAS_MASK": False, "CAUSAL": True}, 2, None)
+    ]
     assert [_config(s) for s in SMX.plan_forward(512 * 2048, 2048, 1, 2048, "fp16", None, True, h200)] == [
-        ("_softmax_fwd_kernel", (512 * 2048,), {"ROWS": 1, "BLOCK_N": 2048, "HAS_MASK": False, "CAUSAL": True}, 2,
-         None)]
+        ("_softmax_fwd_kernel", (512 * 2048,), {"ROWS": 1, "BLOCK_N": 2048, "HAS_MASK": False, "CAUSAL": True}, 2, None)
+    ]
     assert [_config(s) for s in SMX.plan_backward(2, 33000, "fp32", h200)] == [
-        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096, "CAUSAL": False}, 4, None)]
+        ("_softmax_bwd_looped_kernel", (2,), {"BLOCK_N": 4096, "CAUSAL": False}, 4, None)
+    ]
     # fold_gamma on Hopper: the 1/rms prepass, one row per program, then the persistent TMA GEMM
     prepass, gemm = FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200)
     assert _config(prepass) == ("_rstd_kernel", (1024,), {"ROWS": 1, "BLOCK_K": 8192}, 8, None)
-    assert _config(gemm) == ("_rms_gemm_tma_kernel", (128,), {"HAS_BIAS": False, "BM": 128, "BN": 256, "BK": 64,
-                                                               "GROUP_M": 8, "NUM_SMS": 128, "PDL": False}, 8, 3)
+    assert _config(gemm) == (
+        "_rms_gemm_tma_kernel",
+        (128,),
+        {"HAS_BIAS": False, "BM": 128, "BN": 256, "BK": 64, "GROUP_M": 8, "NUM_SMS": 128, "PDL": False},
+        8,
+        3,
+    )
     assert gemm.signature["a_desc"] == "tensordesc<fp16[128, 64]>"
     assert FRM.plan_forward(4096, 4096, 4096, "bf16", "fold_gamma", False, h200)[1].grid == (132,)
     # ... not on an A100, nor for rows TMA cannot describe, nor for the other variants: the autotuned GEMM
-    for planned in (FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, NVIDIA_A100),
-                    FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200, dense=False),
-                    FRM.plan_forward(1024, 4096, 8192, "fp16", "prologue_gamma", False, h200)):
+    for planned in (
+        FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, NVIDIA_A100),
+        FRM.plan_forward(1024, 4096, 8192, "fp16", "fold_gamma", False, h200, dense=False),
+        FRM.plan_forward(1024, 4096, 8192, "fp16", "prologue_gamma", False, h200),
+    ):
         (tuned,) = planned
         assert isinstance(tuned, Autotuned) and len(tuned.candidates) == 14
         assert _config(tuned.candidates[0])[2]["BN"] == 256
     # decode: K split in two over 64 column blocks of 128, the last program of a block finishes it
     (decode,) = FRM.plan_forward(16, 8192, 8192, "bf16", "fold_gamma", False, h200)
-    assert _config(decode) == ("_decode_splitk_kernel", (64, 2), {"HAS_BIAS": False, "W_DESC": True, "UPCAST": False,
-                                                                  "SPLITS": 2, "BM": 16, "BN": 128, "BK": 128}, 4, 4)
+    assert _config(decode) == (
+        "_decode_splitk_kernel",
+        (64, 2),
+        {"HAS_BIAS": False, "W_DESC": True, "UPCAST": False, "SPLITS": 2, "BM": 16, "BN": 128, "BK": 128},
+        4,
+        4,
+    )
     assert FRM.plan_forward(16, 8192, 8192, "bf16", "fold_gamma", False, NVIDIA_A100)[0].constexprs["W_DESC"] is False
     (tuned,) = FRM.plan_forward(16, 8192, 8192, "bf16", "rstd_prepass", False, h200)[1:]
     assert [c.constexprs["BM"] for c in tuned.candidates] == [16] * 5
     (small,) = FRM.plan_forward(7, 48, 100, "fp32", "fold_gamma", True, h200)
-    assert _config(small)[1:] == ((1,), {"HAS_BIAS": True, "PROLOGUE_GAMMA": False, "RSTD_GIVEN": False,
-                                         "IEEE": True, "UPCAST": False, "BM": 64, "BN": 64, "BK": 64,
-                                         "GROUP_M": 8}, 4, 3)
+    assert _config(small)[1:] == (
+        (1,),
+        {
+            "HAS_BIAS": True,
+            "PROLOGUE_GAMMA": False,
+            "RSTD_GIVEN": False,
+            "IEEE": True,
+            "UPCAST": False,
+            "BM": 64,
+            "BN": 64,
+            "BK": 64,
+            "GROUP_M": 8,
+        },
+        4,
+        3,
+    )
     rstd, _ = FRM.plan_forward(2048, 4096, 4096, "fp16", "rstd_prepass", False, NVIDIA_A100)
     assert _config(rstd) == ("_rstd_kernel", (512,), {"ROWS": 4, "BLOCK_K": 1024}, None, None)
 
 
 def test_the_autotuner_prunes_to_the_planned_candidates() -> None:
     for m in (16, 64, 1024, 2048):
-        configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
-                   for bm, bn, bk, s, w in FRM.CUDA_TILES]
+        configs = [
+            triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
+            for bm, bn, bk, s, w in FRM.CUDA_TILES
+        ]
         kept = FRM._prune(configs, {"M": m})
         planned = FRM.plan_forward(m, 4096, 4096, "fp16", "prologue_gamma", False, NVIDIA_H200)[0]
         assert [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_warps, c.num_stages) for c in kept] == [
             (s.constexprs["BM"], s.constexprs["BN"], s.constexprs["BK"], s.num_warps, s.num_stages)
-            for s in planned.candidates]
+            for s in planned.candidates
+        ]
 
 
 def plan_sample(spec: kernels.KernelSpec, info: DeviceInfo | None) -> list:
@@ -211,8 +277,11 @@ def plan_sample(spec: kernels.KernelSpec, info: DeviceInfo | None) -> list:
     description, every 4x-th under the others (the CPU accuracy suite runs them all elsewhere); inputs of at
     most 300,000 elements."""
     every = spec.plan_sample * (1 if info is ASCEND_910B else 4)
-    return [c for i, c in enumerate(spec.accuracy_cases())
-            if i % every == 0 and kernels.spec.numel(c.p.get("shape") or (1,)) <= 300_000]
+    return [
+        c
+        for i, c in enumerate(spec.accuracy_cases())
+        if i % every == 0 and kernels.spec.numel(c.p.get("shape") or (1,)) <= 300_000
+    ]
 
 
 def check_launchers(spec: kernels.KernelSpec, info: DeviceInfo | None) -> None:
@@ -234,7 +303,7 @@ def check_launchers(spec: kernels.KernelSpec, info: DeviceInfo | None) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("info", [None, ASCEND_910B, NVIDIA_H200], ids=["cpu", "ascend-910b", "nvidia-h200"])
 @pytest.mark.parametrize("spec_name", sorted(SPECS))
-def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_name, info) -> None:  # noqa: ANN001
+def test_launchers_start_exactly_the_planned_launches_and_compute_right(spec_name, info) -> None:
     check_launchers(SPECS[spec_name], info)
 
 
@@ -243,8 +312,10 @@ def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter() -> None:
     """The TMA GEMM (with its 1/rms prepass) and the split-K decode kernel with a TMA weight, which only
     an H200 plan starts, run through the interpreter and pass the accuracy check."""
     spec = SPECS["fused_rmsnorm_matmul"]
-    wanted = {"n=264,shape=130x256": ["_rstd_kernel", "_rms_gemm_tma_kernel"],
-              "n=1040,shape=5x1024": ["_decode_splitk_kernel"]}
+    wanted = {
+        "n=264,shape=130x256": ["_rstd_kernel", "_rms_gemm_tma_kernel"],
+        "n=1040,shape=5x1024": ["_decode_splitk_kernel"],
+    }
     for case in spec.accuracy_cases():
         names = next((v for k, v in wanted.items() if case.key.endswith(k)), None)
         if names is None or case.variant != "fold_gamma" or case.dtype != "fp16" or case.p["direction"] != "fwd":
@@ -301,7 +372,7 @@ def test_importing_the_kernels_builds_no_autotuner_and_touches_no_driver() -> No
 
 
 @pytest.mark.parametrize("device", [NVIDIA_A100, NVIDIA_H200, ASCEND_910B], ids=lambda d: d.name)
-def test_the_profiler_regex_of_every_perf_case_names_one_of_its_launches(device) -> None:  # noqa: ANN001
+def test_the_profiler_regex_of_every_perf_case_names_one_of_its_launches(device) -> None:
     """``collect --profile`` keeps the first launch whose name matches ``spec.profile_kernel(case)``: on every path
     a case's plan takes there must be one (Hopper's fold_gamma GEMM once had none: no counters for 10 cases), and
     for a compute-bound kernel it is the GEMM (LayerNorm+MatMul's "_ln_" once took the statistics prepass)."""

@@ -46,8 +46,11 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
     for package in ("dashboard", "db", "ci"):
         for path in (root / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                )
                 assert not any(n == "torch" or n.startswith("torch.") for n in names), f"{path} imports torch"
 
 
@@ -63,8 +66,10 @@ def test_the_shared_names_module_imports_nothing() -> None:
 
 def test_the_database_gate_and_dashboard_load_without_torch() -> None:
     """Importing them (and with them kernels.names, through kernels/__init__.py) must not load torch."""
-    code = ("import sys, db.queries, db.synthetic, ci.gate, dashboard.data, dashboard.charts\n"
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n")
+    code = (
+        "import sys, db.queries, db.synthetic, ci.gate, dashboard.data, dashboard.charts\n"
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout

@@ -10,13 +10,13 @@ from collector.metadata import UNKNOWN, git_info, hardware_info, software_versio
 from db.artifact import hardware_fingerprint
 
 
-def test_outside_a_git_checkout_everything_is_unknown_not_a_crash(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_outside_a_git_checkout_everything_is_unknown_not_a_crash(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KERNELWATCH_GIT_META", raising=False)
     info = git_info(tmp_path)
     assert info == {"sha": UNKNOWN, "branch": UNKNOWN, "time": None, "subject": None, "dirty": None}
 
 
-def test_inside_a_checkout_sha_branch_subject_and_dirty(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_inside_a_checkout_sha_branch_subject_and_dirty(tmp_path: Path, monkeypatch) -> None:
     for var in ("KERNELWATCH_GIT_META", "GITHUB_HEAD_REF", "GITHUB_REF_NAME"):
         monkeypatch.delenv(var, raising=False)
     run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
@@ -31,7 +31,7 @@ def test_inside_a_checkout_sha_branch_subject_and_dirty(tmp_path: Path, monkeypa
     assert git_info(tmp_path)["dirty"] is True
 
 
-def test_git_facts_can_come_from_a_file_where_the_tree_has_no_git(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_git_facts_can_come_from_a_file_where_the_tree_has_no_git(tmp_path: Path, monkeypatch) -> None:
     meta = tmp_path / "git.json"
     meta.write_text(json.dumps({"sha": "a" * 40, "branch": "main", "time": None, "subject": "s", "dirty": False}))
     monkeypatch.setenv("KERNELWATCH_GIT_META", str(meta))
@@ -66,10 +66,12 @@ def test_the_physical_device_is_named_by_uuid_and_pci_address() -> None:
     from collector.collect import devices_note
     from collector.metadata import physical_device
 
-    props = SimpleNamespace(uuid="8c1e0f6a-0000-1111-2222-333344445555", pci_domain_id=0, pci_bus_id=0x1B,
-                            pci_device_id=0)
+    props = SimpleNamespace(
+        uuid="8c1e0f6a-0000-1111-2222-333344445555", pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0
+    )
     assert physical_device(props) == "GPU-8c1e0f6a-0000-1111-2222-333344445555, PCI 0000:1b:00"
     assert physical_device(SimpleNamespace(uuid="GPU-x")) == "GPU-x"
     assert physical_device(SimpleNamespace()) is None
     assert devices_note({"cuda:0": "GPU-a, PCI 0000:1b:00", "cuda:1": None}) == (
-        "devices: cuda:0 = GPU-a, PCI 0000:1b:00; cuda:1 = unknown")
+        "devices: cuda:0 = GPU-a, PCI 0000:1b:00; cuda:1 = unknown"
+    )

@@ -17,7 +17,8 @@ from db.schema import content_hash
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "release-0.1.0.db.gz"
 ARTIFACTS = sorted((ROOT / "ci" / "history").glob("2026-11-30T0*.json.gz")) + sorted(
-    (ROOT / "tests" / "fixtures" / "release-0.1.0").glob("synth*.json"))
+    (ROOT / "tests" / "fixtures" / "release-0.1.0").glob("synth*.json")
+)
 
 
 TABLES = ("hardware", "kernel_case", "run", "accuracy_result", "perf_result", "profiler_metric")
@@ -49,8 +50,12 @@ def _old_database(tmp_path: Path, url: str | None = None) -> str:
             if rows:
                 dst.execute(Table(name, MetaData(), autoload_with=dst).insert(), rows)
             if "id" in table.c and name not in ("run",):
-                dst.execute(text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
-                                 f"(SELECT coalesce(max(id), 1) FROM {name}))"))
+                dst.execute(
+                    text(
+                        f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                        f"(SELECT coalesce(max(id), 1) FROM {name}))"
+                    )
+                )
     source.dispose()
     target.dispose()
     return url
@@ -59,8 +64,10 @@ def _old_database(tmp_path: Path, url: str | None = None) -> str:
 def _counts(url: str) -> dict[str, int]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
-        out = {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()
-               for t in ("run", "accuracy_result", "perf_result", "profiler_metric", "kernel_case")}
+        out = {
+            t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()
+            for t in ("run", "accuracy_result", "perf_result", "profiler_metric", "kernel_case")
+        }
     engine.dispose()
     return out
 
@@ -88,10 +95,17 @@ def test_upgrade_keeps_every_run_and_merges_hardware_that_differed_only_in_conte
         synthetic_hw = {r.hardware_id for r in runs if r.driver and r.driver.startswith("synthetic")}
         assert len(synthetic_hw) == 1, "a driver update or another device count is not new hardware"
         assert {(r.driver, r.device_count) for r in runs if r.driver and r.driver.startswith("synthetic")} == {
-            ("synthetic", 1), ("synthetic-2", 1), ("synthetic-3", 2)}
+            ("synthetic", 1),
+            ("synthetic-2", 1),
+            ("synthetic-3", 2),
+        }
         for model in (AccuracyResult, PerfResult, ProfilerMetric):
-            stray = conn.execute(select(func.count()).select_from(model).join(Run, Run.id == model.run_id)
-                                 .where(model.hardware_id != Run.hardware_id)).scalar_one()
+            stray = conn.execute(
+                select(func.count())
+                .select_from(model)
+                .join(Run, Run.id == model.run_id)
+                .where(model.hardware_id != Run.hardware_id)
+            ).scalar_one()
             assert stray == 0, f"{model.__tablename__} rows must follow their run's hardware"
         if conn.dialect.name == "sqlite":
             assert conn.execute(text("PRAGMA foreign_key_check")).all() == []

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import pytest
+import torch
+import torch.nn.functional as F
 
-import kernels  # noqa: E402
-from collector.accuracy import check_case, compare  # noqa: E402
-from kernels.mse_loss import SPEC, TOLERANCES, mse_loss_backward  # noqa: E402
-from kernels.poison import poisoned_outputs  # noqa: E402
+import kernels
+from collector.accuracy import check_case, compare
+from kernels.mse_loss import SPEC, TOLERANCES, mse_loss_backward
+from kernels.poison import poisoned_outputs
 
 CPU = torch.device("cpu")
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
@@ -23,8 +24,8 @@ DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloa
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("shape", [(1,), (127,), (1000,), (4099,), (3, 5, 7)])
 @pytest.mark.parametrize("name,dtype", DTYPES)
-def test_forward_matches_float64(variant, reduction, shape, name, dtype) -> None:  # noqa: ANN001
-    torch.manual_seed(hash((variant, reduction, shape, name)) % 2**31)
+def test_forward_matches_float64(variant, reduction, shape, name, dtype) -> None:
+    torch.manual_seed(zlib.crc32(repr((variant, reduction, shape, name)).encode()))  # the same on every run
     x, y = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
     with poisoned_outputs():
         out = kernels.mse_loss(x, y, reduction, variant=variant)
@@ -37,7 +38,7 @@ def test_forward_matches_float64(variant, reduction, shape, name, dtype) -> None
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("variant", ["persistent", "atomic"])
-def test_backward_matches_torch_for_both_arguments(reduction, variant) -> None:  # noqa: ANN001
+def test_backward_matches_torch_for_both_arguments(reduction, variant) -> None:
     x = torch.randn(6, 50, requires_grad=True)
     y = torch.randn(6, 50, requires_grad=True)
     g = torch.randn(6, 50) if reduction == "none" else torch.randn(())
@@ -107,7 +108,7 @@ def test_persistent_variant_is_deterministic() -> None:
         (torch.randn(3), torch.randn(1), "mean", ValueError, "no broadcasting"),
     ],
 )
-def test_bad_arguments_get_clear_errors(x, y, reduction, exc, message) -> None:  # noqa: ANN001
+def test_bad_arguments_get_clear_errors(x, y, reduction, exc, message) -> None:
     with pytest.raises(exc, match=message):
         kernels.mse_loss(x, y, reduction)
     with pytest.raises(ValueError, match="variant"):
@@ -115,8 +116,11 @@ def test_bad_arguments_get_clear_errors(x, y, reduction, exc, message) -> None: 
 
 
 def test_error_budget_catches_a_wrong_result() -> None:
-    case = next(c for c in SPEC.accuracy_cases() if c.key.endswith("reduction=mean,shape=1000")
-                and c.dtype == "fp32" and c.p["direction"] == "fwd")
+    case = next(
+        c
+        for c in SPEC.accuracy_cases()
+        if c.key.endswith("reduction=mean,shape=1000") and c.dtype == "fp32" and c.p["direction"] == "fwd"
+    )
     good = check_case(SPEC, case, CPU, seed=1)
     assert good["passed"] and good["error_budget"] < 1
     broken = SPEC.__class__(**{**SPEC.__dict__, "run": lambda c, i: (SPEC.run(c, i)[0] * (1 + 1e-3),)})
@@ -134,4 +138,5 @@ def test_spec_describes_every_case() -> None:
     big = [c for c in perf if c.variant == "persistent" and c.p["shape"] == (33_554_432,)]
     assert big and all(c.target and c.target.min_pct_peak == 85 for c in big)
     assert SPEC.bytes_moved(big[0]) == 2 * 33_554_432 * (4 if big[0].dtype == "fp32" else 2) + (
-        4 if big[0].dtype == "fp32" else 2)
+        4 if big[0].dtype == "fp32" else 2
+    )

@@ -16,7 +16,7 @@ _spec.loader.exec_module(mutation_table)
 
 
 @pytest.mark.parametrize("m", mutation_table.MUTATIONS, ids=[m.name for m in mutation_table.MUTATIONS])
-def test_every_mutation_pattern_occurs_exactly_once(m) -> None:  # noqa: ANN001
+def test_every_mutation_pattern_occurs_exactly_once(m) -> None:
     text = (ROOT / m.path).read_text()
     assert text.count(m.old) == 1, f"{m.name}: {m.old!r} occurs {text.count(m.old)} times in {m.path}"
     assert m.new != m.old
@@ -24,6 +24,13 @@ def test_every_mutation_pattern_occurs_exactly_once(m) -> None:  # noqa: ANN001
 
 def test_the_issues_mutations_are_all_there() -> None:
     names = {m.name for m in mutation_table.MUTATIONS}
-    assert {"drop Benjamini-Hochberg", "ignore the history", "min instead of max p-value", "no outlier clipping",
-            "within-run p forced to 0", "ratio inverted", "quantile off by one",
-            "% of peak from the wrong byte count"} <= names
+    assert {
+        "drop Benjamini-Hochberg",
+        "ignore the history",
+        "min instead of max p-value",
+        "no outlier clipping",
+        "within-run p forced to 0",
+        "ratio inverted",
+        "quantile off by one",
+        "% of peak from the wrong byte count",
+    } <= names

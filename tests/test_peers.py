@@ -6,13 +6,13 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
+import pandas as pd
+import torch
 
-import kernels  # noqa: E402
-from dashboard import charts, data  # noqa: E402
-from kernels import peers  # noqa: E402
-from kernels.spec import PEER_IMPLS  # noqa: E402
+import kernels
+from dashboard import charts, data
+from kernels import peers
+from kernels.spec import PEER_IMPLS
 
 
 def test_peer_names_are_one_list_and_no_target_names_a_peer() -> None:
@@ -33,31 +33,46 @@ def test_no_peer_loads_off_cuda_and_the_cpu_implementations_have_none() -> None:
 
 
 def test_vs_best_peer_is_the_fastest_peer_over_the_kernel_on_cases_with_a_peer() -> None:
-    rows = pd.DataFrame([
-        {"case": "a", "implementation": "triton", "median_ms": 1.0},
-        {"case": "a", "implementation": "liger", "median_ms": 1.2},
-        {"case": "a", "implementation": "flaggems", "median_ms": 1.5},
-        {"case": "b", "implementation": "triton", "median_ms": 2.0},
-        {"case": "b", "implementation": "apex", "median_ms": 1.0},
-        {"case": "c", "implementation": "triton", "median_ms": 3.0},  # no peer: not counted
-        {"case": "c", "implementation": "torch_compile", "median_ms": 0.1},
-    ])
+    rows = pd.DataFrame(
+        [
+            {"case": "a", "implementation": "triton", "median_ms": 1.0},
+            {"case": "a", "implementation": "liger", "median_ms": 1.2},
+            {"case": "a", "implementation": "flaggems", "median_ms": 1.5},
+            {"case": "b", "implementation": "triton", "median_ms": 2.0},
+            {"case": "b", "implementation": "apex", "median_ms": 1.0},
+            {"case": "c", "implementation": "triton", "median_ms": 3.0},  # no peer: not counted
+            {"case": "c", "implementation": "torch_compile", "median_ms": 0.1},
+        ]
+    )
     assert abs(data.vs_best_peer(rows) - (1.2 * 0.5) ** 0.5) < 1e-12
     assert abs(data.vs_best_peer(rows[rows["implementation"] != "liger"]) - (1.5 * 0.5) ** 0.5) < 1e-12
     assert data.vs_best_peer(rows[~rows["implementation"].isin(PEER_IMPLS)]) is None
 
 
 def test_case_page_draws_a_peer_as_a_dashed_named_line() -> None:
-    frame = pd.DataFrame([
-        {"x": f"r{i}", "order": i, "implementation": impl, "median_us": t, "p20_us": t, "p80_us": t,
-         "call_us": None, "hover": "h", "synthetic": False}
-        for i in range(2) for impl, t in (("triton", 10.0), ("apex", 12.0))])
+    frame = pd.DataFrame(
+        [
+            {
+                "x": f"r{i}",
+                "order": i,
+                "implementation": impl,
+                "median_us": t,
+                "p20_us": t,
+                "p80_us": t,
+                "call_us": None,
+                "hover": "h",
+                "synthetic": False,
+            }
+            for i in range(2)
+            for impl, t in (("triton", 10.0), ("apex", 12.0))
+        ]
+    )
     fig = charts.case_times(frame, "t")
     lines = {tr.name: tr.line.dash for tr in fig.data if tr.mode == "lines+markers"}
     assert lines == {"kernel (Triton)": "solid", "peer: apex (Megatron)": "dash"}
 
 
-def _peer_db(tmp_path) -> str:  # noqa: ANN001
+def _peer_db(tmp_path) -> str:
     """The stepped MSELoss copies of test_dashboard, each run with an ``apex`` row 1.25x the kernel's time."""
     from db.artifact import dumps, load_artifact, parse_artifact, to_data
     from db.engine import open_database
@@ -84,7 +99,7 @@ def _peer_db(tmp_path) -> str:  # noqa: ANN001
     return url
 
 
-def test_case_page_and_overview_show_the_peer(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_case_page_and_overview_show_the_peer(tmp_path, monkeypatch) -> None:
     import sys
 
     import streamlit as st

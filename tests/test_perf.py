@@ -12,25 +12,35 @@ import statistics
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: later tests launch them
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from collector.perf import finish as finish_rows  # noqa: E402
-from collector.perf import summarise  # noqa: E402
-from kernels.mse_loss import SPEC as MSE  # noqa: E402
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target  # noqa: E402
+from collector.perf import finish as finish_rows
+from collector.perf import summarise
+from kernels.mse_loss import SPEC as MSE
+from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target
 
 PEAKS = {"peak_gbps": 4000.0, "peak_tflops": 700.0}
 
 
-def _case(n: int = 33_554_432, dtype: str = "fp32"):  # noqa: ANN202
-    return next(c for c in MSE.perf_cases() if c.p["shape"] == (n,) and c.dtype == dtype
-                and c.variant == "persistent" and c.p["reduction"] == "mean")
+def _case(n: int = 33_554_432, dtype: str = "fp32"):
+    return next(
+        c
+        for c in MSE.perf_cases()
+        if c.p["shape"] == (n,) and c.dtype == dtype and c.variant == "persistent" and c.p["reduction"] == "mean"
+    )
 
 
 def _timed(median_ms: float, impl: str = KERNEL_IMPL) -> dict:
-    return {"implementation": impl, "median_ms": median_ms, "p20_ms": median_ms, "p80_ms": median_ms,
-            "min_ms": median_ms, "samples_ms": [median_ms], "error": None}
+    return {
+        "implementation": impl,
+        "median_ms": median_ms,
+        "p20_ms": median_ms,
+        "p80_ms": median_ms,
+        "min_ms": median_ms,
+        "samples_ms": [median_ms],
+        "error": None,
+    }
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 11, 200])
@@ -75,8 +85,10 @@ def test_percent_of_peak_takes_the_larger_floor_for_compute_bound_cases() -> Non
 def test_speedup_is_eager_time_over_kernel_time() -> None:
     """Defect: the speedup inverted."""
     case = _case()
-    rows = {r["implementation"]: r for r in finish_rows(MSE, case, {KERNEL_IMPL: _timed(0.05),
-                                                                    EAGER_IMPL: _timed(0.1, EAGER_IMPL)}, PEAKS)}
+    rows = {
+        r["implementation"]: r
+        for r in finish_rows(MSE, case, {KERNEL_IMPL: _timed(0.05), EAGER_IMPL: _timed(0.1, EAGER_IMPL)}, PEAKS)
+    }
     assert rows[KERNEL_IMPL]["speedup_vs_eager"] == pytest.approx(2.0)
     assert rows[EAGER_IMPL]["speedup_vs_eager"] == pytest.approx(1.0)
 
@@ -101,8 +113,15 @@ def test_targets_are_judged_on_the_right_side() -> None:
 
 def test_no_time_means_no_derived_numbers() -> None:
     case = _case()
-    empty = {"implementation": KERNEL_IMPL, "median_ms": None, "p20_ms": None, "p80_ms": None, "min_ms": None,
-             "samples_ms": [], "error": "x"}
+    empty = {
+        "implementation": KERNEL_IMPL,
+        "median_ms": None,
+        "p20_ms": None,
+        "p80_ms": None,
+        "min_ms": None,
+        "samples_ms": [],
+        "error": "x",
+    }
     (row,) = finish_rows(MSE, case, {KERNEL_IMPL: empty}, PEAKS)
     assert row["gbps"] is None and row["pct_peak"] is None and row["speedup_vs_eager"] is None
     assert row["target_met"] is None
@@ -156,16 +175,16 @@ class _Capture:
         _HostGraph.capturing = False
 
 
-def _graph_backend(**kw):  # noqa: ANN003, ANN202
+def _graph_backend(**kw):
     import torch
 
     from collector.backends import Backend
 
     class GraphOnHost(Backend):
-        def _graph_api(self):  # noqa: ANN202
+        def _graph_api(self):
             return _HostGraph, _Capture
 
-        def _capture(self, fn, strict: bool = False):  # noqa: ANN001, ANN202
+        def _capture(self, fn, strict: bool = False):
             # Backend._capture's own steps use torch.cuda streams; here only its contract: a graph or None.
             graph = _HostGraph()
             try:
@@ -251,7 +270,8 @@ def test_a_graph_slower_than_the_direct_call_is_not_believed() -> None:
     from collector.backends import TIMING_EVENTS
 
     samples, timing = _graph_backend(replays=lambda: _sleep_us(900)).device_samples(
-        lambda: _sleep_us(600), min_reps=10, max_reps=10)
+        lambda: _sleep_us(600), min_reps=10, max_reps=10
+    )
     assert timing == TIMING_EVENTS and statistics.median(samples) < 0.85
 
 
@@ -264,7 +284,7 @@ def test_the_ceilings_are_measured_with_events() -> None:
     methods = []
 
     class Recording(Backend):
-        def device_samples(self, fn, *args, method: str = "auto", **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def device_samples(self, fn, *args, method: str = "auto", **kwargs):
             methods.append(method)
             return super().device_samples(fn, *args, method=method, **kwargs)
 
@@ -289,7 +309,7 @@ def test_a_chunk_whose_hold_ran_out_is_taken_again_with_a_longer_hold() -> None:
         holds: list[float] = []
         made = 0
 
-        def event(self):  # noqa: ANN202
+        def event(self):
             Checked.made += 1
             return QueryEvent()
 

@@ -57,7 +57,7 @@ def test_a_stated_uuid_that_differs_from_the_notes_is_content() -> None:
     assert content_hash(validate(data)) != content_hash(load_run(SWAPPED))
 
 
-def test_new_runs_name_device_and_host(make_doc) -> None:  # noqa: ANN001
+def test_new_runs_name_device_and_host(make_doc) -> None:
     data = make_doc()
     data["run"]["notes"] = "; ".join([devices_note({"cuda:0": "GPU-abc, PCI 0000:00:06"}), host_note("runner-7")])
     for p in data["perf"]:

@@ -43,8 +43,7 @@ def _mse_items() -> list[tuple[str, str]]:
     return [("perf", k) for k in perf] + [("accuracy", k) for k in accuracy] + [("explore", accuracy[0])]
 
 
-def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch(tmp_path: Path,
-                                                                                 monkeypatch) -> None:  # noqa: ANN001
+def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch(tmp_path: Path, monkeypatch) -> None:
     """Cold: every distinct launch compiled for sm_90 by two processes; warm (same folder): all found,
     nothing compiled. A cache key that depended on anything but the launch (the process, the order) would
     miss the second time."""
@@ -61,11 +60,15 @@ def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch
     assert (warm.launches, warm.cached, warm.compiled, warm.failed) == (cold.launches, cold.launches, 0, 0), warm
     assert warm.compile_s == 0 and warm.state == "warm"
     note = warm.note(cache)
-    assert note.startswith(f"Triton cache warm in {cache}: {cold.launches} of {cold.launches} launches for "
-                           "NVIDIA H200 (sm_90) cached") and ";" not in note
+    assert (
+        note.startswith(
+            f"Triton cache warm in {cache}: {cold.launches} of {cold.launches} launches for NVIDIA H200 (sm_90) cached"
+        )
+        and ";" not in note
+    )
 
 
-def test_a_case_that_cannot_run_dry_is_left_to_its_worker(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_case_that_cannot_run_dry_is_left_to_its_worker(tmp_path: Path, monkeypatch) -> None:
     """The planted kernel that raises, and one that starts its kernel itself (not through kernels.plan.launch):
     neither launch can be worked out ahead, so both cases are counted as not predicted and nothing compiles
     (the pool sees no device: the direct launch fails instead of running on fake tensors)."""

@@ -42,28 +42,34 @@ def test_real_h200_ncu_csv() -> None:
 
 
 def test_ncu_csv_with_na_extra_columns_and_missing_metric() -> None:
-    text = ('==PROF== Connected\n"ID","Kernel Name","Metric Name","Metric Unit","Metric Value","Estimated Speedup"\n'
-            '"0","k","gpu__time_duration.sum","ns","1,234","5"\n'
-            '"0","k","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","n/a",""\n')
+    text = (
+        '==PROF== Connected\n"ID","Kernel Name","Metric Name","Metric Unit","Metric Value","Estimated Speedup"\n'
+        '"0","k","gpu__time_duration.sum","ns","1,234","5"\n'
+        '"0","k","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","n/a",""\n'
+    )
     rows = {r["name"]: r for r in parse_ncu_csv(text)}
     assert rows["duration_ns"]["value"] == 1234
     assert rows["dram_throughput_pct"]["value"] is None and "n/a" in rows["dram_throughput_pct"]["error"]
     assert rows["l2_hit_rate_pct"]["value"] is None and "absent" in rows["l2_hit_rate_pct"]["error"]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("==PROF== nothing here\n", "no ncu CSV header"),
-    ('"ID","Kernel Name"\n"0","k"\n', "lacks column"),
-    ('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n', "no metric rows"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("==PROF== nothing here\n", "no ncu CSV header"),
+        ('"ID","Kernel Name"\n"0","k"\n', "lacks column"),
+        ('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n', "no metric rows"),
+    ],
+)
 def test_garbled_ncu_output_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(ProfileError, match=message):
         parse_ncu_csv(text, "case x")
 
 
 def test_ascend_op_summary_reference() -> None:
-    parsed = parse_ascend_csv(_reference("ascend_op_summary_pipeutilization.csv"), "_layer_norm_fwd_fused",
-                              "op_summary.csv")
+    parsed = parse_ascend_csv(
+        _reference("ascend_op_summary_pipeutilization.csv"), "_layer_norm_fwd_fused", "op_summary.csv"
+    )
     assert parsed["aiv_vec_ratio"] == pytest.approx((0.096 + 0.098 + 0.088) / 3)
     assert parsed["aiv_mte2_ratio"] == pytest.approx((0.072 + 0.061 + 0.063) / 3)
     assert parsed["block_dim"] == 128 and parsed["duration_us"] == pytest.approx((26.54 + 26.28 + 26.5) / 3)
@@ -74,17 +80,20 @@ def test_ascend_op_summary_reference() -> None:
 
 
 def test_kernel_details_variant_with_step_id_and_block_num() -> None:
-    text = ("Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num,"
-            "aiv_vec_wait_ratio,aiv_write_cache_hit,aiv_write_cache_miss_allocate\n"
-            "1,_mse_persistent_kernel,_mse_persistent_kernel,AI_VECTOR_CORE,1,80.5,0,40,0.2,900,100\n"
-            "1,other,other,AI_VECTOR_CORE,1,5,0,1,0.9,1,1\n")
+    text = (
+        "Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num,"
+        "aiv_vec_wait_ratio,aiv_write_cache_hit,aiv_write_cache_miss_allocate\n"
+        "1,_mse_persistent_kernel,_mse_persistent_kernel,AI_VECTOR_CORE,1,80.5,0,40,0.2,900,100\n"
+        "1,other,other,AI_VECTOR_CORE,1,5,0,1,0.9,1,1\n"
+    )
     parsed = parse_ascend_csv(text, "_mse_persistent")
     assert parsed["block_dim"] == 40 and parsed["duration_us"] == 80.5 and parsed["aiv_vec_wait_ratio"] == 0.2
     rows = {r["name"]: r for r in ascend_metrics(parsed)}
     assert rows["l2_write_hit_rate"]["value"] == pytest.approx(0.9)
     assert ascend_launch(text, "_mse_persistent") == "_mse_persistent_kernel"  # the row taken, not "other"
     assert ascend_launch(text.replace(",_mse_persistent_kernel,", ",opaque,", 1), "_mse_persistent") == (
-        "_mse_persistent_kernel")  # matched in the Type column when Name says nothing
+        "_mse_persistent_kernel"
+    )  # matched in the Type column when Name says nothing
     assert rows["aiv_vec_wait_ratio"]["meets_ideal"] is True
 
 
@@ -95,7 +104,7 @@ def test_ascend_errors_name_the_file() -> None:
         parse_ascend_csv("Name,Duration(us)\nfoo,1\n", "_mse", "kd.csv")
 
 
-def test_ideal_flags_and_ncu_commands(tmp_path) -> None:  # noqa: ANN001
+def test_ideal_flags_and_ncu_commands(tmp_path) -> None:
     assert meets(">0.8", 0.9) and not meets("<0.01", 0.02) and meets(None, 1) is None
     report = tmp_path / "k.ncu-rep"
     cmd = ncu_export_command("ncu", "_mse_atomic|_mse_persistent_kernel", report, ["python", "-m", "x"])
@@ -115,10 +124,22 @@ def test_one_report_for_a_kernel_is_attributed_case_by_case_through_its_nvtx_ran
     """Case 0 launched a helper and its kernel, case 1 only a kernel another case's regex names, case 2
     nothing: each case takes its first launch matching its own regex, and says so when there is none."""
     t = "gpu__time_duration.sum"
-    names = _csv([("0", "_zero_fill", t, "10"), ("1", "_mse_atomic", t, "1,500"),
-                  ("2", "_mse_persistent_kernel", t, "900"), ("3", "_mse_atomic", t, "700")])
-    ranges = _csv([("0", "kw-case-0", t, "10"), ("1", "kw-case-0", t, "1,500"), ("2", "kw-case-1", t, "900"),
-                   ("3", "kw-case-3", t, "700")])
+    names = _csv(
+        [
+            ("0", "_zero_fill", t, "10"),
+            ("1", "_mse_atomic", t, "1,500"),
+            ("2", "_mse_persistent_kernel", t, "900"),
+            ("3", "_mse_atomic", t, "700"),
+        ]
+    )
+    ranges = _csv(
+        [
+            ("0", "kw-case-0", t, "10"),
+            ("1", "kw-case-0", t, "1,500"),
+            ("2", "kw-case-1", t, "900"),
+            ("3", "kw-case-3", t, "700"),
+        ]
+    )
     launches = attribute(ncu_csv_kernels(names), ncu_csv_kernels(ranges))
     assert [k["name"] for k in launches[0]] == ["_zero_fill", "_mse_atomic"] and 2 not in launches
     rows = {r["name"]: r for r in case_rows(launches[0], "_mse_atomic")}
@@ -134,7 +155,7 @@ def test_one_report_for_a_kernel_is_attributed_case_by_case_through_its_nvtx_ran
         attribute(ncu_csv_kernels(names), ncu_csv_kernels(names))  # an ncu that did not rename
 
 
-def test_without_ncu_every_case_records_why_and_nothing_is_started(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_without_ncu_every_case_records_why_and_nothing_is_started(tmp_path, monkeypatch) -> None:
     from collector.profile_phase import Job, profile_events
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
@@ -147,7 +168,8 @@ def test_without_ncu_every_case_records_why_and_nothing_is_started(tmp_path, mon
 
 
 def test_the_profiling_phase_survives_a_case_that_raises_one_that_kills_its_process_and_one_that_hangs(
-        monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch,
+) -> None:
     """A dry run on the CPU (no profiler: each case runs once in the target) of one kernel's batch: the cases
     after a crash go on in a fresh process, a hang is stopped after the no-progress limit, and each case's
     result says what happened to it."""
@@ -173,8 +195,10 @@ def test_the_profiling_phase_survives_a_case_that_raises_one_that_kills_its_proc
 
 def test_cube_bound_kernels_are_judged_by_the_cube_ratio_not_by_the_mseloss_ideals() -> None:
     """A matmul's MTE2 share has no 80% ideal; its cube ratio (aic_, or aic_mac_ in older CANN) has."""
-    text = ("Name,Duration(us),Block Dim,aic_mac_ratio,aic_mte2_ratio,aiv_vec_ratio,aiv_mte2_ratio\n"
-            "_fused_rmsnorm_matmul_persistent_kernel,120,24,0.85,0.4,0.2,0.3\n")
+    text = (
+        "Name,Duration(us),Block Dim,aic_mac_ratio,aic_mte2_ratio,aiv_vec_ratio,aiv_mte2_ratio\n"
+        "_fused_rmsnorm_matmul_persistent_kernel,120,24,0.85,0.4,0.2,0.3\n"
+    )
     parsed = parse_ascend_csv(text, "_fused_rmsnorm_matmul")
     assert parsed["aic_cube_ratio"] == 0.85
     compute = {r["name"]: r for r in ascend_metrics(parsed, "compute")}
@@ -222,8 +246,7 @@ def test_a_real_h200_report_of_twenty_mse_loss_cases_gives_each_case_its_own_ker
         attribute(names, names)
 
 
-def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay(tmp_path, monkeypatch,
-                                                                                capsys) -> None:  # noqa: ANN001
+def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay(tmp_path, monkeypatch, capsys) -> None:
     from collector.profile_phase import KEEP_ENV, _keep
 
     report = tmp_path / "k.ncu-rep"
@@ -236,14 +259,17 @@ def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay
     monkeypatch.setenv(KEEP_ENV, str(tmp_path / "kept"))
     assert _keep(report, ["names", "ranges"], "mse/loss:cuda0") is None
     assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [
-        "mse_loss_cuda0.names.csv", "mse_loss_cuda0.ncu-rep", "mse_loss_cuda0.ranges.csv"]
+        "mse_loss_cuda0.names.csv",
+        "mse_loss_cuda0.ncu-rep",
+        "mse_loss_cuda0.ranges.csv",
+    ]
 
 
-def test_a_failure_of_the_profiling_machinery_is_each_case_s_error_not_the_run_s_end(monkeypatch) -> None:  # noqa: ANN001
+def test_a_failure_of_the_profiling_machinery_is_each_case_s_error_not_the_run_s_end(monkeypatch) -> None:
     from collector import profile_phase
     from collector.profile_phase import Job, profile_events
 
-    def broken(self, job, cases, ncu):  # noqa: ANN001, ANN202
+    def broken(self, job, cases, ncu):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(profile_phase.Runner, "_batch", broken)

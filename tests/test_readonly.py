@@ -54,13 +54,14 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
 
 
-def read(cli, command: str, url: str, tmp: Path) -> tuple[int, str, str]:  # noqa: ANN001
+def read(cli, command: str, url: str, tmp: Path) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of a read-only command. The dashboard runs in its own process:
     should it ever get past the check, it would exec the server in place of pytest."""
     args = [a.replace("{tmp}", str(tmp)) for a in READERS[command]] + ["--db", url]
     if command == "dashboard":
-        proc = subprocess.run([sys.executable, "-m", "kernelwatch", *args], env=_env(), capture_output=True,
-                              timeout=60, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kernelwatch", *args], env=_env(), capture_output=True, timeout=60, text=True
+        )
         return proc.returncode, proc.stdout, proc.stderr
     result = cli.invoke(main, args)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
@@ -79,7 +80,7 @@ def listing(folder: Path) -> dict[str, int]:
 # Missing, foreign, unmigrated: refused in one line, nothing created or changed
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", READERS)
-def test_a_missing_database_is_refused_and_not_created(command: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_missing_database_is_refused_and_not_created(command: str, tmp_path: Path, cli) -> None:
     path = tmp_path / "absent" / "kw.db"
     code, out, err = read(cli, command, f"sqlite:///{path}", tmp_path)
     assert (code, out) == (2, "")
@@ -102,12 +103,13 @@ def foreign(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", READERS)
-def test_a_foreign_sqlite_file_is_refused_untouched(command: str, foreign: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_foreign_sqlite_file_is_refused_untouched(command: str, foreign: Path, tmp_path: Path, cli) -> None:
     before, files = sha(foreign), listing(foreign.parent)
     code, out, err = read(cli, command, f"sqlite:///{foreign}", tmp_path)
     assert (code, out) == (2, "")
-    assert err == (f"{_prefix(command)}sqlite:///{foreign} is not a KernelWatch database "
-                   f"(it holds other tables: notes)\n")
+    assert err == (
+        f"{_prefix(command)}sqlite:///{foreign} is not a KernelWatch database (it holds other tables: notes)\n"
+    )
     assert sha(foreign) == before
     assert listing(foreign.parent) == files  # no -wal, -shm or -journal beside it
     conn = sqlite3.connect(f"file:{foreign}?mode=ro", uri=True)
@@ -125,21 +127,23 @@ WRITERS = {  # a writing command -> its arguments (before --db)
 
 
 @pytest.mark.parametrize("command", WRITERS)
-def test_writers_refuse_a_foreign_sqlite_file_untouched(command: str, foreign: Path, cli) -> None:  # noqa: ANN001
+def test_writers_refuse_a_foreign_sqlite_file_untouched(command: str, foreign: Path, cli) -> None:
     """A mistyped --db that names someone else's SQLite file: nothing written into it (no tables, not
     switched to WAL); collect says so before measuring anything."""
     before, files = sha(foreign), listing(foreign.parent)
     result = cli.invoke(main, [*WRITERS[command](), "--db", f"sqlite:///{foreign}"])
     assert result.exit_code == 2, result.output
-    assert result.output.strip().endswith(f"sqlite:///{foreign} is not a KernelWatch database (it holds other "
-                                          "tables: notes); nothing was written: give a new file or an empty "
-                                          "database of its own")
+    assert result.output.strip().endswith(
+        f"sqlite:///{foreign} is not a KernelWatch database (it holds other "
+        "tables: notes); nothing was written: give a new file or an empty "
+        "database of its own"
+    )
     assert "run " not in result.output  # collect measured nothing
     assert sha(foreign) == before and listing(foreign.parent) == files
 
 
 @pytest.mark.parametrize("command", WRITERS)
-def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_path: Path, cli) -> None:
     """--db under a path that is a file: one line naming it (was a FileExistsError traceback)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -147,15 +151,18 @@ def test_writers_name_a_database_folder_that_cannot_be_made(command: str, tmp_pa
     assert result.exit_code == 2 and isinstance(result.exception, (SystemExit, type(None))), result.exception
     assert result.output.strip().splitlines()[-1] == (
         f"kernelwatch {command}: error: cannot create the folder of database sqlite:///{blocker / 'kw.db'}: "
-        f"File exists ({blocker})")
+        f"File exists ({blocker})"
+    )
     assert blocker.read_text() == ""
 
 
 def _other_alembic_project(path: Path) -> Path:
     conn = sqlite3.connect(path)
-    conn.executescript("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY);"
-                       "INSERT INTO alembic_version VALUES ('deadbeef1234');"
-                       "CREATE TABLE orders (id INTEGER PRIMARY KEY);")
+    conn.executescript(
+        "CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY);"
+        "INSERT INTO alembic_version VALUES ('deadbeef1234');"
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY);"
+    )
     conn.close()
     return path
 
@@ -183,12 +190,17 @@ def _stamped(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make, holds", [(_other_alembic_project, "other tables: orders"),
-                                         (_wal_foreign, "other tables: notes"), (_views_only, "view answer"),
-                                         (_stamped, "an application stamp")])
+@pytest.mark.parametrize(
+    "make, holds",
+    [
+        (_other_alembic_project, "other tables: orders"),
+        (_wal_foreign, "other tables: notes"),
+        (_views_only, "view answer"),
+        (_stamped, "an application stamp"),
+    ],
+)
 @pytest.mark.parametrize("command", [*WRITERS, "runs"])
-def test_other_projects_databases_are_refused_untouched(command: str, make, holds: str, tmp_path: Path,  # noqa: ANN001
-                                                        cli) -> None:  # noqa: ANN001
+def test_other_projects_databases_are_refused_untouched(command: str, make, holds: str, tmp_path: Path, cli) -> None:
     """Another project's Alembic database (a revision this KernelWatch does not know, no run table) is
     foreign, not "written by a newer KernelWatch"; a foreign file in WAL mode gets no -wal or -shm beside
     it. Writers and readers alike leave every byte and the folder as they were."""
@@ -204,7 +216,7 @@ def test_other_projects_databases_are_refused_untouched(command: str, make, hold
     assert sha(path) == before and listing(folder) == files
 
 
-def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp_path: Path, cli) -> None:
     path = tmp_path / "busy.db"
     owner = sqlite3.connect(path, isolation_level=None)
     owner.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
@@ -220,7 +232,7 @@ def test_a_foreign_database_held_exclusively_by_its_owner_is_refused_at_once(tmp
     assert sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("PRAGMA journal_mode").fetchone() == ("delete",)
 
 
-def test_another_projects_alembic_database_on_postgresql_is_foreign_not_newer(pg_url: str, cli) -> None:  # noqa: ANN001
+def test_another_projects_alembic_database_on_postgresql_is_foreign_not_newer(pg_url: str, cli) -> None:
     """The rule the SQLite probe applies holds on PostgreSQL too: an unknown revision without KernelWatch's
     run table is someone else's database, for writers and readers alike; nothing is created in it."""
     from sqlalchemy import create_engine, inspect, text
@@ -239,7 +251,7 @@ def test_another_projects_alembic_database_on_postgresql_is_foreign_not_newer(pg
     engine.dispose()
 
 
-def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     for url in (f"sqlite:///file:{tmp_path}/x.db?uri=true", f"sqlite:///file:{tmp_path}/x.db"):
         result = cli.invoke(main, ["db", "upgrade", "--db", url])
@@ -247,7 +259,7 @@ def test_sqlite_uri_filenames_are_refused_and_create_nothing(tmp_path: Path, cli
     assert list(tmp_path.iterdir()) == []
 
 
-def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:  # noqa: ANN001
+def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:
     from sqlalchemy import create_engine, inspect, text
 
     engine = create_engine(pg_url)
@@ -261,15 +273,17 @@ def test_writers_refuse_a_foreign_postgresql_database(pg_url: str, cli) -> None:
 
 NOT_DATABASES = {  # what --db names -> how it is made, the refusal after the prefix ({url}, {path})
     "a-folder": (lambda p: p.mkdir(), "no database at {path}: it is not a file"),
-    "an-empty-file": (lambda p: p.write_bytes(b""),
-                      "{url} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest"),
+    "an-empty-file": (
+        lambda p: p.write_bytes(b""),
+        "{url} is an empty database: run `kernelwatch db upgrade` against it, then collect or ingest",
+    ),
     "a-text-file": (lambda p: p.write_text("hello\n"), "cannot open database {url}: file is not a database"),
 }
 
 
 @pytest.mark.parametrize("what", NOT_DATABASES)
 @pytest.mark.parametrize("command", READERS)
-def test_a_path_that_is_no_database_is_refused_untouched(command: str, what: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_path_that_is_no_database_is_refused_untouched(command: str, what: str, tmp_path: Path, cli) -> None:
     make, message = NOT_DATABASES[what]
     folder = tmp_path / "there"
     folder.mkdir()
@@ -295,13 +309,16 @@ def release_db(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", READERS)
-def test_an_unmigrated_database_is_refused_and_left_at_its_revision(command: str, release_db: Path, tmp_path: Path,
-                                                                    cli) -> None:  # noqa: ANN001
+def test_an_unmigrated_database_is_refused_and_left_at_its_revision(
+    command: str, release_db: Path, tmp_path: Path, cli
+) -> None:
     before = sha(release_db)
     code, out, err = read(cli, command, f"sqlite:///{release_db}", tmp_path)
     assert (code, out) == (2, "")
-    assert err == (f"{_prefix(command)}sqlite:///{release_db} is at schema revision 0001, this KernelWatch needs "
-                   f"{head_revision()}: run `kernelwatch db upgrade` against it\n")
+    assert err == (
+        f"{_prefix(command)}sqlite:///{release_db} is at schema revision 0001, this KernelWatch needs "
+        f"{head_revision()}: run `kernelwatch db upgrade` against it\n"
+    )
     assert sha(release_db) == before
     # A WAL reader in a writable folder leaves SQLite's empty log and index beside the file; nothing is in the log.
     wal = release_db.with_name("kw.db-wal")
@@ -311,7 +328,7 @@ def test_an_unmigrated_database_is_refused_and_left_at_its_revision(command: str
     conn.close()
 
 
-def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tmp_path: Path, cli) -> None:
     """A revision this KernelWatch does not know comes from a newer release: upgrading is not the advice."""
     conn = sqlite3.connect(release_db)
     conn.execute("UPDATE alembic_version SET version_num = '9999'")
@@ -319,8 +336,10 @@ def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tm
     conn.close()
     before = sha(release_db)
     url = f"sqlite:///{release_db}"
-    message = (f"{url} is at schema revision 9999, which this KernelWatch (head {head_revision()}) does not know: "
-               f"it was written by a newer KernelWatch; upgrade KernelWatch\n")
+    message = (
+        f"{url} is at schema revision 9999, which this KernelWatch (head {head_revision()}) does not know: "
+        f"it was written by a newer KernelWatch; upgrade KernelWatch\n"
+    )
     assert read(cli, "runs", url, tmp_path) == (2, "", f"kernelwatch runs: error: {message}")
     result = cli.invoke(main, ["db", "upgrade", "--db", url])
     assert (result.exit_code, result.stderr) == (2, f"kernelwatch db upgrade: error: {message}")
@@ -331,7 +350,7 @@ def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tm
 # PostgreSQL: an empty or unmigrated database is refused and gets no tables
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.postgres
-def test_postgres_readers_refuse_an_empty_and_an_unmigrated_database(pg_url: str, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_postgres_readers_refuse_an_empty_and_an_unmigrated_database(pg_url: str, tmp_path: Path, cli) -> None:
     from db.engine import create_db_engine, redact, upgrade
     from tests.test_bad_artifacts import postgres_checksum
 
@@ -339,8 +358,12 @@ def test_postgres_readers_refuse_an_empty_and_an_unmigrated_database(pg_url: str
     before = postgres_checksum(pg_url)
     for command in READERS:
         code, out, err = read(cli, command, pg_url, tmp_path)
-        assert (code, out, err) == (2, "", f"{_prefix(command)}{shown} is an empty database: run `kernelwatch db "
-                                           f"upgrade` against it, then collect or ingest\n"), command
+        assert (code, out, err) == (
+            2,
+            "",
+            f"{_prefix(command)}{shown} is an empty database: run `kernelwatch db "
+            f"upgrade` against it, then collect or ingest\n",
+        ), command
     assert postgres_checksum(pg_url) == before
     engine = create_db_engine(pg_url)
     upgrade(engine, "0001")
@@ -348,8 +371,12 @@ def test_postgres_readers_refuse_an_empty_and_an_unmigrated_database(pg_url: str
     before = postgres_checksum(pg_url)
     for command in READERS:
         code, out, err = read(cli, command, pg_url, tmp_path)
-        assert (code, out, err) == (2, "", f"{_prefix(command)}{shown} is at schema revision 0001, this KernelWatch "
-                                           f"needs {head_revision()}: run `kernelwatch db upgrade` against it\n")
+        assert (code, out, err) == (
+            2,
+            "",
+            f"{_prefix(command)}{shown} is at schema revision 0001, this KernelWatch "
+            f"needs {head_revision()}: run `kernelwatch db upgrade` against it\n",
+        )
     assert postgres_checksum(pg_url) == before
 
 
@@ -383,8 +410,13 @@ def _unavailable(why: str) -> list[str]:
 
 
 def _kernelwatch(prefix: list[str], *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "kernelwatch", *args], env=env or _env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "kernelwatch", *args],
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _close_cleanly(path: Path) -> None:
@@ -412,8 +444,9 @@ def locked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     newest = runs[0]["id"]
     exported = _kernelwatch([], "export", newest, "-o", str(folder / "candidate.json"), "--db", url)
     assert exported.returncode == 0, exported.stderr
-    mse = sorted(c["key"] for c in json.loads((folder / "candidate.json").read_text())["cases"]
-                 if c["kernel"] == "mse_loss")[0]  # synth draws its cases from the specs: take one it made
+    mse = sorted(
+        c["key"] for c in json.loads((folder / "candidate.json").read_text())["cases"] if c["kernel"] == "mse_loss"
+    )[0]  # synth draws its cases from the specs: take one it made
     if request.param == "closed-cleanly":
         _close_cleanly(path)
     else:
@@ -427,8 +460,15 @@ def locked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     (folder / "candidate.json").chmod(0o444)
     folder.chmod(0o555)
     try:
-        yield {"prefix": prefix, "folder": folder, "path": path, "url": url, "newest": newest, "runs": len(runs),
-               "case": mse}
+        yield {
+            "prefix": prefix,
+            "folder": folder,
+            "path": path,
+            "url": url,
+            "newest": newest,
+            "runs": len(runs),
+            "case": mse,
+        }
     finally:
         folder.chmod(0o755)
 
@@ -444,8 +484,15 @@ def test_readers_read_a_database_in_a_read_only_folder(command: str, locked: dic
     """Before: "attempt to write a readonly database". Now each reader answers, and nothing appears beside the file."""
     before, files = sha(locked["path"]), listing(locked["folder"])
     args = {
-        "gate": ["gate", "--artifact", str(locked["folder"] / "candidate.json"), "--baseline", "synthetic/main",
-                 "--report-dir", str(tmp_path / "report")],
+        "gate": [
+            "gate",
+            "--artifact",
+            str(locked["folder"] / "candidate.json"),
+            "--baseline",
+            "synthetic/main",
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
         "runs": ["runs", "--format", "json"],
         "show": ["show", locked["newest"][:8], "--format", "json"],
         "export": ["export", locked["newest"], "-o", "-"],
@@ -491,9 +538,11 @@ def test_an_unfinished_log_in_a_read_only_folder_is_refused(tmp_path: Path) -> N
     finally:
         folder.chmod(0o755)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == (f"kernelwatch runs: error: cannot read sqlite:///{folder / 'kw.db'}: its folder is "
-                           f"read-only and it has an unfinished write-ahead log (kw.db-wal); open it once where it "
-                           f"can be written\n")
+    assert proc.stderr == (
+        f"kernelwatch runs: error: cannot read sqlite:///{folder / 'kw.db'}: its folder is "
+        f"read-only and it has an unfinished write-ahead log (kw.db-wal); open it once where it "
+        f"can be written\n"
+    )
 
 
 def test_a_writer_in_a_read_only_folder_fails_in_one_line(locked: dict, tmp_path: Path) -> None:
@@ -506,7 +555,8 @@ def test_a_writer_in_a_read_only_folder_fails_in_one_line(locked: dict, tmp_path
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr in (  # refused when it opens (no -shm to use) or when it writes (a reader left one)
         f"kernelwatch ingest: error: cannot open database {locked['url']}: attempt to write a readonly database\n",
-        f"kernelwatch ingest: error: nothing stored from {artifact}: attempt to write a readonly database\n")
+        f"kernelwatch ingest: error: nothing stored from {artifact}: attempt to write a readonly database\n",
+    )
     assert sha(locked["path"]) == before
 
 
@@ -527,8 +577,22 @@ def test_the_dashboard_serves_a_database_in_a_read_only_folder(locked: dict) -> 
 
     before, files = sha(locked["path"]), listing(locked["folder"])
     port = _free_port()
-    server = subprocess.Popen([*locked["prefix"], sys.executable, "-m", "kernelwatch", "dashboard", "--port", str(port),
-                               "--db", locked["url"]], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            *locked["prefix"],
+            sys.executable,
+            "-m",
+            "kernelwatch",
+            "dashboard",
+            "--port",
+            str(port),
+            "--db",
+            locked["url"],
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 90
@@ -577,16 +641,25 @@ def test_unwritable_reports_are_a_warning_never_a_verdict(candidate: str, locked
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     summary_ok = tmp_path / "summary.md"
-    ok = _kernelwatch([], *gate, "--report-dir", str(tmp_path / "report"), env={**_env(), "GITHUB_STEP_SUMMARY":
-                                                                                  str(summary_ok)})
-    in_the_way = _kernelwatch([], *gate, "--report-dir", str(blocker / "report"),
-                              env={**_env(), "GITHUB_STEP_SUMMARY": str(tmp_path)})
-    read_only = _kernelwatch(locked["prefix"], *gate, "--report-dir", str(locked["folder"] / "report"),
-                             env={**_env(), "GITHUB_STEP_SUMMARY": str(locked["folder"] / "summary.md")})
+    ok = _kernelwatch(
+        [], *gate, "--report-dir", str(tmp_path / "report"), env={**_env(), "GITHUB_STEP_SUMMARY": str(summary_ok)}
+    )
+    in_the_way = _kernelwatch(
+        [], *gate, "--report-dir", str(blocker / "report"), env={**_env(), "GITHUB_STEP_SUMMARY": str(tmp_path)}
+    )
+    read_only = _kernelwatch(
+        locked["prefix"],
+        *gate,
+        "--report-dir",
+        str(locked["folder"] / "report"),
+        env={**_env(), "GITHUB_STEP_SUMMARY": str(locked["folder"] / "summary.md")},
+    )
     assert ok.returncode == (0 if candidate == "pass" else 1), ok.stdout + ok.stderr
     assert ok.stderr == "" and summary_ok.read_text() and (tmp_path / "report" / "gate.md").exists()
-    for other, why in ((in_the_way, ("Not a directory", "Is a directory")),
-                       (read_only, ("Permission denied", "Permission denied"))):
+    for other, why in (
+        (in_the_way, ("Not a directory", "Is a directory")),
+        (read_only, ("Permission denied", "Permission denied")),
+    ):
         assert other.returncode == ok.returncode
         assert _verdict(other.stdout) == _verdict(ok.stdout)
         assert "Traceback" not in other.stderr
@@ -597,7 +670,7 @@ def test_unwritable_reports_are_a_warning_never_a_verdict(candidate: str, locked
     assert not (locked["folder"] / "report").exists() and not (locked["folder"] / "summary.md").exists()
 
 
-def test_a_database_path_with_url_characters_is_that_path(tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_a_database_path_with_url_characters_is_that_path(tmp_path: Path, cli) -> None:
     """A bare path holding ? # % is the file of that name, for writers and readers (not the file `we`)."""
     folder = tmp_path / "we?ird#%20"
     folder.mkdir()
@@ -608,5 +681,7 @@ def test_a_database_path_with_url_characters_is_that_path(tmp_path: Path, cli) -
     assert runs.exit_code == 0 and len(json.loads(runs.stdout)) == 2
     missing = cli.invoke(main, ["runs", "--db", str(folder / "none?.db")])
     assert (missing.exit_code, missing.stderr) == (
-        2, f"kernelwatch runs: error: no database at {folder / 'none?.db'}: run `kernelwatch collect` or "
-           f"`kernelwatch ingest` first\n")
+        2,
+        f"kernelwatch runs: error: no database at {folder / 'none?.db'}: run `kernelwatch collect` or "
+        f"`kernelwatch ingest` first\n",
+    )

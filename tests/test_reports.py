@@ -21,12 +21,23 @@ CHROMIUM = os.environ.get("KERNELWATCH_CHROMIUM") or "/usr/bin/chromium"
 
 def _result() -> GateResult:
     result = GateResult(
-        candidate={"id": "0" * 8 + "-0000-4000-8000-" + "0" * 12, "status": "complete",
-                   "commit": {"sha": "abc[x](https://example.com)", "branch": "feature/<b>bold</b>"}},
-        baseline={"id": "1" * 8 + "-0000-4000-8000-" + "1" * 12, "commit": "def", "branch": "main"})
+        candidate={
+            "id": "0" * 8 + "-0000-4000-8000-" + "0" * 12,
+            "status": "complete",
+            "commit": {"sha": "abc[x](https://example.com)", "branch": "feature/<b>bold</b>"},
+        },
+        baseline={"id": "1" * 8 + "-0000-4000-8000-" + "1" * 12, "commit": "def", "branch": "main"},
+    )
     for case in (LINK, HTML, TICKS):
-        result.verdicts.append(CaseVerdict(case, "mse_loss", "regression", f"slower; see {case} at www.example.com",
-                                           comparison=Comparison(case, 1.3, 1e-9, 1e-9, 1e-9, 0.05, 10)))
+        result.verdicts.append(
+            CaseVerdict(
+                case,
+                "mse_loss",
+                "regression",
+                f"slower; see {case} at www.example.com",
+                comparison=Comparison(case, 1.3, 1e-9, 1e-9, 1e-9, 0.05, 10),
+            )
+        )
     return result
 
 
@@ -41,7 +52,7 @@ def _outside_code(text: str) -> str:
             i += 1
             continue
         n = len(run.group())
-        close = re.search(rf"(?<!`)`{{{n}}}(?!`)", text[i + n:])
+        close = re.search(rf"(?<!`)`{{{n}}}(?!`)", text[i + n :])
         if close is None:
             out.append(run.group())
             i += n
@@ -84,9 +95,18 @@ def test_html_report_renders_no_link_image_or_request(tmp_path: Path) -> None:
     path.write_text(html_report(_result()), encoding="utf-8")
     requests: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page()
         page.on("request", lambda r: requests.append(r.url))
         page.goto(path.as_uri())
@@ -104,17 +124,36 @@ def test_html_report_renders_no_link_image_or_request(tmp_path: Path) -> None:
 
 def _full_suite_result(n_perf: int = 62, n_acc: int = 358) -> GateResult:
     """A result the size of the full H200 suite: 62 compared perf cases and 358 accuracy cases."""
-    result = GateResult(candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
-                        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"})
+    result = GateResult(
+        candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
+        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"},
+    )
     for i in range(n_perf):
         ratio = 1.108 if i == 0 else 0.9 if i == 1 else 1 + (i % 7 - 3) / 1000
         case = f"scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape={i}x4096"
-        result.verdicts.append(CaseVerdict(case, "scaled_masked_softmax", "regression" if i == 0 else "pass",
-                                           f"{ratio - 1:+.1%}", baseline_ms=0.1, time_ms=0.1 * ratio,
-                                           comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30)))
+        result.verdicts.append(
+            CaseVerdict(
+                case,
+                "scaled_masked_softmax",
+                "regression" if i == 0 else "pass",
+                f"{ratio - 1:+.1%}",
+                baseline_ms=0.1,
+                time_ms=0.1 * ratio,
+                comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30),
+            )
+        )
     for i in range(n_acc):
-        result.verdicts.append(CaseVerdict(f"mse_loss/atomic/fp32/direction=fwd,shape={i}", "mse_loss", "pass",
-                                           "error budget 0.1", suite="accuracy", budget=0.1, baseline_budget=0.1))
+        result.verdicts.append(
+            CaseVerdict(
+                f"mse_loss/atomic/fp32/direction=fwd,shape={i}",
+                "mse_loss",
+                "pass",
+                "error budget 0.1",
+                suite="accuracy",
+                budget=0.1,
+                baseline_budget=0.1,
+            )
+        )
     return result
 
 
@@ -124,7 +163,7 @@ def test_html_report_is_small_plain_and_its_bars_are_centred_on_one() -> None:
     page = html_report(_full_suite_result())
     assert len(page.encode()) < 300_000
     assert "<pre" not in page and "<script" not in page and "## KernelWatch" not in page
-    assert not re.search("[\U0001F000-\U0001FFFF\u2600-\u27BF\u3030\uFE0F]", page)
+    assert not re.search("[\U0001f000-\U0001ffff\u2600-\u27bf\u3030\ufe0f]", page)
     bars = re.findall(r"<td class='case'>([^<]*)</td>.*?style='left:([0-9.]+)%;width:([0-9.]+)%'", page)
     by_ratio = {case.split("shape=")[1]: (float(left), float(width)) for case, left, width in bars}
     slower, faster = by_ratio["0x4096"], by_ratio["1x4096"]
@@ -135,17 +174,37 @@ def test_html_report_is_small_plain_and_its_bars_are_centred_on_one() -> None:
 
 def test_failures_are_sorted_by_severity_then_effect_and_the_hardware_is_named() -> None:
     """gate.md listed failures by case key (a +40% slowdown under a +6% one) and named no hardware."""
-    result = GateResult(candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
-                        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"},
-                        hardware={"device_name": "NVIDIA H200", "fingerprint": "b104246322b32e20", "device_count": 2})
+    result = GateResult(
+        candidate={"id": "0" * 36, "status": "complete", "commit": {"sha": "a" * 40, "branch": "pr"}},
+        baseline={"id": "1" * 36, "commit": "b" * 40, "branch": "main"},
+        hardware={"device_name": "NVIDIA H200", "fingerprint": "b104246322b32e20", "device_count": 2},
+    )
     for case, ratio in (("a/small", 1.06), ("b/large", 1.40), ("c/medium", 1.20)):
-        result.verdicts.append(CaseVerdict(case, "k", "regression", f"{ratio - 1:+.0%}", baseline_ms=0.1,
-                                           time_ms=0.1 * ratio,
-                                           comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30)))
-    result.verdicts.append(CaseVerdict("z/acc", "k", "accuracy", "error budget 1.5 > 1", suite="accuracy",
-                                       budget=1.5, baseline_budget=0.5))
-    result.verdicts.append(CaseVerdict("y/quick", "k", "pass", "-20%", baseline_ms=0.1, time_ms=0.08,
-                                       comparison=Comparison("y/quick", 0.8, 1.0, 1.0, 1.0, 0.05, 30)))
+        result.verdicts.append(
+            CaseVerdict(
+                case,
+                "k",
+                "regression",
+                f"{ratio - 1:+.0%}",
+                baseline_ms=0.1,
+                time_ms=0.1 * ratio,
+                comparison=Comparison(case, ratio, 1e-9, 1e-9, 1e-9, 0.05, 30),
+            )
+        )
+    result.verdicts.append(
+        CaseVerdict("z/acc", "k", "accuracy", "error budget 1.5 > 1", suite="accuracy", budget=1.5, baseline_budget=0.5)
+    )
+    result.verdicts.append(
+        CaseVerdict(
+            "y/quick",
+            "k",
+            "pass",
+            "-20%",
+            baseline_ms=0.1,
+            time_ms=0.08,
+            comparison=Comparison("y/quick", 0.8, 1.0, 1.0, 1.0, 0.05, 30),
+        )
+    )
     report = markdown(result)
     rows = [line.split("`")[1].strip() for line in report.splitlines() if line.startswith("| `")]
     assert rows[:4] == ["z/acc", "b/large", "c/medium", "a/small"]  # accuracy failed, then slower by effect

@@ -7,11 +7,11 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from collector.accuracy import check_case, compare  # noqa: E402
-from kernels.scaled_masked_softmax import (  # noqa: E402
+from collector.accuracy import check_case, compare
+from kernels.scaled_masked_softmax import (
     LOG2E,
     SPEC,
     TOLERANCES,
@@ -33,7 +33,7 @@ def _mask(b: int, sq: int, sk: int, density: float, seed: int = 0) -> torch.Tens
 @pytest.mark.parametrize("name,dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 2, 9, 64), (2, 2, 4, 100), (1, 1, 3, 300)])
 @pytest.mark.parametrize("mask_kind", ["batch", "shared", "none"])
-def test_forward_matches_float64(name, dtype, shape, mask_kind) -> None:  # noqa: ANN001
+def test_forward_matches_float64(name, dtype, shape, mask_kind) -> None:
     b, h, sq, sk = shape
     x = (torch.randn(shape) * 3).to(dtype)
     mask = None if mask_kind == "none" else _mask(b if mask_kind == "batch" else 1, sq, sk, 0.3)
@@ -51,8 +51,9 @@ def test_long_rows_take_the_two_pass_path_and_stay_right() -> None:
     assert _plan("nvidia", 16384)[3] is True and _plan("nvidia", 32768)[3] is False
     x = torch.randn(1, 1, 2, 5000)
     mask = _mask(1, 2, 5000, 0.2)
-    torch.testing.assert_close(scaled_masked_softmax(x, mask, 0.5).double(), reference_forward(x, mask, 0.5),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        scaled_masked_softmax(x, mask, 0.5).double(), reference_forward(x, mask, 0.5), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_fully_masked_rows_are_zero_and_unmasked_rows_sum_to_one() -> None:
@@ -70,8 +71,9 @@ def test_uint8_mask_and_non_contiguous_input() -> None:
     x = torch.randn(2, 3, 8, 16).transpose(-1, -2).contiguous().transpose(-1, -2)
     assert not x.is_contiguous()
     mask = _mask(2, 8, 16, 0.4)
-    torch.testing.assert_close(scaled_masked_softmax(x, mask.to(torch.uint8), 2.0),
-                               scaled_masked_softmax(x.contiguous(), mask, 2.0))
+    torch.testing.assert_close(
+        scaled_masked_softmax(x, mask.to(torch.uint8), 2.0), scaled_masked_softmax(x.contiguous(), mask, 2.0)
+    )
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.125, -0.5, 0.0])
@@ -113,14 +115,15 @@ def test_causal_never_uses_the_upper_triangle(sq: int) -> None:
     assert torch.equal(scaled_upper_triang_masked_softmax(x.masked_fill(upper, float("nan")), 0.5), y)
     dy = torch.randn_like(x)
     dx = softmax_backward(y, dy, 0.5, causal=True)
-    torch.testing.assert_close(dx.double(), reference_backward(reference_forward(x, None, 0.5, True), dy, 0.5),
-                               rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        dx.double(), reference_backward(reference_forward(x, None, 0.5, True), dy, 0.5), rtol=1e-4, atol=1e-6
+    )
     assert torch.equal(softmax_backward(y, dy.masked_fill(upper, float("nan")), 0.5, causal=True), dx)
     assert (dx[upper] == 0).all()
 
 
 @pytest.mark.parametrize("name,dtype", DTYPES)
-def test_backward_matches_float64(name, dtype) -> None:  # noqa: ANN001
+def test_backward_matches_float64(name, dtype) -> None:
     x = torch.randn(2, 2, 5, 33).to(dtype).requires_grad_()
     mask = _mask(2, 5, 33, 0.3)
     y = scaled_masked_softmax(x, mask, 0.25)
@@ -149,7 +152,7 @@ def test_gradcheck_in_float64() -> None:
         (torch.randn(2, 1, 4, 4).int(), None, TypeError, "not supported"),
     ],
 )
-def test_bad_arguments_get_clear_errors(x, mask, exc, message) -> None:  # noqa: ANN001
+def test_bad_arguments_get_clear_errors(x, mask, exc, message) -> None:
     with pytest.raises(exc, match=message):
         scaled_masked_softmax(x, mask)
 

@@ -40,18 +40,23 @@ def _on(doc: dict, uuid: str) -> dict:
 def _history(db_url: str, factor: float, *, runs: int = RUNS, seed: int = 0) -> tuple[dict, dict]:
     """``runs`` runs of history on GPU A (ingested) and the next run, its kernel ``factor`` slower on mse_loss
     (not ingested), as data."""
-    docs = [to_data(d) for d in SyntheticHistory(runs=runs + 1, cases=12, samples=30, seed=seed, base_ms=BASE_MS,
-                                                 steps=[Step(runs, factor, KERNEL)]).documents()]
-    ingest_documents(open_database(db_url), [(str(i), parse_artifact(dumps(_on(d, GPU_A))))
-                                             for i, d in enumerate(docs[:-1])])
+    docs = [
+        to_data(d)
+        for d in SyntheticHistory(
+            runs=runs + 1, cases=12, samples=30, seed=seed, base_ms=BASE_MS, steps=[Step(runs, factor, KERNEL)]
+        ).documents()
+    ]
+    ingest_documents(
+        open_database(db_url), [(str(i), parse_artifact(dumps(_on(d, GPU_A)))) for i, d in enumerate(docs[:-1])]
+    )
     return docs[-2], docs[-1]
 
 
-def _decide(db_url: str, candidate: dict):  # noqa: ANN202 - a GateResult
+def _decide(db_url: str, candidate: dict):
     return decide(open_database(db_url, readonly=True), parse_artifact(dumps(candidate)), "synthetic/main")
 
 
-def _status(result) -> dict[str, str]:  # noqa: ANN001
+def _status(result) -> dict[str, str]:
     return {v.case: v.status for v in result.verdicts if v.suite == "perf"}
 
 
@@ -59,7 +64,7 @@ def _stepped(candidate: dict) -> list[str]:
     return sorted({c["key"] for c in candidate["cases"] if c["kernel"] == KERNEL})
 
 
-def test_a_slowdown_on_another_gpu_is_a_suspect_and_fails(db_url) -> None:  # noqa: ANN001
+def test_a_slowdown_on_another_gpu_is_a_suspect_and_fails(db_url) -> None:
     """+12% on mse_loss, the candidate measured on GPU B, the baseline on GPU A: every stepped case is a suspect
     (its own status, failing, the reason names the other GPU and confirm); the others pass. Defect: the pre-issue
     gate called such a case "noisy" (passing) whenever the history's or the between-GPU noise covered it."""
@@ -71,19 +76,22 @@ def test_a_slowdown_on_another_gpu_is_a_suspect_and_fails(db_url) -> None:  # no
     assert all(s == "pass" for c, s in status.items() if c not in stepped), status
     assert result.exit_code == 1 and {v.case for v in result.failed} == set(stepped)
     v = next(v for v in result.verdicts if v.case == stepped[0] and v.suite == "perf")
-    assert "runs alone cannot decide" in v.message and "another GPU (GPU-aaaa1111; the candidate on GPU-bbbb2222)" \
-        in v.message and "kernelwatch confirm" in v.message
+    assert (
+        "runs alone cannot decide" in v.message
+        and "another GPU (GPU-aaaa1111; the candidate on GPU-bbbb2222)" in v.message
+        and "kernelwatch confirm" in v.message
+    )
     assert any("suspect" in n for n in result.notes)
 
 
-def test_a_same_gpu_clear_regression_stays_a_regression(db_url) -> None:  # noqa: ANN001
+def test_a_same_gpu_clear_regression_stays_a_regression(db_url) -> None:
     """The same +12% measured on the baseline's own GPU: clear statistics, a regression as before."""
     _, candidate = _history(db_url, 1.12)
     status = _status(_decide(db_url, _on(candidate, GPU_A)))
     assert {status[c] for c in _stepped(candidate)} == {"regression"}, status
 
 
-def test_under_the_minimum_effect_a_cross_gpu_slowdown_passes(db_url) -> None:  # noqa: ANN001
+def test_under_the_minimum_effect_a_cross_gpu_slowdown_passes(db_url) -> None:
     """+2% across GPUs: under the 5% minimum effect, nothing to confirm."""
     _, candidate = _history(db_url, 1.02)
     result = _decide(db_url, _on(candidate, GPU_B))
@@ -91,29 +99,44 @@ def test_under_the_minimum_effect_a_cross_gpu_slowdown_passes(db_url) -> None:  
 
 
 def _confirm(case: str, base: dict, cand: dict, verdict: str, ratio: float, when: str) -> Confirmation:
-    return Confirmation(case=case, baseline_commit=base["run"]["commit"]["sha"],
-                        candidate_commit=cand["run"]["commit"]["sha"], verdict=verdict, rounds=12, ratio=ratio,
-                        low=ratio - 0.007, high=ratio + 0.005, min_effect=0.05, device_uuid=GPU_B, seconds=4.2,
-                        confirmed_at=when)
+    return Confirmation(
+        case=case,
+        baseline_commit=base["run"]["commit"]["sha"],
+        candidate_commit=cand["run"]["commit"]["sha"],
+        verdict=verdict,
+        rounds=12,
+        ratio=ratio,
+        low=ratio - 0.007,
+        high=ratio + 0.005,
+        min_effect=0.05,
+        device_uuid=GPU_B,
+        seconds=4.2,
+        confirmed_at=when,
+    )
 
 
-def test_stored_confirmations_decide_suspects(db_url) -> None:  # noqa: ANN001
+def test_stored_confirmations_decide_suspects(db_url) -> None:
     """SAME clears a suspect (pass), SLOWER makes it a regression, UNKNOWN keeps it a suspect; the newest
     confirmation of a case counts; one of another commit pair or another hardware counts for nothing."""
     base, candidate = _history(db_url, 1.12)
     candidate = _on(candidate, GPU_B)
     hardware = RunDocument.model_validate(candidate).hardware
     same, slower, unknown, other, *_ = _stepped(candidate)
-    store_confirmations(open_database(db_url), hardware, [
-        _confirm(same, base, candidate, "SLOWER", 1.06, "2026-12-02T10:00:00Z"),
-        _confirm(same, base, candidate, "SAME", 1.003, "2026-12-02T11:00:00Z"),  # the newer one counts
-        _confirm(slower, base, candidate, "SLOWER", 1.062, "2026-12-02T11:00:00Z"),
-        _confirm(unknown, base, candidate, "UNKNOWN", 1.03, "2026-12-02T11:00:00Z"),
-        _confirm(other, candidate, candidate, "SAME", 1.0, "2026-12-02T11:00:00Z"),  # another baseline commit
-    ])
+    store_confirmations(
+        open_database(db_url),
+        hardware,
+        [
+            _confirm(same, base, candidate, "SLOWER", 1.06, "2026-12-02T10:00:00Z"),
+            _confirm(same, base, candidate, "SAME", 1.003, "2026-12-02T11:00:00Z"),  # the newer one counts
+            _confirm(slower, base, candidate, "SLOWER", 1.062, "2026-12-02T11:00:00Z"),
+            _confirm(unknown, base, candidate, "UNKNOWN", 1.03, "2026-12-02T11:00:00Z"),
+            _confirm(other, candidate, candidate, "SAME", 1.0, "2026-12-02T11:00:00Z"),  # another baseline commit
+        ],
+    )
     elsewhere = Hardware.model_validate({**hardware.model_dump(), "device_name": "another GPU"})
-    store_confirmations(open_database(db_url), elsewhere, [_confirm(other, base, candidate, "SAME", 1.0,
-                                                                    "2026-12-02T12:00:00Z")])
+    store_confirmations(
+        open_database(db_url), elsewhere, [_confirm(other, base, candidate, "SAME", 1.0, "2026-12-02T12:00:00Z")]
+    )
     result = _decide(db_url, candidate)
     status = _status(result)
     assert (status[same], status[slower], status[unknown], status[other]) == ("pass", "regression", SUSPECT, SUSPECT)
@@ -128,13 +151,14 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:  # noqa: ANN001
     engine, fingerprint = open_database(db_url, readonly=True), hardware_fingerprint(candidate["hardware"])
     b, c = base["run"]["commit"]["sha"][:8], candidate["run"]["commit"]["sha"][:8]
     assert lines(engine, fingerprint, case=slower) == [
-        f"{c} vs {b}: confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds"]
+        f"{c} vs {b}: confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds"
+    ]
     assert lines(engine, fingerprint, case=same)[0].startswith(f"{c} vs {b}: confirmed SAME")
     by_commit = lines(engine, fingerprint, commit=candidate["run"]["commit"]["sha"])
     assert f"{slower} (vs {b}): confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds" in by_commit
 
 
-def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:  # noqa: ANN001
+def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:
     """Export -> ingest elsewhere -> the gate there uses them; the run's content hash ignores them (an artifact
     without the field, as every artifact before confirmations, loads and re-ingests unchanged)."""
     base, candidate = _history(db_url, 1.12)
@@ -142,8 +166,11 @@ def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_pa
     ingest_documents(open_database(db_url), [("candidate", parse_artifact(dumps(candidate)))])
     hardware = RunDocument.model_validate(candidate).hardware
     cases = _stepped(candidate)
-    store_confirmations(open_database(db_url), hardware,
-                        [_confirm(c, base, candidate, "SAME", 1.0, "2026-12-02T11:00:00Z") for c in cases])
+    store_confirmations(
+        open_database(db_url),
+        hardware,
+        [_confirm(c, base, candidate, "SAME", 1.0, "2026-12-02T11:00:00Z") for c in cases],
+    )
     exported = export_run(open_database(db_url, readonly=True), candidate["run"]["id"])
     assert sorted(c.case for c in exported.confirmations) == cases
     old = json.loads(dumps(exported))
@@ -151,9 +178,13 @@ def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_pa
     assert parse_artifact(json.dumps(old)).confirmations == []
     # the same run, without and then with its confirmations, into a fresh database
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    ingest_documents(open_database(other), [(str(i), parse_artifact(dumps(_on(to_data(d), GPU_A))))
-                                            for i, d in enumerate(SyntheticHistory(runs=RUNS, cases=12, samples=30,
-                                                                                   base_ms=BASE_MS).documents())])
+    ingest_documents(
+        open_database(other),
+        [
+            (str(i), parse_artifact(dumps(_on(to_data(d), GPU_A))))
+            for i, d in enumerate(SyntheticHistory(runs=RUNS, cases=12, samples=30, base_ms=BASE_MS).documents())
+        ],
+    )
     assert ingest_documents(open_database(other), [("old", parse_artifact(json.dumps(old)))])[0].status == "ingested"
     outcome = ingest_documents(open_database(other), [("export", parse_artifact(dumps(exported)))])[0]
     assert outcome.status == "unchanged"  # same content hash; its confirmations are stored all the same
@@ -165,7 +196,7 @@ def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_pa
     assert result.exit_code == 0 and {_status(result)[c] for c in cases} == {"pass"}, _status(result)
 
 
-def test_the_migration_adds_confirmations_to_an_existing_database(tmp_path) -> None:  # noqa: ANN001
+def test_the_migration_adds_confirmations_to_an_existing_database(tmp_path) -> None:
     """A database at 0006 holding runs: opening it migrates (0007), keeps its runs, and takes confirmations."""
     url = f"sqlite:///{tmp_path / 'at0006.db'}"
     upgrade(create_db_engine(url), "0006")
@@ -192,9 +223,20 @@ def test_an_artifact_confirmation_of_another_commit_is_refused() -> None:
 
 
 def to_data_confirmation(doc: dict, candidate: str) -> dict:
-    return {"case": doc["cases"][0]["key"], "baseline_commit": "a" * 40, "candidate_commit": candidate,
-            "verdict": "SAME", "rounds": 8, "ratio": 1.0, "low": 0.99, "high": 1.01, "min_effect": 0.05,
-            "device_uuid": None, "seconds": 1.0, "confirmed_at": "2026-12-02T11:00:00Z"}
+    return {
+        "case": doc["cases"][0]["key"],
+        "baseline_commit": "a" * 40,
+        "candidate_commit": candidate,
+        "verdict": "SAME",
+        "rounds": 8,
+        "ratio": 1.0,
+        "low": 0.99,
+        "high": 1.01,
+        "min_effect": 0.05,
+        "device_uuid": None,
+        "seconds": 1.0,
+        "confirmed_at": "2026-12-02T11:00:00Z",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,14 +259,21 @@ def fresh_full_run() -> dict:
     doc["perf"] += [p for p in newest["perf"] if p["case"] in layernorm]
     for p in doc["perf"]:
         p["device_uuid"] = "GPU-f2e5a000-0000-0000-0000-000000000027"
-    doc["run"].update(id="00000000-0000-4000-8000-000000000027", started_at="2026-12-02T09:00:00.000000Z",
-                      finished_at="2026-12-02T09:30:00.000000Z", notes=None)
-    doc["run"]["commit"].update(sha="7b562ad50502f07a1592ff3219619971ee6f9200", time="2026-12-01T18:31:14.000000Z",
-                                subject="Profiling on Ascend: each pass's CSV is matched once")
+    doc["run"].update(
+        id="00000000-0000-4000-8000-000000000027",
+        started_at="2026-12-02T09:00:00.000000Z",
+        finished_at="2026-12-02T09:30:00.000000Z",
+        notes=None,
+    )
+    doc["run"]["commit"].update(
+        sha="7b562ad50502f07a1592ff3219619971ee6f9200",
+        time="2026-12-01T18:31:14.000000Z",
+        subject="Profiling on Ascend: each pass's CSV is matched once",
+    )
     return doc
 
 
-def test_a_fragmented_main_is_judged_and_the_report_lists_its_runs(tmp_path, cli) -> None:  # noqa: ANN001
+def test_a_fragmented_main_is_judged_and_the_report_lists_its_runs(tmp_path, cli) -> None:
     """The shipped history, every run ingested, and a fresh full run of 82 kernel timings gated with --baseline main
     (what nightly-nvidia.yml passes). Defect: the pre-issue rule exited 2 ("the run of 'main' sharing most cases
     ... has 70 of the candidate's 82 kernel timings; 12 of the 12 it lacks ... are in run 582a8ce6"). Now each
@@ -235,8 +284,9 @@ def test_a_fragmented_main_is_judged_and_the_report_lists_its_runs(tmp_path, cli
     candidate = fresh_full_run()
     path = tmp_path / "candidate.json"
     path.write_text(json.dumps(candidate))
-    result = cli.invoke(main, ["gate", "--artifact", str(path), "--baseline", "main", "--db", url,
-                               "--report-dir", str(tmp_path / "r")])
+    result = cli.invoke(
+        main, ["gate", "--artifact", str(path), "--baseline", "main", "--db", url, "--report-dir", str(tmp_path / "r")]
+    )
     assert result.exit_code in (0, 1), result.output
     assert "baseline assembled per case from" in result.output and "Cannot decide" not in result.output
     engine = open_database(url, readonly=True)

@@ -66,7 +66,7 @@ def demo_db() -> str:
 
 
 @pytest.fixture
-def page(demo_db: str, monkeypatch):  # noqa: ANN001, ANN201
+def page(demo_db: str, monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     monkeypatch.setenv("KERNELWATCH_DB", demo_db)
 
@@ -82,19 +82,20 @@ def page(demo_db: str, monkeypatch):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture(scope="module")
-def eng(demo_db: str):  # noqa: ANN201
+def eng(demo_db: str):
     engine = open_database(demo_db, readonly=True)
     yield engine
     engine.dispose()
 
 
-def _judge(eng):  # noqa: ANN001, ANN202
+def _judge(eng):
     cache: dict = {}
 
     def judge(candidate: str, baseline: str | None = None) -> dict:
         if (candidate, baseline) not in cache:
             cache[candidate, baseline] = verdicts.triage(eng, candidate, baseline, data.BASE_BRANCH).as_dict()
         return cache[candidate, baseline]
+
     return judge
 
 
@@ -105,7 +106,7 @@ def _parse_counts(line: str) -> dict[str, int]:
     return {name: int(n) for name, n in (part.rsplit(": ", 1) for part in line.split(" · "))}
 
 
-def test_overview_counts_equal_triages_for_every_kernel_and_hardware(page, eng) -> None:  # noqa: ANN001
+def test_overview_counts_equal_triages_for_every_kernel_and_hardware(page, eng) -> None:
     """Overview said `regressions 0` for scaled_masked_softmax while Triage said 8 slower: two engines."""
     overview = page("overview")
     latest = sorted(queries.latest_runs(eng), key=data.hardware_rank)
@@ -129,15 +130,20 @@ def test_overview_counts_equal_triages_for_every_kernel_and_hardware(page, eng) 
     assert softmax.loc["scaled_masked_softmax", "slower"] == 8  # the planted +15%, as Triage and the gate say
 
 
-def test_the_gate_report_triage_and_overview_give_the_same_totals(eng) -> None:  # noqa: ANN001
+def test_the_gate_report_triage_and_overview_give_the_same_totals(eng) -> None:
     h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]
     ((role, run),) = data.triage_runs(eng, h200["fingerprint"])
     assert role == "perf and accuracy" and run["synthetic"]
     judged = _judge(eng)(run["id"])
     result = decide(eng, export_run(eng, run["id"]), judged["baseline"]["id"])
     assert dict(gate_counts(result)) == dict(verdicts.counts(judged["rows"]))
-    assert dict(gate_counts(result)) == {"slower": 8, "accuracy warning": 16, "faster": 2,
-                                         "faster (within noise)": 2, "unchanged": 388}
+    assert dict(gate_counts(result)) == {
+        "slower": 8,
+        "accuracy warning": 16,
+        "faster": 2,
+        "faster (within noise)": 2,
+        "unchanged": 388,
+    }
     report = markdown(result)
     assert "❌ slower: 8" in report and "NVIDIA H200 (hardware fingerprint b10424, 2 devices)" in report
     assert "NVIDIA H200 (hardware fingerprint b10424" in html_report(result)
@@ -150,13 +156,16 @@ def test_the_gate_report_triage_and_overview_give_the_same_totals(eng) -> None: 
     assert summed["accuracy warning"] == 16
 
 
-def test_twenty_percent_faster_launch_bound_mse_cases_read_faster_within_noise(eng) -> None:  # noqa: ANN001
+def test_twenty_percent_faster_launch_bound_mse_cases_read_faster_within_noise(eng) -> None:
     """Two MSELoss cases 20% faster read `unchanged` p=1.0: the p was the slowdown test's. They are launch-bound
     (7-12 us): one baseline run can be a 2-6x outlier run, so the swapped test's p is at least 0.1."""
     h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]
     ((_, run),) = data.triage_runs(eng, h200["fingerprint"])
-    rows = {r["case"]: r for r in _judge(eng)(run["id"])["rows"] if r["case"].startswith("mse_loss/atomic/fp32/"
-                                                                                          "direction=fwd")}
+    rows = {
+        r["case"]: r
+        for r in _judge(eng)(run["id"])["rows"]
+        if r["case"].startswith("mse_loss/atomic/fp32/direction=fwd")
+    }
     quick = {c: r for c, r in rows.items() if r["effect %"] is not None and r["effect %"] < -15}
     assert len(quick) == 4
     for case, row in quick.items():
@@ -167,7 +176,7 @@ def test_twenty_percent_faster_launch_bound_mse_cases_read_faster_within_noise(e
         assert low < row["effect %"] < high and high < 0, case  # faster, with an interval around the effect
 
 
-def test_accuracy_rows_show_the_budget_before_and_after(eng) -> None:  # noqa: ANN001
+def test_accuracy_rows_show_the_budget_before_and_after(eng) -> None:
     """The planted 3x budget growth (clamped at 0.99 by the demo, still within tolerance) was blank in effect,
     now and before; a warning must show how far the budget moved."""
     h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]
@@ -181,17 +190,20 @@ def test_accuracy_rows_show_the_budget_before_and_after(eng) -> None:  # noqa: A
     assert any(r["budget"] == pytest.approx(0.99) and r["effect %"] > 150 for r in warned)  # clamped, not hidden
 
 
-def test_a_reverted_slowdown_is_marked_resolved_by_the_newer_run(eng) -> None:  # noqa: ANN001
+def test_a_reverted_slowdown_is_marked_resolved_by_the_newer_run(eng) -> None:
     """6af074a4 slowed the causal 512^3 softmax 19%; its revert 474a9440 measured it back: resolved there."""
     run = next(r for r in queries.list_runs(eng, limit=200) if r["commit"].startswith("6af074a4"))
-    rows = [r for r in _judge(eng)(run["id"])["rows"] if "shape=512x512x512" in r["case"] and "causal" in r["case"]
-            and "direction=fwd" in r["case"]]
+    rows = [
+        r
+        for r in _judge(eng)(run["id"])["rows"]
+        if "shape=512x512x512" in r["case"] and "causal" in r["case"] and "direction=fwd" in r["case"]
+    ]
     resolved = [r for r in rows if r["verdict"] == verdicts.RESOLVED]
     assert resolved and all(r["resolved"].startswith("474a9440") for r in resolved)
     assert all(r["effect %"] > 15 for r in resolved) and not [r for r in rows if r["verdict"] == "slower"]
 
 
-def test_the_planted_step_has_an_interval_that_holds_it(eng) -> None:  # noqa: ANN001
+def test_the_planted_step_has_an_interval_that_holds_it(eng) -> None:
     h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]
     ((_, run),) = data.triage_runs(eng, h200["fingerprint"])
     slower = [r for r in _judge(eng)(run["id"])["rows"] if r["verdict"] == "slower"]
@@ -216,7 +228,7 @@ def test_effect_interval_widens_with_between_run_noise_and_holds_the_truth() -> 
     assert same[0] < 0 < same[1]
 
 
-def test_case_page_leads_with_the_verdict_of_the_slowed_softmax_case(page, eng) -> None:  # noqa: ANN001
+def test_case_page_leads_with_the_verdict_of_the_slowed_softmax_case(page, eng) -> None:
     fp = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]["fingerprint"]
     at = page("case", case=SOFTMAX, hardware=fp)
     metrics = {m.label.split(" (")[0]: m for m in at.metric}
@@ -227,7 +239,7 @@ def test_case_page_leads_with_the_verdict_of_the_slowed_softmax_case(page, eng) 
     assert "baseline: run" in sides and "GPU cuda:" in sides and "p=" in sides
 
 
-def test_a_stale_case_url_says_unknown_case_first_with_the_closest_keys(page) -> None:  # noqa: ANN001
+def test_a_stale_case_url_says_unknown_case_first_with_the_closest_keys(page) -> None:
     stale = SOFTMAX.replace("32x16x2048x2048", "4x16x2048x2048")
     at = page("case", case=stale)
     (error,) = at.error
@@ -235,7 +247,7 @@ def test_a_stale_case_url_says_unknown_case_first_with_the_closest_keys(page) ->
     assert at.main.children[1].type == "error"  # right under the title, before the pickers
 
 
-def test_compare_opens_on_the_demo_pair_most_slowed_first(page) -> None:  # noqa: ANN001
+def test_compare_opens_on_the_demo_pair_most_slowed_first(page) -> None:
     at = page("compare")
     a, b = at.selectbox(key="a").value, at.selectbox(key="b").value
     assert at.selectbox(key="a").format_func(a).startswith("cd36845f")
@@ -247,7 +259,7 @@ def test_compare_opens_on_the_demo_pair_most_slowed_first(page) -> None:  # noqa
     assert list(frame["gate"][:8]) == ["slower"] * 8
 
 
-def test_triage_sparklines_are_coloured_by_verdict(page, eng) -> None:  # noqa: ANN001
+def test_triage_sparklines_are_coloured_by_verdict(page, eng) -> None:
     """Streamlit's sparkline coloured by first vs last value: faster rows were red."""
     at = page("triage", show="all cases")
     frame = at.dataframe[0].value

@@ -13,8 +13,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / "ci" / "workflows").glob("*.yml"))
 WRAPPER = ROOT / "ci" / "ascend-env.sh"
-FORWARDED = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_AICPU_PATH", "TOOLCHAIN_HOME",
-             "LD_LIBRARY_PATH", "PYTHONPATH", "PATH")
+FORWARDED = (
+    "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",
+    "ASCEND_OPP_PATH",
+    "ASCEND_AICPU_PATH",
+    "TOOLCHAIN_HOME",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PATH",
+)
 
 
 def _steps(path: Path) -> list[dict]:
@@ -62,16 +70,18 @@ def test_dependencies_keep_community_triton_off_npu_hosts() -> None:
 def test_make_demo_installs_only_what_it_runs_and_plants_its_story() -> None:
     """`make demo` installed the eval extra (apache-otava: BigQuery, Slack, gRPC clients) it never uses, and
     collected the full 358-case CPU run (~6 minutes) before serving."""
-    out = subprocess.run(["make", "-n", "-B", "demo", "VENV=/nonexistent"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        ["make", "-n", "-B", "demo", "VENV=/nonexistent"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     installs = [line for line in out.stdout.splitlines() if "pip install -q -e" in line]
     assert installs == ['/nonexistent/bin/python -m pip install -q -e ".[triton]"']
     commands = out.stdout
     assert "kernelwatch synth --db kernelwatch.db --demo-from ci/history/" in commands
     assert "--suite accuracy --devices all --match /fp32/" in commands
-    full = subprocess.run(["make", "-n", "-B", "install", "VENV=/nonexistent"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60).stdout
+    full = subprocess.run(
+        ["make", "-n", "-B", "install", "VENV=/nonexistent"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout
     assert ".[test,postgres,eval,triton]" in full  # make test still installs everything it needs
 
 
@@ -87,10 +97,19 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_wrapper_sources_set_env_and_runs_the_command(tmp_path: Path) -> None:
     home = tmp_path / "cann"
-    script = _set_env(tmp_path, [f"export ASCEND_HOME_PATH={home}", f"export ASCEND_TOOLKIT_HOME={home}",
-                                 f"export ASCEND_OPP_PATH={home}/opp", f"export ASCEND_AICPU_PATH={home}",
-                                 f"export TOOLCHAIN_HOME={home}/toolkit", f"export LD_LIBRARY_PATH={home}/lib64",
-                                 f"export PYTHONPATH={home}/python", f"export PATH={home}/bin:$PATH"])
+    script = _set_env(
+        tmp_path,
+        [
+            f"export ASCEND_HOME_PATH={home}",
+            f"export ASCEND_TOOLKIT_HOME={home}",
+            f"export ASCEND_OPP_PATH={home}/opp",
+            f"export ASCEND_AICPU_PATH={home}",
+            f"export TOOLCHAIN_HOME={home}/toolkit",
+            f"export LD_LIBRARY_PATH={home}/lib64",
+            f"export PYTHONPATH={home}/python",
+            f"export PATH={home}/bin:$PATH",
+        ],
+    )
     env = {"PATH": os.environ["PATH"], "ASCEND_SET_ENV": str(script)}
     out = _run(["env"], env)
     assert out.returncode == 0, out.stderr
@@ -133,16 +152,22 @@ def _actionlint() -> str:
 
 def test_actionlint_passes_on_every_workflow() -> None:
     folder = ROOT / "ci" / "workflows"
-    out = subprocess.run([_actionlint(), "-config-file", str(folder / "actionlint.yaml"), *map(str, WORKFLOWS)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_actionlint(), "-config-file", str(folder / "actionlint.yaml"), *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
     """The check above could pass by checking nothing: a known mistake must be reported."""
     bad = tmp_path / "bad.yml"
-    bad.write_text("on: push\njobs:\n  j:\n    runs-on: ubuntu-latest\n    steps:\n"
-                   "      - run: echo ${{ github.event.pull_request.title }}\n        shell: bash\n")
+    bad.write_text(
+        "on: push\njobs:\n  j:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.event.pull_request.title }}\n        shell: bash\n"
+    )
     out = subprocess.run([_actionlint(), str(bad)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "untrusted" in out.stdout
 
@@ -184,9 +209,13 @@ def _bash_step(script: str, code: int) -> tuple[subprocess.CompletedProcess, str
         output.write_text("")
         body = script.replace("ci/ascend-env.sh ", "").replace(".venv/bin/kernelwatch", "kw")
         prog = f"kw() {{ return {code}; }}\n{body}"
-        out = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", prog], capture_output=True,
-                             text=True, timeout=30, env={"KERNELWATCH_DB": "x", "PATH": "/usr/bin:/bin",
-                                                         "GITHUB_OUTPUT": str(output), "BASE_REF": "main"})
+        out = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", prog],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"KERNELWATCH_DB": "x", "PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), "BASE_REF": "main"},
+        )
         return out, output.read_text().strip()
 
 
@@ -197,6 +226,11 @@ def test_the_collect_step_keeps_exit_3_and_fails_on_the_others(path: Path) -> No
     script = collect["run"].replace("ci/ascend-env.sh ", "").replace(".venv/bin/kernelwatch", "kw")
     for code, ok in ((0, True), (3, True), (1, False), (2, False)):
         prog = f"kw() {{ return {code}; }}\n{script}\necho reached"
-        out = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", prog], capture_output=True,
-                             text=True, env={"KERNELWATCH_DB": "x", "PATH": "/usr/bin:/bin"}, timeout=30)
+        out = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", prog],
+            capture_output=True,
+            text=True,
+            env={"KERNELWATCH_DB": "x", "PATH": "/usr/bin:/bin"},
+            timeout=30,
+        )
         assert (out.returncode == 0 and "reached" in out.stdout) == ok, (code, out.returncode)

@@ -23,7 +23,7 @@ def default_group(options: list[str], counts: dict[str, int]) -> str:
     return options[0]
 
 
-def shortfalls(frame: pd.DataFrame):  # noqa: ANN201 - a pandas Styler
+def shortfalls(frame: pd.DataFrame):
     def row_style(row: pd.Series) -> list[str]:
         out = []
         for col in row.index:
@@ -62,8 +62,11 @@ def line_targets(kernel_rows: pd.DataFrame) -> dict[str, list[tuple[float, str]]
 
 def mixed_note(frame: pd.DataFrame, by: str) -> str:
     """What each point averages over when a line mixes variants or dtypes."""
-    mixed = [f"{len(frame[name].unique())} {name}s" for name in ("variant", "dtype")
-             if name not in by and frame[name].nunique() > 1]
+    mixed = [
+        f"{len(frame[name].unique())} {name}s"
+        for name in ("variant", "dtype")
+        if name not in by and frame[name].nunique() > 1
+    ]
     return f"; each point: geometric mean over {', '.join(mixed)}" if mixed else ""
 
 
@@ -79,13 +82,16 @@ c1, c2, c3 = st.columns([3, 2, 2])
 hardware = c1.multiselect("Hardware", list(options), default=chosen, format_func=options.get, key="hardware")
 metric = c2.selectbox("Show", METRICS, index=METRICS.index(params.choice("metric", METRICS, METRICS[0])), key="metric")
 last = c3.slider("Last runs", 5, 200, params.integer("last", 30, 5, 200), key="last")
-state = {"kernel": kernel, "hardware": ",".join(hardware), "last": last,
-         "metric": None if metric == METRICS[0] else metric}
+state = {
+    "kernel": kernel,
+    "hardware": ",".join(hardware),
+    "last": last,
+    "metric": None if metric == METRICS[0] else metric,
+}
 
 for fp in hardware:
     runs = queries.recent_runs(eng, fp, last, kernel)
-    frame = data.perf_frame(eng, runs, kernel, implementations=(data.KERNEL_IMPL, data.EAGER_IMPL,
-                                                                  data.COMPILE_IMPL))
+    frame = data.perf_frame(eng, runs, kernel, implementations=(data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL))
     st.subheader(options[fp], divider="gray", help=common.hardware_help())
     if frame.empty:
         st.info("No timings of this kernel on this hardware.")
@@ -94,20 +100,38 @@ for fp in hardware:
     groups = data.group_options(cases)
     counts = {g: len({data.group_value(c, g) for c in cases}) for g in groups}
     f1, f2, f3, f4 = st.columns([2, 2, 2, 3])
-    by = f1.selectbox("Lines: group cases by", groups, key=f"group-{fp}",
-                      index=groups.index(params.choice("group", groups, default_group(groups, counts))))
+    by = f1.selectbox(
+        "Lines: group cases by",
+        groups,
+        key=f"group-{fp}",
+        index=groups.index(params.choice("group", groups, default_group(groups, counts))),
+    )
     variants, dtypes = sorted({c["variant"] for c in cases}), sorted({c["dtype"] for c in cases})
-    variant = f2.selectbox("Variant", ["all", *variants], key=f"variant-{fp}",
-                           index=["all", *variants].index(params.choice("variant", ["all", *variants], "all")))
-    dtype = f3.selectbox("dtype", ["all", *dtypes], key=f"dtype-{fp}",
-                         index=["all", *dtypes].index(params.choice("dtype", ["all", *dtypes], "all")))
+    variant = f2.selectbox(
+        "Variant",
+        ["all", *variants],
+        key=f"variant-{fp}",
+        index=["all", *variants].index(params.choice("variant", ["all", *variants], "all")),
+    )
+    dtype = f3.selectbox(
+        "dtype",
+        ["all", *dtypes],
+        key=f"dtype-{fp}",
+        index=["all", *dtypes].index(params.choice("dtype", ["all", *dtypes], "all")),
+    )
     text = f4.text_input("Case contains", params.text("shape") or "", key=f"shape-{fp}")
     palette = charts.colours(data.group_value(c, by) for c in cases)  # fixed per label, whatever is filtered
     # a branch's line keeps its group's colour (dashed): runs of two branches are never joined into one line
-    palette |= {f"{group} · {b}": colour for group, colour in palette.items()
-                for b in {r["branch"] for r in runs} if b != data.BASE_BRANCH}
-    frame["group"] = [data.group_value({"variant": v, "dtype": d, "params": p}, by)
-                      for v, d, p in zip(frame["variant"], frame["dtype"], frame["params"])]
+    palette |= {
+        f"{group} · {b}": colour
+        for group, colour in palette.items()
+        for b in {r["branch"] for r in runs}
+        if b != data.BASE_BRANCH
+    }
+    frame["group"] = [
+        data.group_value({"variant": v, "dtype": d, "params": p}, by)
+        for v, d, p in zip(frame["variant"], frame["dtype"], frame["params"])
+    ]
     if variant != "all":
         frame = frame[frame["variant"] == variant]
     if dtype != "all":
@@ -116,11 +140,22 @@ for fp in hardware:
         frame = frame[frame["case"].str.contains(text, regex=False)]
     values = sorted(frame["group"].unique(), key=lambda v: (len(v), v))
     wanted_series = [v for v in (params.get("series") or "").split(",") if v in values]
-    series = st.multiselect(f"Lines ({by}; at most {charts.MAX_SERIES})", values, key=f"series-{fp}",
-                            default=wanted_series or values[:charts.MAX_SERIES], max_selections=charts.MAX_SERIES)
-    state.update({"group": by, "variant": None if variant == "all" else variant,
-                  "dtype": None if dtype == "all" else dtype, "shape": text or None,
-                  "series": ",".join(series) if wanted_series or len(values) > charts.MAX_SERIES else None})
+    series = st.multiselect(
+        f"Lines ({by}; at most {charts.MAX_SERIES})",
+        values,
+        key=f"series-{fp}",
+        default=wanted_series or values[: charts.MAX_SERIES],
+        max_selections=charts.MAX_SERIES,
+    )
+    state.update(
+        {
+            "group": by,
+            "variant": None if variant == "all" else variant,
+            "dtype": None if dtype == "all" else dtype,
+            "shape": text or None,
+            "series": ",".join(series) if wanted_series or len(values) > charts.MAX_SERIES else None,
+        }
+    )
     frame = frame[frame["group"].isin(series)]
     if frame.empty:
         st.info("No case matches these filters.")
@@ -149,19 +184,28 @@ for fp in hardware:
             first = rows.iloc[0]
             branch = branch_of[run_id]
             line = group if not several or branch == data.BASE_BRANCH else f"{group} · {branch}"
-            points.append({"group": line, "colour": group, "dash": "solid" if line == group else "dash",
-                           "run_id": run_id, "x": first["x"], "order": first["order"],
-                           "synthetic": bool(first["synthetic"]), "n": len(rows),
-                           "vs_eager": data.geomean(list(rows["vs_eager"])),
-                           "vs_compile": data.geomean(list(rows["vs_compile"])),
-                           "time": data.geomean(list(rows["time_us"])),
-                           "value": data.geomean(list(rows["time_us"])) if metric == METRICS[1]
-                           else data.geomean(list(rows["pct_peak"])),
-                           "hover": f"{esc(by)} {esc(group)}: geometric mean of the {len(rows)} case(s) every run of "
-                                    f"this line holds<br>commit {esc(first['commit'][:12])} "
-                                    f"{esc(first['subject'] or '')}<br>branch {esc(branch)} · run {esc(run_id[:8])} · "
-                                    f"{esc(data.when(first['started']))}"
-                                    + (" · SYNTHETIC" if first["synthetic"] else "")})
+            points.append(
+                {
+                    "group": line,
+                    "colour": group,
+                    "dash": "solid" if line == group else "dash",
+                    "run_id": run_id,
+                    "x": first["x"],
+                    "order": first["order"],
+                    "synthetic": bool(first["synthetic"]),
+                    "n": len(rows),
+                    "vs_eager": data.geomean(list(rows["vs_eager"])),
+                    "vs_compile": data.geomean(list(rows["vs_compile"])),
+                    "time": data.geomean(list(rows["time_us"])),
+                    "value": data.geomean(list(rows["time_us"]))
+                    if metric == METRICS[1]
+                    else data.geomean(list(rows["pct_peak"])),
+                    "hover": f"{esc(by)} {esc(group)}: geometric mean of the {len(rows)} case(s) every run of "
+                    f"this line holds<br>commit {esc(first['commit'][:12])} "
+                    f"{esc(first['subject'] or '')}<br>branch {esc(branch)} · run {esc(run_id[:8])} · "
+                    f"{esc(data.when(first['started']))}" + (" · SYNTHETIC" if first["synthetic"] else ""),
+                }
+            )
     series_frame = pd.DataFrame(points)
     target_values = line_targets(frame[frame["implementation"] == data.KERNEL_IMPL])
     marks = []
@@ -171,42 +215,74 @@ for fp in hardware:
         if len(series_t) >= MIN_HISTORY and all(v and v > 0 for v in series_t):
             for p in change_points(series_t):
                 row = rows.iloc[p.index]
-                marks.append({"x": row["x"], "y": row["vs_eager"] if metric == METRICS[0] else row["value"],
-                              "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here (p={p.pvalue:.1e})"})
+                marks.append(
+                    {
+                        "x": row["x"],
+                        "y": row["vs_eager"] if metric == METRICS[0] else row["value"],
+                        "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here (p={p.pvalue:.1e})",
+                    }
+                )
     marks_frame = pd.DataFrame(marks)
     title = f"{kernel} on {options[fp]}: one line per {by}" + mixed_note(frame, by)
     if metric == METRICS[0]:
         fig = charts.grouped_speedups(series_frame, palette, by, title, target_values, marks_frame)
     else:
-        y_title = ("geometric mean time per call (µs)" if metric == METRICS[1] else
-                   "% of the roofline floor (copy-bandwidth and matmul ceilings measured in each run; "
-                   "see the case page for the ceiling of each case)")
-        fig = charts.grouped_metric(series_frame, palette, by, title, y_title, log=metric == METRICS[1],
-                                    reference=None if metric == METRICS[1] else (100.0, "100% of the floor"))
+        y_title = (
+            "geometric mean time per call (µs)"
+            if metric == METRICS[1]
+            else "% of the roofline floor (copy-bandwidth and matmul ceilings measured in each run; "
+            "see the case page for the ceiling of each case)"
+        )
+        fig = charts.grouped_metric(
+            series_frame,
+            palette,
+            by,
+            title,
+            y_title,
+            log=metric == METRICS[1],
+            reference=None if metric == METRICS[1] else (100.0, "100% of the floor"),
+        )
         if marks:
-            fig.add_scatter(x=marks_frame["x"], y=marks_frame["y"], mode="markers", name="change point",
-                            hovertext=marks_frame["hover"], hoverinfo="text",
-                            marker={"symbol": "x", "size": 13, "color": "#C00000"})
+            fig.add_scatter(
+                x=marks_frame["x"],
+                y=marks_frame["y"],
+                mode="markers",
+                name="change point",
+                hovertext=marks_frame["hover"],
+                hoverinfo="text",
+                marker={"symbol": "x", "size": 13, "color": "#C00000"},
+            )
     st.plotly_chart(fig, key=f"perf-{fp}")
     newest = wide.reset_index()
     newest = newest[newest["order"] == newest["order"].max()]
     kernel_rows = frame[frame["implementation"] == data.KERNEL_IMPL].set_index(["run_id", "case"])
     documented = frame.dropna(subset=["target"]).drop_duplicates("case").set_index("case")["target"]
-    table = pd.DataFrame({
-        "case": data.case_labels(list(newest["case"]), [kernel] * len(newest)),
-        "kernel µs": newest["time_us"], "x eager": newest["vs_eager"], "x torch.compile": newest["vs_compile"],
-        "target": [data.target_text(documented.get(c)) for c in newest["case"]],
-        "target met": [data.fmt(kernel_rows["target_met"].get((r, c)))
-                       for r, c in zip(newest["run_id"], newest["case"])],
-        "open": [f"case?{urlencode({'case': c, 'hardware': fp})}" for c in newest["case"]],
-    })
+    table = pd.DataFrame(
+        {
+            "case": data.case_labels(list(newest["case"]), [kernel] * len(newest)),
+            "kernel µs": newest["time_us"],
+            "x eager": newest["vs_eager"],
+            "x torch.compile": newest["vs_compile"],
+            "target": [data.target_text(documented.get(c)) for c in newest["case"]],
+            "target met": [
+                data.fmt(kernel_rows["target_met"].get((r, c))) for r, c in zip(newest["run_id"], newest["case"])
+            ],
+            "open": [f"case?{urlencode({'case': c, 'hardware': fp})}" for c in newest["case"]],
+        }
+    )
     st.caption("The newest run's cases in this view: red = target missed, amber = slower than torch.compile.")
-    common.table(shortfalls(table), column_config={
-        "case": st.column_config.TextColumn(width=420, help="variant/dtype and the parameters that tell these "
-                                            "cases apart; the case page has the full key"),
-        "kernel µs": st.column_config.NumberColumn(format="%.4g"),
-        "x eager": st.column_config.NumberColumn(format="%.2f"),
-        "x torch.compile": st.column_config.NumberColumn(format="%.2f"),
-        "target": st.column_config.TextColumn(width=260),
-        "open": st.column_config.LinkColumn("case page", display_text="open →", width=80)})
+    common.table(
+        shortfalls(table),
+        column_config={
+            "case": st.column_config.TextColumn(
+                width=420,
+                help="variant/dtype and the parameters that tell these cases apart; the case page has the full key",
+            ),
+            "kernel µs": st.column_config.NumberColumn(format="%.4g"),
+            "x eager": st.column_config.NumberColumn(format="%.2f"),
+            "x torch.compile": st.column_config.NumberColumn(format="%.2f"),
+            "target": st.column_config.TextColumn(width=260),
+            "open": st.column_config.LinkColumn("case page", display_text="open →", width=80),
+        },
+    )
 common.finish(params, state)

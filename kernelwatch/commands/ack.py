@@ -21,8 +21,16 @@ ACK_COLUMNS = ("case", "hardware", "commit", "reason", "author", "created_at")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="Output of --list.")
 @db_option
 @clean_errors
-def command(case: str | None, hardware: str | None, commit: str | None, reason: str | None, author: str | None,
-            listing: bool, fmt: str, db_url: str | None) -> None:
+def command(
+    case: str | None,
+    hardware: str | None,
+    commit: str | None,
+    reason: str | None,
+    author: str | None,
+    listing: bool,
+    fmt: str,
+    db_url: str | None,
+) -> None:
     """Record that CASE's change in time on HARDWARE from COMMIT on is expected: the gate reports it and no
     longer fails on it; the dashboard marks it. The dashboard itself never writes."""
     from db.ack import AckError, add_ack, find_hardware
@@ -46,8 +54,11 @@ def command(case: str | None, hardware: str | None, commit: str | None, reason: 
                 r["commit"] = r["commit"][:12]
             click.echo(render(rows, ACK_COLUMNS, fmt))
             return
-        missing = [name for name, value in (("CASE", case), ("--hardware", hardware), ("--commit", commit),
-                                            ("--reason", reason)) if value is None]
+        missing = [
+            name
+            for name, value in (("CASE", case), ("--hardware", hardware), ("--commit", commit), ("--reason", reason))
+            if value is None
+        ]
         if missing:
             raise AckError(f"missing {', '.join(missing)} (or give --list)")
         engine.dispose()

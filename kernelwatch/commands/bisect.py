@@ -27,11 +27,14 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
     count, found, edge = steps(engine, case, hw["fingerprint"], implementation, min_effect)
     if not found and edge is not None:
         click.echo(terminal(f"{edge.note}; seen in {count} runs of {case} on {hw['device_name']}"))
-        click.echo(terminal(f"  range: {edge.good[:12]}..{edge.bad[:12]} (the last run before the change, the "
-                            "first after it)"))
+        click.echo(
+            terminal(f"  range: {edge.good[:12]}..{edge.bad[:12]} (the last run before the change, the first after it)")
+        )
         have = edge.runs_before if edge.short_side == "before" else edge.runs_after
-        click.echo(f"  to tell a step from noise, measure {edge.to_repeat[:12]} again ({MIN_SEGMENT} runs "
-                   f"{edge.short_side} the change are needed, {have} so far):")
+        click.echo(
+            f"  to tell a step from noise, measure {edge.to_repeat[:12]} again ({MIN_SEGMENT} runs "
+            f"{edge.short_side} the change are needed, {have} so far):"
+        )
         _rerun([edge.to_repeat], case, hw["vendor"])
         inside = [sha for sha in edge.commits if sha != edge.bad]
         if inside:
@@ -42,8 +45,10 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
         click.echo(terminal(f"no change of {min_effect:.0%} or more in {count} runs of {case} on {hw['device_name']}"))
         return
     for step in found:
-        click.echo(f"a change of {step.point.change:+.1%} (p={step.point.pvalue:.1e}) entered between "
-                   f"{step.good[:12]} and {step.bad[:12]}")
+        click.echo(
+            f"a change of {step.point.change:+.1%} (p={step.point.pvalue:.1e}) entered between "
+            f"{step.good[:12]} and {step.bad[:12]}"
+        )
         _rerun(step.commits, case, hw["vendor"], indent="  ")
 
 
@@ -54,7 +59,8 @@ def _rerun(commits: list[str], case: str, vendor: str, indent: str = "    ") -> 
 
     for sha in commits[:SHOWN_COMMITS]:
         command = rerun_command(sha, case, vendor=vendor)
-        click.echo(terminal(f"{indent}{command}" if command else f"{indent}{sha[:12]}: not a git sha, no command to "
-                                                                   "re-run it"))
+        click.echo(
+            terminal(f"{indent}{command}" if command else f"{indent}{sha[:12]}: not a git sha, no command to re-run it")
+        )
     if len(commits) > SHOWN_COMMITS:
         click.echo(f"{indent}... and {len(commits) - SHOWN_COMMITS} more commits")

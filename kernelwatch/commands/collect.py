@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from click.core import ParameterSource
@@ -27,7 +28,7 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for value in values for v in value.split(",") if v)
 
 
-def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> None:  # noqa: ANN001
+def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> None:
     """Write the run to every destination asked for (an artifact, the database), each tried even when
     another fails; ``written`` gets those that took it. Raises the first failure."""
     from db.artifact import write_artifact
@@ -67,8 +68,10 @@ def _check_destination(out: Path | None, db_url: str | None, journal: Path | Non
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise click.ClickException(f"{journal.parent}: cannot write the run's journal there ({folder} is "
-                                       "read-only); run from a folder you can write, nothing was created")
+            raise click.ClickException(
+                f"{journal.parent}: cannot write the run's journal there ({folder} is "
+                "read-only); run from a folder you can write, nothing was created"
+            )
     if out is not None:
         from db.artifact import ArtifactError, artifact_target
 
@@ -82,7 +85,7 @@ def _check_destination(out: Path | None, db_url: str | None, journal: Path | Non
         open_database(db_url).dispose()
 
 
-def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: Path) -> float:  # noqa: ANN001
+def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: Path) -> float:
     """Store the run; remove its journal only once it is stored. Returns the seconds the writing took.
 
     When the run cannot be stored (a full disk, a database gone) every finished result is kept where
@@ -96,8 +99,10 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
     except BaseException as exc:
         _keep(doc, journal, written)
         if isinstance(exc, OSError):  # e.g. a database path that cannot be made
-            fail(f"cannot store the run: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}",
-                 COLLECT_FAILED)
+            fail(
+                f"cannot store the run: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}",
+                COLLECT_FAILED,
+            )
         message = expected_message(exc) if isinstance(exc, Exception) else None
         if message is not None:  # measured but not stored: the collect failed (exit 1), not its usage
             fail(message, COLLECT_FAILED)
@@ -106,7 +111,7 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
     return time.monotonic() - start
 
 
-def _results(doc) -> int:  # noqa: ANN001
+def _results(doc) -> int:
     return len(doc.accuracy) + len(doc.perf)
 
 
@@ -141,7 +146,7 @@ def _fallback_folders() -> list[Path]:
     return list(dict.fromkeys(f.absolute() for f in folders))
 
 
-def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
+def _keep(doc, journal: Path, written: list[str]) -> None:
     """After a failed store: say where every finished result is, writing the run to a fallback folder
     (gzip, :func:`_fallback_folders`) when neither a destination nor the journal holds all of it. Never
     says the journal holds the run when it does not."""
@@ -155,9 +160,11 @@ def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
     resume = f"`kernelwatch collect --resume {journal}` (with --out or --db)"
     if written:
         where = " and ".join(written)
-        click.echo(f"kernelwatch: all {total} finished results are in {where}"
-                   + (f"; the run is also kept in {journal}: store it with {resume}" if whole else ""),
-                   err=True)
+        click.echo(
+            f"kernelwatch: all {total} finished results are in {where}"
+            + (f"; the run is also kept in {journal}: store it with {resume}" if whole else ""),
+            err=True,
+        )
         return
     if whole:
         click.echo(f"kernelwatch: the run is kept in {journal}: store it with {resume}", err=True)
@@ -171,41 +178,54 @@ def _keep(doc, journal: Path, written: list[str]) -> None:  # noqa: ANN001
         except (ArtifactError, OSError) as exc:
             tried.append(str(exc) if isinstance(exc, ArtifactError) else f"{folder}: {exc.strerror or exc}")
             continue
-        partial = (f"; its unfinished journal {journal} ({in_journal} of them) was removed"
-                   if in_journal is not None else "")
+        partial = (
+            f"; its unfinished journal {journal} ({in_journal} of them) was removed" if in_journal is not None else ""
+        )
         if in_journal is not None:
             remove_journal(journal)  # a partial copy of the same run id would be refused beside the whole run
-        click.echo(f"kernelwatch: all {total} finished results are kept in {target}: store them with "
-                   f"`kernelwatch ingest {target}`{partial}", err=True)
+        click.echo(
+            f"kernelwatch: all {total} finished results are kept in {target}: store them with "
+            f"`kernelwatch ingest {target}`{partial}",
+            err=True,
+        )
         return
-    held = (f"its journal {journal} holds {in_journal} of the {total} finished results: store them with {resume}; "
-            f"the rest ({total - in_journal}) are lost" if in_journal else
-            f"all {total} finished results are lost")
+    held = (
+        f"its journal {journal} holds {in_journal} of the {total} finished results: store them with {resume}; "
+        f"the rest ({total - in_journal}) are lost"
+        if in_journal
+        else f"all {total} finished results are lost"
+    )
     click.echo(f"kernelwatch: the run could not be written anywhere ({'; '.join(tried)}): {held}", err=True)
 
 
-def _summary(doc) -> None:  # noqa: ANN001
+def _summary(doc) -> NoReturn:
+    """Print what the run holds, then exit with its status: 0 complete, 3 partial, 1 failed."""
     from kernelwatch.output import terminal
 
     acc = [a for a in doc.accuracy if a.kind == "gate"]
     failed = [a for a in acc if not a.passed]
-    click.echo(f"run {doc.run.id}: {doc.run.status}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
-               f"{len(doc.perf)} perf results")
+    click.echo(
+        f"run {doc.run.id}: {doc.run.status}; accuracy {len(acc) - len(failed)}/{len(acc)} passed; "
+        f"{len(doc.perf)} perf results"
+    )
     for a in failed[:20]:
         click.echo(terminal(f"  FAIL {a.case}: budget {a.error_budget} {a.error or ''}".rstrip()))
     explored = [a for a in doc.accuracy if a.kind == "explore"]
     if explored:
         bad = [a for a in explored if not a.passed]
         budgets = [a.error_budget for a in explored if a.error_budget is not None]
-        click.echo(f"exploration (kind explore; not part of the verdict): {len(explored) - len(bad)}/{len(explored)} "
-                   f"cases passed on fresh seeds; worst budget " + (f"{max(budgets):.3g}" if budgets else "n/a"))
+        click.echo(
+            f"exploration (kind explore; not part of the verdict): {len(explored) - len(bad)}/{len(explored)} "
+            f"cases passed on fresh seeds; worst budget " + (f"{max(budgets):.3g}" if budgets else "n/a")
+        )
         for a in bad[:20]:
-            click.echo(terminal(f"  EXPLORE FAIL {a.case}: budget {a.error_budget} at seed {a.seed} {a.error or ''}"
-                                .rstrip()))
+            click.echo(
+                terminal(f"  EXPLORE FAIL {a.case}: budget {a.error_budget} at seed {a.seed} {a.error or ''}".rstrip())
+            )
     sys.exit({"complete": 0, "partial": 3}.get(doc.run.status, 1))
 
 
-def _only_changed(opts, ref: str):  # noqa: ANN001, ANN202 - collector.selection.Options, imported late
+def _only_changed(opts, ref: str):
     """``opts`` for the kernels ``--changed-since REF`` keeps (collector.changes), the others named in the run's
     notes; when none is left, says so and exits 0 (nothing to measure, nothing stored)."""
     from dataclasses import replace
@@ -219,55 +239,145 @@ def _only_changed(opts, ref: str):  # noqa: ANN001, ANN202 - collector.selection
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
     if not changes.run:
-        click.echo(f"kernelwatch: nothing to run: no kernel's sources changed since {ref} "
-                   f"({len(changes.files)} changed files; skipped: {', '.join(changes.skipped)})", err=True)
+        click.echo(
+            f"kernelwatch: nothing to run: no kernel's sources changed since {ref} "
+            f"({len(changes.files)} changed files; skipped: {', '.join(changes.skipped)})",
+            err=True,
+        )
         sys.exit(0)
     if opts.progress:
-        click.echo(f"kernelwatch: --changed-since {ref}: running {', '.join(changes.run)}"
-                   + (f"; skipped (unchanged): {', '.join(changes.skipped)}" if changes.skipped else ""), err=True)
+        click.echo(
+            f"kernelwatch: --changed-since {ref}: running {', '.join(changes.run)}"
+            + (f"; skipped (unchanged): {', '.join(changes.skipped)}" if changes.skipped else ""),
+            err=True,
+        )
     return replace(opts, kernels=tuple(changes.run), notes=[*opts.notes, *changes.notes()])
 
 
 @click.command("collect")
-@click.option("--kernels", "-k", multiple=True, metavar="NAME[,NAME]",
-              help="Kernels to run (default: all). Repeat or separate with commas.")
-@click.option("--suite", "suites", default="accuracy,perf", show_default=True, metavar="accuracy,perf",
-              help="Which suites to run.")
-@click.option("--device", type=click.Choice(["auto", "cuda", "npu", "cpu"]), default="auto", show_default=True,
-              help="auto: cuda if visible, else npu if torch_npu sees one, else cpu (interpreter, accuracy only).")
-@click.option("--devices", type=click.Choice(["one", "all"]), default="one", show_default=True,
-              help="all: shard the cases over every device of the host, one worker process per device.")
+@click.option(
+    "--kernels",
+    "-k",
+    multiple=True,
+    metavar="NAME[,NAME]",
+    help="Kernels to run (default: all). Repeat or separate with commas.",
+)
+@click.option(
+    "--suite",
+    "suites",
+    default="accuracy,perf",
+    show_default=True,
+    metavar="accuracy,perf",
+    help="Which suites to run.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "npu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: cuda if visible, else npu if torch_npu sees one, else cpu (interpreter, accuracy only).",
+)
+@click.option(
+    "--devices",
+    type=click.Choice(["one", "all"]),
+    default="one",
+    show_default=True,
+    help="all: shard the cases over every device of the host, one worker process per device.",
+)
 @click.option("--match", default=None, metavar="TEXT", help="Only cases whose key contains TEXT.")
-@click.option("--case", "case_keys", multiple=True, metavar="KEY",
-              help="Only this case (its exact key, as `kernelwatch show` prints it). Repeatable.")
-@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds one case may take (compilation included) before it is recorded as an error.")
+@click.option(
+    "--case",
+    "case_keys",
+    multiple=True,
+    metavar="KEY",
+    help="Only this case (its exact key, as `kernelwatch show` prints it). Repeatable.",
+)
+@click.option(
+    "--case-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds one case may take (compilation included) before it is recorded as an error.",
+)
 @click.option("--trigger", type=click.Choice(["manual", "pr", "nightly"]), default="manual", show_default=True)
 @click.option("--ci-job", default=None, envvar="KERNELWATCH_CI_JOB", help="CI job reference (URL or id).")
-@click.option("--explore-seeds", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
-              help="Also run every accuracy case on N fresh seeds, stored as kind explore: never in the verdict.")
-@click.option("--seed", type=int, default=None,
-              help="Base of the exploration seeds (default: fresh each run). Gating inputs never depend on it.")
+@click.option(
+    "--explore-seeds",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Also run every accuracy case on N fresh seeds, stored as kind explore: never in the verdict.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Base of the exploration seeds (default: fresh each run). Gating inputs never depend on it.",
+)
 @click.option("--profile", is_flag=True, help="Also record profiler counters per perf case (ncu / torch_npu).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), callback=output_file, default=None,
-              help="Write the run artifact here instead of (or, with --db, besides) the database.")
-@click.option("--resume", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="JOURNAL",
-              help="Store the run an interrupted collect left in its journal (OUT.journal, or "
-                   ".kw-journal/RUN.jsonl), as far as it got; measures nothing. Goes with --out / --db only.")
-@click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
-              help="Import kernel specs from extra modules (tests plant broken kernels so).")
-@click.option("--cpu-perf", is_flag=True, hidden=True,
-              help="Run the perf suite on the CPU interpreter too (tests of the perf path; the numbers mean nothing).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    callback=output_file,
+    default=None,
+    help="Write the run artifact here instead of (or, with --db, besides) the database.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="JOURNAL",
+    help="Store the run an interrupted collect left in its journal (OUT.journal, or "
+    ".kw-journal/RUN.jsonl), as far as it got; measures nothing. Goes with --out / --db only.",
+)
+@click.option(
+    "--extra-kernels",
+    multiple=True,
+    metavar="MODULE",
+    hidden=True,
+    help="Import kernel specs from extra modules (tests plant broken kernels so).",
+)
+@click.option(
+    "--cpu-perf",
+    is_flag=True,
+    hidden=True,
+    help="Run the perf suite on the CPU interpreter too (tests of the perf path; the numbers mean nothing).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (or progress lines, when stderr is not a terminal).")
-@click.option("--changed-since", metavar="REF", default=None,
-              help="Only the kernels whose sources (their module and what it imports) or whose measurement changed "
-                   "since git REF; the run names the others as skipped and the gate carries them over.")
+@click.option(
+    "--changed-since",
+    metavar="REF",
+    default=None,
+    help="Only the kernels whose sources (their module and what it imports) or whose measurement changed "
+    "since git REF; the run names the others as skipped and the gate carries them over.",
+)
 @db_option
 @clean_errors
 @click.pass_context
-def command(ctx: click.Context, kernels, suites, device, devices, match, case_keys, case_timeout, trigger, ci_job,  # noqa: ANN001
-            explore_seeds, seed, profile, out, resume, extra_kernels, cpu_perf, no_progress, changed_since,
-            db_url) -> None:
+def command(
+    ctx: click.Context,
+    kernels,
+    suites,
+    device,
+    devices,
+    match,
+    case_keys,
+    case_timeout,
+    trigger,
+    ci_job,
+    explore_seeds,
+    seed,
+    profile,
+    out,
+    resume,
+    extra_kernels,
+    cpu_perf,
+    no_progress,
+    changed_since,
+    db_url,
+) -> None:
     """Run accuracy and perf suites and write one run.
 
     Without --out the run goes to the database; with --out it is written as a kernelwatch.run/1
@@ -283,8 +393,11 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
     accuracy rows of kind "explore", printed apart, never part of the exit status or the gate's verdict.
     """
     if resume is not None:
-        given = [p for p in ctx.command.params if p.name not in RESUME_COMPANIONS
-                 and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+        given = [
+            p
+            for p in ctx.command.params
+            if p.name not in RESUME_COMPANIONS and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE
+        ]
         if given:
             flag = max(given[0].opts, key=len)
             raise click.UsageError(f"--resume stores a journal's run as it is; it cannot go with {flag}")
@@ -303,8 +416,9 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
     from db.schema import new_run_id
 
     if cpu_perf and device != "cpu":
-        raise click.BadParameter("times the perf suite in the CPU interpreter: it needs --device cpu",
-                                 param_hint="--cpu-perf")
+        raise click.BadParameter(
+            "times the perf suite in the CPU interpreter: it needs --device cpu", param_hint="--cpu-perf"
+        )
     suite_list = _split((suites,))
     bad = [s for s in suite_list if s not in ("accuracy", "perf")]
     if bad or not suite_list:
@@ -312,15 +426,31 @@ def command(ctx: click.Context, kernels, suites, device, devices, match, case_ke
         raise click.BadParameter(f"unknown suite {name!r}: use accuracy, perf", param_hint="--suite")
     empty = [k for k in kernels if not _split((k,))]
     if empty:
-        raise click.BadParameter(f"{empty[0]!r} names no kernel (leave --kernels out to run them all)",
-                                 param_hint="--kernels")
+        raise click.BadParameter(
+            f"{empty[0]!r} names no kernel (leave --kernels out to run them all)", param_hint="--kernels"
+        )
     run_id = new_run_id()
     journal = journal_path(out, run_id) if out is None or out.name else None
-    opts = Options(kernels=_split(kernels), suites=suite_list, device=device, all_devices=devices == "all",
-                   case_timeout_s=case_timeout, trigger=trigger, ci_job=ci_job, extra_modules=tuple(extra_kernels),
-                   match=match, cases=tuple(case_keys), seed=seed, explore_seeds=explore_seeds, profile=profile,
-                   progress=not no_progress,
-                   command=reproduce_command(sys.argv[1:]), time_on_cpu=cpu_perf, run_id=run_id, journal=journal)
+    opts = Options(
+        kernels=_split(kernels),
+        suites=suite_list,
+        device=device,
+        all_devices=devices == "all",
+        case_timeout_s=case_timeout,
+        trigger=trigger,
+        ci_job=ci_job,
+        extra_modules=tuple(extra_kernels),
+        match=match,
+        cases=tuple(case_keys),
+        seed=seed,
+        explore_seeds=explore_seeds,
+        profile=profile,
+        progress=not no_progress,
+        command=reproduce_command(sys.argv[1:]),
+        time_on_cpu=cpu_perf,
+        run_id=run_id,
+        journal=journal,
+    )
     try:
         check_selection(opts)  # usage errors first: they create nothing, not even the database
     except SelectionError as exc:

@@ -12,38 +12,102 @@ from kernelwatch.options import clean_errors, db_option, fail
 
 @click.command("confirm")
 @click.option("--candidate", default=None, metavar="RUN_ID", help="Gate this stored run and confirm what it flags.")
-@click.option("--artifact", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Gate this run artifact and confirm what it flags.")
-@click.option("--baseline", default=None, metavar="BRANCH|RUN_ID",
-              help="The gate's baseline (as for kernelwatch gate).")
-@click.option("--case", "cases", multiple=True, metavar="CASE_KEY",
-              help="Confirm these perf cases instead of a gate's (repeatable; needs --baseline-commit).")
-@click.option("--baseline-commit", default=None, metavar="SHA",
-              help="The baseline commit (default: the gate's baseline run's commit).")
-@click.option("--candidate-commit", default=None, metavar="SHA",
-              help="The candidate commit (default: the candidate run's commit; with --case, HEAD).")
-@click.option("--repo", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("."),
-              show_default=True, help="The git repository holding both commits.")
-@click.option("--device", type=click.Choice(["auto", "cuda", "npu", "cpu"]), default="auto", show_default=True,
-              help="Where both commits are measured (cpu: Triton's interpreter timed by the host clock, for tests).")
-@click.option("--max-rounds", type=click.IntRange(8, 200), default=24, show_default=True,
-              help="Rounds before a case is UNKNOWN.")
-@click.option("--min-effect", type=click.FloatRange(0, 10, min_open=True, max_open=True), default=0.05,
-              show_default=True, help="The gate's minimum effect: SLOWER needs more than half of it, with confidence.")
-@click.option("--round-ms", type=click.FloatRange(1, 10_000), default=20.0, show_default=True,
-              help="Device time sampled per case, commit and round.")
-@click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the Markdown report here.")
-@click.option("--dry-run", is_flag=True,
-              help="Print the cases that would be re-measured, one case key per line, and stop (no device used).")
-@click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
-              help="Import kernel specs from extra modules of both trees (tests plant kernels so).")
+@click.option(
+    "--artifact",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Gate this run artifact and confirm what it flags.",
+)
+@click.option(
+    "--baseline", default=None, metavar="BRANCH|RUN_ID", help="The gate's baseline (as for kernelwatch gate)."
+)
+@click.option(
+    "--case",
+    "cases",
+    multiple=True,
+    metavar="CASE_KEY",
+    help="Confirm these perf cases instead of a gate's (repeatable; needs --baseline-commit).",
+)
+@click.option(
+    "--baseline-commit",
+    default=None,
+    metavar="SHA",
+    help="The baseline commit (default: the gate's baseline run's commit).",
+)
+@click.option(
+    "--candidate-commit",
+    default=None,
+    metavar="SHA",
+    help="The candidate commit (default: the candidate run's commit; with --case, HEAD).",
+)
+@click.option(
+    "--repo",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The git repository holding both commits.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "npu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="Where both commits are measured (cpu: Triton's interpreter timed by the host clock, for tests).",
+)
+@click.option(
+    "--max-rounds", type=click.IntRange(8, 200), default=24, show_default=True, help="Rounds before a case is UNKNOWN."
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0, 10, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="The gate's minimum effect: SLOWER needs more than half of it, with confidence.",
+)
+@click.option(
+    "--round-ms",
+    type=click.FloatRange(1, 10_000),
+    default=20.0,
+    show_default=True,
+    help="Device time sampled per case, commit and round.",
+)
+@click.option(
+    "--report-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the Markdown report here.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the cases that would be re-measured, one case key per line, and stop (no device used).",
+)
+@click.option(
+    "--extra-kernels",
+    multiple=True,
+    metavar="MODULE",
+    hidden=True,
+    help="Import kernel specs from extra modules of both trees (tests plant kernels so).",
+)
 @db_option
 @clean_errors
-def command(candidate: str | None, artifact: Path | None, baseline: str | None, cases: tuple[str, ...],
-            baseline_commit: str | None, candidate_commit: str | None, repo: Path, device: str, max_rounds: int,
-            min_effect: float, round_ms: float, report_file: Path | None, dry_run: bool,
-            extra_kernels: tuple[str, ...], db_url: str | None) -> None:
+def command(
+    candidate: str | None,
+    artifact: Path | None,
+    baseline: str | None,
+    cases: tuple[str, ...],
+    baseline_commit: str | None,
+    candidate_commit: str | None,
+    repo: Path,
+    device: str,
+    max_rounds: int,
+    min_effect: float,
+    round_ms: float,
+    report_file: Path | None,
+    dry_run: bool,
+    extra_kernels: tuple[str, ...],
+    db_url: str | None,
+) -> None:
     """Re-measure the cases a gate flags on one device, baseline and candidate commits interleaved.
 
     Each commit is checked out into a temporary git worktree and imported by its own worker process;
@@ -61,8 +125,10 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
 
     try:
         if cases and (candidate or artifact or baseline):
-            raise ConfirmError("give either --case (with --baseline-commit) or a gate's --candidate/--artifact "
-                               "and --baseline, not both")
+            raise ConfirmError(
+                "give either --case (with --baseline-commit) or a gate's --candidate/--artifact "
+                "and --baseline, not both"
+            )
         others: list[str] = []
         if cases:
             if not baseline_commit:
@@ -75,9 +141,15 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
                 groups = {baseline_commit: [k for keys in groups.values() for k in keys]}
             cand_sha = candidate_commit or cand_sha
             if others:
-                click.echo(terminal(f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
-                                    "re-measurement cannot settle (the job fails whatever is confirmed): "
-                                    + "; ".join(others[:5]) + (" ..." if len(others) > 5 else "")), err=True)
+                click.echo(
+                    terminal(
+                        f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
+                        "re-measurement cannot settle (the job fails whatever is confirmed): "
+                        + "; ".join(others[:5])
+                        + (" ..." if len(others) > 5 else "")
+                    ),
+                    err=True,
+                )
         keys = [k for group in groups.values() for k in group]
         if dry_run:
             for key in keys:
@@ -92,11 +164,23 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
         results: dict[str, CaseConfirm] = {}
         texts, stored = [], []
         for base_sha, group in groups.items():
-            click.echo(f"kernelwatch confirm: {len(group)} case(s), {cand_sha[:12]} vs {base_sha[:12]} on {device}, "
-                       f"at most {max_rounds} rounds", err=True)
-            found = confirm(repo, base_sha, cand_sha, group, device, extra_kernels, min_effect,
-                            max_rounds=max_rounds, round_ms=round_ms,
-                            progress=lambda line: click.echo(terminal(f"kernelwatch confirm: {line}"), err=True))
+            click.echo(
+                f"kernelwatch confirm: {len(group)} case(s), {cand_sha[:12]} vs {base_sha[:12]} on {device}, "
+                f"at most {max_rounds} rounds",
+                err=True,
+            )
+            found = confirm(
+                repo,
+                base_sha,
+                cand_sha,
+                group,
+                device,
+                extra_kernels,
+                min_effect,
+                max_rounds=max_rounds,
+                round_ms=round_ms,
+                progress=lambda line: click.echo(terminal(f"kernelwatch confirm: {line}"), err=True),
+            )
             results.update(found)
             texts.append(report(found, base_sha, cand_sha))
             stored.append((base_sha, found))
@@ -123,12 +207,14 @@ def command(candidate: str | None, artifact: Path | None, baseline: str | None, 
             store_confirmations(open_database(db_url), hardware, items)
         except DatabaseError as exc:
             fail(str(exc))
-        click.echo(terminal(f"kernelwatch confirm: stored {len(items)} confirmation(s) in "
-                            f"{redact(resolve_url(db_url))}"), err=True)
+        click.echo(
+            terminal(f"kernelwatch confirm: stored {len(items)} confirmation(s) in {redact(resolve_url(db_url))}"),
+            err=True,
+        )
     sys.exit(1 if others else exit_code(results))
 
 
-def _measured_on(device: str):  # noqa: ANN202 - (db.schema.Hardware, the physical device's id)
+def _measured_on(device: str):
     """The hardware both commits ran on, as a collector run would record it, and its physical id (the GPU UUID;
     ``cpu`` for the interpreter)."""
     from collector.metadata import hardware_info, physical_device
@@ -165,8 +251,9 @@ def _device(device: str) -> str:
     return resolved
 
 
-def _from_gate(candidate: str | None, artifact: Path | None, baseline: str | None,
-               db_url: str | None) -> tuple[dict[str, list[str]], list[str], str]:
+def _from_gate(
+    candidate: str | None, artifact: Path | None, baseline: str | None, db_url: str | None
+) -> tuple[dict[str, list[str]], list[str], str]:
     """({baseline commit: the perf cases the gate sends to confirm, each against the commit of the run that
     supplied its baseline}, its other failures in words, the candidate run's commit). Reads the database and
     the artifact only: no device, no torch."""

@@ -16,8 +16,12 @@ APP = Path(dashboard.__file__).with_name("app.py")
 
 @click.command("dashboard")
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
-@click.option("--address", default="127.0.0.1", show_default=True,
-              help="Interface to bind. The default keeps the dashboard on this machine.")
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind. The default keeps the dashboard on this machine.",
+)
 @click.option("--headless/--open-browser", default=True, show_default=True)
 @db_option
 @clean_errors
@@ -36,9 +40,21 @@ def command(port: int, address: str, headless: bool, db_url: str | None) -> None
     engine.dispose()
     _check_port(address, port)
     env = {**os.environ, "KERNELWATCH_DB": url}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(port),
-           "--server.address", address, "--server.headless", str(headless).lower(),
-           "--browser.gatherUsageStats", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--server.headless",
+        str(headless).lower(),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     click.echo(f"KernelWatch dashboard on http://{address}:{port}  (database: {redact(url)})")
     sys.stdout.flush()
     os.execve(sys.executable, cmd, env)

@@ -11,8 +11,13 @@ from kernelwatch.options import clean_errors, db_option
 
 
 @click.command("doctor")
-@click.option("--device", type=click.Choice(["auto", "cuda", "npu", "cpu"]), default="auto", show_default=True,
-              help="The device the run will ask for.")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "npu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="The device the run will ask for.",
+)
 @click.option("--profile", is_flag=True, help="The run will record profiler counters: ncu / msprof are required.")
 @click.option("--no-db", is_flag=True, help="Do not check the database (a runner that only writes --out).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)

@@ -11,8 +11,14 @@ from kernelwatch.options import clean_errors, db_option, open_readonly, output_f
 
 @click.command("export")
 @click.argument("run_id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), callback=output_file, required=True,
-              help="File to write ('-' for stdout).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    callback=output_file,
+    required=True,
+    help="File to write ('-' for stdout).",
+)
 @db_option
 @clean_errors
 def command(run_id: str, output: Path, db_url: str | None) -> None:

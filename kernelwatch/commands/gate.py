@@ -12,27 +12,64 @@ from kernelwatch.options import clean_errors, db_option, expected_message, fail
 
 @click.command("gate")
 @click.option("--candidate", default=None, metavar="RUN_ID", help="A stored run (id or unique prefix).")
-@click.option("--artifact", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A run artifact that need not be in the database.")
-@click.option("--baseline", required=True, metavar="BRANCH|RUN_ID",
-              help="A branch (of its complete runs on the candidate's hardware up to the candidate, the one sharing "
-                   "the most of its cases, then the newest; never the candidate, a future-dated or an empty run), "
-                   "a run id or a unique run-id prefix.")
-@click.option("--min-effect", type=float, default=0.05, show_default=True,
-              help="Smallest slowdown that counts as a regression (0.05 = 5%), in (0, 10).")
-@click.option("--case-min-effect", multiple=True, metavar="KERNEL_OR_CASE=FRACTION",
-              help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 (a kernel or case of the candidate).")
-@click.option("--fdr", type=float, default=0.05, show_default=True,
-              help="False discovery rate across cases, in (0, 1).")
-@click.option("--metric", type=click.Choice(["gpu", "call"]), default="gpu", show_default=True,
-              help="gpu: GPU time per call with the L2 flushed; call: wall time per call, calls back to back "
-                   "(host + device: what a loop pays).")
-@click.option("--report-dir", type=click.Path(file_okay=False), default="gate-report",
-              show_default=True, help="Where gate.md, gate-junit.xml and gate.html go.")
+@click.option(
+    "--artifact",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A run artifact that need not be in the database.",
+)
+@click.option(
+    "--baseline",
+    required=True,
+    metavar="BRANCH|RUN_ID",
+    help="A branch (of its complete runs on the candidate's hardware up to the candidate, the one sharing "
+    "the most of its cases, then the newest; never the candidate, a future-dated or an empty run), "
+    "a run id or a unique run-id prefix.",
+)
+@click.option(
+    "--min-effect",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Smallest slowdown that counts as a regression (0.05 = 5%), in (0, 10).",
+)
+@click.option(
+    "--case-min-effect",
+    multiple=True,
+    metavar="KERNEL_OR_CASE=FRACTION",
+    help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 (a kernel or case of the candidate).",
+)
+@click.option(
+    "--fdr", type=float, default=0.05, show_default=True, help="False discovery rate across cases, in (0, 1)."
+)
+@click.option(
+    "--metric",
+    type=click.Choice(["gpu", "call"]),
+    default="gpu",
+    show_default=True,
+    help="gpu: GPU time per call with the L2 flushed; call: wall time per call, calls back to back "
+    "(host + device: what a loop pays).",
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(file_okay=False),
+    default="gate-report",
+    show_default=True,
+    help="Where gate.md, gate-junit.xml and gate.html go.",
+)
 @db_option
 @clean_errors
-def command(candidate: str | None, artifact: Path | None, baseline: str, min_effect: float,
-            case_min_effect: tuple[str, ...], fdr: float, metric: str, report_dir: str, db_url: str | None) -> None:
+def command(
+    candidate: str | None,
+    artifact: Path | None,
+    baseline: str,
+    min_effect: float,
+    case_min_effect: tuple[str, ...],
+    fdr: float,
+    metric: str,
+    report_dir: str,
+    db_url: str | None,
+) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
 
     Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the

@@ -9,16 +9,31 @@ from kernelwatch.options import clean_errors, db_option, open_readonly
 WIDTH = 100  # the default table's lines at most (branch and hardware names are cut with "…" past it)
 RUN_COLUMNS = ("id", "commit", "branch", "hardware", "status", "started", "perf", "acc", "prof")
 WIDE_COLUMNS = ("id", "commit", "branch", "hardware", "status", "started", "holds")
-JSON_COLUMNS = ("id", "commit", "branch", "hardware", "trigger", "status", "started", "device_count", "kernels",
-                "perf", "accuracy", "profiler")
+JSON_COLUMNS = (
+    "id",
+    "commit",
+    "branch",
+    "hardware",
+    "trigger",
+    "status",
+    "started",
+    "device_count",
+    "kernels",
+    "perf",
+    "accuracy",
+    "profiler",
+)
 
 
 @click.command("runs")
 @click.option("--hardware", default=None, help="Only runs on hardware whose name contains this or fingerprint prefix.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many runs, newest first.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--wide", is_flag=True, help="Table: every kernel and the device count of each run, names uncut "
-                                           f"(the default fits {WIDTH} columns).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help=f"Table: every kernel and the device count of each run, names uncut (the default fits {WIDTH} columns).",
+)
 @db_option
 @clean_errors
 def command(hardware: str | None, limit: int | None, fmt: str, wide: bool, db_url: str | None) -> None:

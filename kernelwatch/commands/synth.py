@@ -12,17 +12,40 @@ from kernelwatch.options import clean_errors, db_option
 @click.option("--cases", type=click.IntRange(1, 100_000), default=12, show_default=True)
 @click.option("--hardware", type=click.IntRange(1, 2), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--step", "steps", multiple=True, metavar="AT:FACTOR[:MATCH]",
-              help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).")
-@click.option("--extra-kernels", multiple=True, metavar="MODULE", hidden=True,
-              help="Import kernel specs from extra modules too (as collect does).")
-@click.option("--demo-from", "demo_from", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Instead: the demo branch (synthetic/demo) derived from this real run artifact, two runs whose "
-                   "second has a regression, an improvement and an accuracy drift (db/synthetic.py: DEMO_CHANGES).")
+@click.option(
+    "--step",
+    "steps",
+    multiple=True,
+    metavar="AT:FACTOR[:MATCH]",
+    help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).",
+)
+@click.option(
+    "--extra-kernels",
+    multiple=True,
+    metavar="MODULE",
+    hidden=True,
+    help="Import kernel specs from extra modules too (as collect does).",
+)
+@click.option(
+    "--demo-from",
+    "demo_from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Instead: the demo branch (synthetic/demo) derived from this real run artifact, two runs whose "
+    "second has a regression, an improvement and an accuracy drift (db/synthetic.py: DEMO_CHANGES).",
+)
 @db_option
 @clean_errors
-def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, ...], extra_kernels: tuple[str, ...],
-            demo_from: str | None, db_url: str | None) -> None:
+def command(
+    runs: int,
+    cases: int,
+    hardware: int,
+    seed: int,
+    steps: tuple[str, ...],
+    extra_kernels: tuple[str, ...],
+    demo_from: str | None,
+    db_url: str | None,
+) -> None:
     """Fill a database with SYNTHETIC history (labelled so everywhere) for demos and scale tests.
 
     Its cases are drawn from every kernel this checkout has, with the variants its spec names."""
@@ -46,8 +69,10 @@ def command(runs: int, cases: int, hardware: int, seed: int, steps: tuple[str, .
         real = [r["started"] for r in list_runs(engine) if not r["synthetic"] and r["started"]]
         docs = demo_branch(source, after=parse_time(max(real)) if real else None)
         out = ingest_documents(engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
-        click.echo(f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
-                   f"derived from {demo_from}):")
+        click.echo(
+            f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
+            f"derived from {demo_from}):"
+        )
         for change in DEMO_CHANGES:
             click.echo(f"  {change.story}")
         return

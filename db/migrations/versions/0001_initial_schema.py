@@ -78,9 +78,7 @@ def upgrade() -> None:
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.create_index("ix_run_commit_sha", ["commit_sha"], unique=False)
         batch_op.create_index("ix_run_hw_commit_time", ["hardware_id", "commit_time"], unique=False)
-        batch_op.create_index(
-            "ix_run_hw_status_started", ["hardware_id", "status", "started_at"], unique=False
-        )
+        batch_op.create_index("ix_run_hw_status_started", ["hardware_id", "status", "started_at"], unique=False)
 
     op.create_table(
         "accuracy_result",

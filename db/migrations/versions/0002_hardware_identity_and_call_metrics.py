@@ -32,8 +32,11 @@ def _fingerprint(row: dict) -> str:
 
 
 def _merge_hardware(conn: sa.Connection) -> None:
-    rows = conn.execute(sa.text("SELECT id, vendor, device_name, compute_units, memory_bytes FROM hardware "
-                                "ORDER BY id")).mappings().all()
+    rows = (
+        conn.execute(sa.text("SELECT id, vendor, device_name, compute_units, memory_bytes FROM hardware ORDER BY id"))
+        .mappings()
+        .all()
+    )
     survivors: dict[str, int] = {}
     for row in rows:
         fp = _fingerprint(row)
@@ -41,8 +44,10 @@ def _merge_hardware(conn: sa.Connection) -> None:
         if keep == row["id"]:
             continue
         for table in ("run", "accuracy_result", "perf_result", "profiler_metric"):
-            conn.execute(sa.text(f"UPDATE {table} SET hardware_id = :keep WHERE hardware_id = :old"),
-                         {"keep": keep, "old": row["id"]})
+            conn.execute(
+                sa.text(f"UPDATE {table} SET hardware_id = :keep WHERE hardware_id = :old"),
+                {"keep": keep, "old": row["id"]},
+            )
         conn.execute(sa.text("DELETE FROM hardware WHERE id = :old"), {"old": row["id"]})
     for fp, hw_id in survivors.items():
         conn.execute(sa.text("UPDATE hardware SET fingerprint = :fp WHERE id = :id"), {"fp": fp, "id": hw_id})
@@ -56,10 +61,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("toolkit", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("device_count", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("phases_s", sa.JSON(), nullable=True))
-    conn.execute(sa.text(
-        "UPDATE run SET driver = (SELECT driver FROM hardware WHERE hardware.id = run.hardware_id), "
-        "toolkit = (SELECT toolkit FROM hardware WHERE hardware.id = run.hardware_id), "
-        "device_count = (SELECT device_count FROM hardware WHERE hardware.id = run.hardware_id)"))
+    conn.execute(
+        sa.text(
+            "UPDATE run SET driver = (SELECT driver FROM hardware WHERE hardware.id = run.hardware_id), "
+            "toolkit = (SELECT toolkit FROM hardware WHERE hardware.id = run.hardware_id), "
+            "device_count = (SELECT device_count FROM hardware WHERE hardware.id = run.hardware_id)"
+        )
+    )
     _merge_hardware(conn)
     with op.batch_alter_table("run") as batch:
         batch.alter_column("device_count", existing_type=sa.Integer(), nullable=False)

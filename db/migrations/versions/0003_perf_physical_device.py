@@ -30,7 +30,7 @@ def _uuids(notes: str) -> dict[str, str]:
     at = notes.rfind(_DEVICES)
     if at < 0:
         return {}
-    return {label: ident for label, ident in _ENTRY.findall(notes[at + len(_DEVICES):]) if ident != "unknown"}
+    return {label: ident for label, ident in _ENTRY.findall(notes[at + len(_DEVICES) :]) if ident != "unknown"}
 
 
 def upgrade() -> None:
@@ -42,8 +42,10 @@ def upgrade() -> None:
     runs = conn.execute(sa.text("SELECT id, notes FROM run WHERE notes LIKE :pat"), {"pat": f"%{_DEVICES}%"})
     for run_id, notes in runs.all():
         for label, uuid in _uuids(notes or "").items():
-            conn.execute(sa.text("UPDATE perf_result SET device_uuid = :uuid WHERE run_id = :run AND device = :label"),
-                         {"uuid": uuid, "run": run_id, "label": label})
+            conn.execute(
+                sa.text("UPDATE perf_result SET device_uuid = :uuid WHERE run_id = :run AND device = :label"),
+                {"uuid": uuid, "run": run_id, "label": label},
+            )
 
 
 def downgrade() -> None:

@@ -26,9 +26,11 @@ def upgrade() -> None:
     with op.batch_alter_table("run") as batch:
         batch.add_column(sa.Column("peak_gbps_datasheet", sa.Float(), nullable=True))
         batch.add_column(sa.Column("peak_tflops_datasheet", sa.Float(), nullable=True))
-    op.execute("UPDATE run SET peak_gbps_datasheet = (SELECT h.peak_gbps_datasheet FROM hardware h "
-               "WHERE h.id = run.hardware_id), peak_tflops_datasheet = (SELECT h.peak_tflops_datasheet "
-               "FROM hardware h WHERE h.id = run.hardware_id)")
+    op.execute(
+        "UPDATE run SET peak_gbps_datasheet = (SELECT h.peak_gbps_datasheet FROM hardware h "
+        "WHERE h.id = run.hardware_id), peak_tflops_datasheet = (SELECT h.peak_tflops_datasheet "
+        "FROM hardware h WHERE h.id = run.hardware_id)"
+    )
 
 
 def downgrade() -> None:

@@ -35,8 +35,9 @@ def upgrade() -> None:
         sa.Column("device_uuid", sa.String(128), nullable=True),
         sa.Column("seconds", sa.Float(), nullable=False),
         sa.Column("confirmed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.UniqueConstraint("hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at",
-                            name="uq_confirmation"),
+        sa.UniqueConstraint(
+            "hardware_id", "case_key", "baseline_commit", "candidate_commit", "confirmed_at", name="uq_confirmation"
+        ),
     )
     op.create_index("ix_confirmation_hw_case", "confirmation", ["hardware_id", "case_key"])
 
