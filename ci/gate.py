@@ -380,7 +380,12 @@ def choose_baseline(
 
 def default_baseline(engine: Engine, candidate: RunDocument, branch: str) -> Baseline | None:
     """Triage's default: the baseline assembled from ``branch`` when the candidate is on another branch and
-    ``branch`` has one, else from every branch."""
+    ``branch`` has one, else from every branch. A SYNTHETIC candidate is judged against the earlier runs of its own
+    branch: generated history is never compared with measured history."""
+    if candidate.run.synthetic:
+        found = assemble_baseline(engine, candidate, candidate.run.commit.branch)
+        if found is not None:
+            return found
     if candidate.run.commit.branch != branch:
         found = assemble_baseline(engine, candidate, branch)
         if found is not None:

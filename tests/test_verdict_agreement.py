@@ -268,3 +268,18 @@ def test_triage_sparklines_are_coloured_by_verdict(page, eng) -> None:
         url = next(u for v, u in zip(frame["verdict"], frame["trend us"]) if v == verdict and u)
         svg = base64.b64decode(url.split(",", 1)[1]).decode()
         assert f"stroke='{colour}'" in svg, verdict
+
+
+def test_the_readmes_demo_numbers_are_the_demos(eng) -> None:
+    """README's quick-start story quotes Triage's counts and the CPU run's size: they are read off the demo here."""
+    import kernels
+
+    readme = (ROOT / "README.md").read_text()
+    h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]
+    ((_, run),) = data.triage_runs(eng, h200["fingerprint"])
+    judged = _judge(eng)(run["id"])
+    line = " · ".join(f"{name}: {n}" for name, n in verdicts.counts(judged["rows"]))
+    assert f"`{line}`" in readme, line
+    fp32 = sum("/fp32/" in c.key for spec in kernels.discover().values() for c in spec.accuracy_cases())
+    assert f"the {fp32} fp32 cases" in readme and f"`new: {fp32}`" in readme, fp32
+    assert f"the {fp32} fp32 cases" in (ROOT / "Makefile").read_text()
