@@ -186,6 +186,6 @@ def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) ->
     assert high - low <= 3 * (max(values) - min(values)), (low, high, min(values), max(values))
     assert values[-1] / values[-2] > 1.12  # the planted step, at the newest point
     names = {t["name"] for t in kernel["traces"]}
-    assert {"candidate 2a25773c", "baseline cd36845f"} <= names
+    assert "candidate 2a25773c" in names and any(n.startswith("baseline ") for n in names), names
     speed = layouts(path)["charts"][1]  # eager and torch.compile each on a panel of their own
     assert "speedup" in speed["title"] and sum(a["name"].startswith("yaxis") for a in speed["axes"]) >= 2

@@ -75,7 +75,7 @@ def test_a_database_that_cannot_be_opened_is_refused_before_measuring(tmp_path: 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")  # no database can be made under a file (root ignores permissions)
     result = cli.invoke(main, [*PLANTED, "--db", f"sqlite:///{tmp_path / 'a-file' / 'kw.db'}"])
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
     assert "a-file" in result.stderr and "accuracy" not in result.output  # said why; measured nothing
     assert not (tmp_path / ".kw-journal").exists()
 
