@@ -248,7 +248,9 @@ def stepped_copies(
     for index in range(runs):
         rng = random.Random(f"stepped-{seed}-{index}")
         copy = json.loads(json.dumps(data))
-        when = start + dt.timedelta(hours=index + 1)
+        # after the newest real run: minutes apart, so a demo built right after a real run is not dated in the
+        # future (the gate never takes a future-dated baseline)
+        when = start + (dt.timedelta(minutes=10 * (index + 1)) if after is not None else dt.timedelta(hours=index + 1))
         run = copy["run"]
         run.update(
             id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),

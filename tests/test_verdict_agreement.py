@@ -148,7 +148,8 @@ def test_the_gate_report_triage_and_overview_give_the_same_totals(eng) -> None:
     assert "❌ slower: 8" in report and "NVIDIA H200 (hardware fingerprint b10424, 2 devices)" in report
     assert "NVIDIA H200 (hardware fingerprint b10424" in html_report(result)
     summed = {name: 0 for name in verdicts.SUMMARY}
-    for kernel in queries.kernel_names(eng):
+    demo_kernels = {row["kernel"] for row in judged["rows"]}  # a kernel the demo lacks is judged on real runs
+    for kernel in sorted(demo_kernels):
         found = verdicts.kernel_summary(eng, h200["fingerprint"], kernel, _judge(eng))
         for name in summed:
             summed[name] += found[name]
