@@ -46,8 +46,8 @@ MUTATIONS = (
     Mutation(
         "min instead of max p-value",
         "ci/detect.py",
-        "max(p_within, p_between), min_effect",
-        "min(p_within, p_between), min_effect",
+        "p_between,\n        max(p_within, p_between),",
+        "p_between,\n        min(p_within, p_between),",
     ),
     Mutation("no outlier clipping", "ci/detect.py", "c1 = np.cumsum(_clip_outliers(seg))", "c1 = np.cumsum(seg)"),
     Mutation(
@@ -73,8 +73,8 @@ MUTATIONS = (
     Mutation(
         "% of peak from the wrong byte count",
         "collector/perf.py",
-        "floor_s = max(nbytes / (peak_gbps * 1e9)",
-        "floor_s = max(nbytes / 2 / (peak_gbps * 1e9)",
+        "floor_s = max(\n        nbytes / (peak_gbps * 1e9)",
+        "floor_s = max(\n        nbytes / 2 / (peak_gbps * 1e9)",
     ),
     Mutation(
         "speedup inverted",

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from ci.bisect import bisect_command, rerun_command
 from ci.detect import DEFAULT_MIN_EFFECT, effect_interval
 from ci.gate import Baseline, CaseVerdict, GateResult, GateUndecided, baseline_document, decide, default_baseline
-from ci.reports import SEVERITY, label, severity
+from ci.reports import LABELS, SEVERITY, label, severity
 from dashboard.data import short_gpu, software_changes, triage_runs
 from db import queries
 from db.export import export_run
@@ -190,9 +190,11 @@ def _order(row: dict[str, Any]) -> tuple:
 
 
 def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    """A slowdown whose case a newer run on this hardware measured back within the minimum effect of the
-    baseline's time (a revert, a fix) is "slower (resolved)", its details naming that run."""
-    slow = {r["case"]: r for r in rows if r["verdict"] == "slower" and r["before us"]}
+    """A slowdown (slower, or a suspect sent to confirm) whose case the newest run on this hardware measured back
+    within the minimum effect of the baseline's time (a revert, a fix) is "slower (resolved)", its details
+    naming the run from which every measurement stayed back."""
+    slowdowns = (LABELS["regression"], LABELS["suspect"])
+    slow = {r["case"]: r for r in rows if r["verdict"] in slowdowns and r["before us"]}
     if not slow:
         return
     runs = queries.recent_runs(eng, cand["fingerprint"], SPARK_RUNS + 20)
@@ -203,26 +205,30 @@ def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]
     if not newer:
         return
     order = {r["id"]: i for i, r in enumerate(newer)}
-    latest: dict[str, dict] = {}
+    measured: dict[str, list[dict]] = {}
     for p in queries.perf_rows(eng, list(order), implementations=(KERNEL_IMPL,), with_params=False):
-        if (
-            p["case"] in slow
-            and p["median_ms"]
-            and (p["case"] not in latest or order[p["run_id"]] > order[latest[p["case"]]["run_id"]])
-        ):
-            latest[p["case"]] = p
+        if p["case"] in slow and p["median_ms"]:
+            measured.setdefault(p["case"], []).append(p)
     run_of = {r["id"]: r for r in newer}
-    for case, p in latest.items():
+    for case, points in measured.items():
         row = slow[case]
+        points.sort(key=lambda p: order[p["run_id"]])
+        back = [p["median_ms"] * 1e3 / row["before us"] - 1 <= DEFAULT_MIN_EFFECT for p in points]
+        if not back[-1]:
+            continue
+        first = len(back) - 1  # the run from which every newer measurement stayed back: where it was resolved
+        while first > 0 and back[first - 1]:
+            first -= 1
+        p = points[first]
         change = p["median_ms"] * 1e3 / row["before us"] - 1
-        if change <= DEFAULT_MIN_EFFECT:
-            run = run_of[p["run_id"]]
-            row["verdict"] = RESOLVED
-            row["resolved"] = f"{run['commit'][:8]} (run {run['id'][:8]})"
-            row["details"] = (
-                f"resolved: the newer run {run['id'][:8]} (commit {run['commit'][:8]}) measured "
-                f"{p['median_ms'] * 1e3:.4g} us, {change:+.1%} from the baseline; " + row["details"]
-            )
+        run = run_of[p["run_id"]]
+        row["verdict"] = RESOLVED
+        row["resolved"] = f"{run['commit'][:8]} (run {run['id'][:8]})"
+        row["details"] = (
+            f"resolved: the newer run {run['id'][:8]} (commit {run['commit'][:8]}) measured "
+            f"{p['median_ms'] * 1e3:.4g} us, {change:+.1%} from the baseline, and every run since stayed back; "
+            + row["details"]
+        )
     rows.sort(key=_order)
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from dashboard.screenshots import CHROMIUM_ARGS, settle
+from db.engine import open_database
 from tests.conftest import IN_CI
-from tests.test_verdict_agreement import SOFTMAX, build_demo
+from tests.test_verdict_agreement import SOFTMAX, build_demo, demo_commits
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("KERNELWATCH_CHROMIUM") or "/usr/bin/chromium"
@@ -186,6 +187,7 @@ def test_the_case_page_shows_the_15_percent_step_on_the_kernel_panel(layouts) ->
     assert high - low <= 3 * (max(values) - min(values)), (low, high, min(values), max(values))
     assert values[-1] / values[-2] > 1.12  # the planted step, at the newest point
     names = {t["name"] for t in kernel["traces"]}
-    assert "candidate 2a25773c" in names and any(n.startswith("baseline ") for n in names), names
+    clean, planted = demo_commits(open_database(build_demo(), readonly=True))
+    assert {f"candidate {planted}", f"baseline {clean}"} <= names, names  # judged against its own branch
     speed = layouts(path)["charts"][1]  # eager and torch.compile each on a panel of their own
     assert "speedup" in speed["title"] and sum(a["name"].startswith("yaxis") for a in speed["axes"]) >= 2
