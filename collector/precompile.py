@@ -27,6 +27,7 @@ compile seconds summed over the pool (``precompile.compile``: 0 when every launc
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import hashlib
 import multiprocessing as mp
 import os
@@ -98,7 +99,8 @@ def use_cache_dirs() -> CacheDirs:
 class Outcome:
     """``launches``: distinct compilations the cases need; each was found ``cached``, ``compiled`` or
     ``failed``; ``unpredicted``: cases whose launches could not be worked out ahead (compiled in the
-    worker); ``compile_s``: seconds of compilation summed over the pool; ``wall_s``: the phase's wall time."""
+    worker), the first of them with why in ``reasons``; ``compile_s``: seconds of compilation summed over
+    the pool; ``wall_s``: the phase's wall time."""
 
     target: str
     processes: int
@@ -111,6 +113,7 @@ class Outcome:
     compile_s: float = 0.0
     wall_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -129,6 +132,8 @@ class Outcome:
         )
         if self.errors:
             text += ", first failures: " + " | ".join(self.errors)
+        if self.reasons:
+            text += ", first cases not predicted: " + " | ".join(self.reasons)
         return text.replace(";", ",")  # the run's notes are joined with "; "
 
 
@@ -167,6 +172,8 @@ def precompile(items: Iterable[WorkItem], info: Any, processes: int, extra_modul
         for found in pool.map(_dry_run, cases, chunksize=chunk):
             if isinstance(found, str):
                 outcome.unpredicted += 1
+                if len(outcome.reasons) < MAX_ERRORS:
+                    outcome.reasons.append(found)
                 continue
             for key, launch in found:
                 launches.setdefault(key, launch)
@@ -266,6 +273,21 @@ def _dry_run(item: WorkItem) -> list[tuple[str, tuple]] | str:
         kernel_device._simulated.reset(token)
 
 
+@functools.cache
+def run_knobs() -> tuple[tuple[str, str], ...]:
+    """The (option, ``knobs.compilation`` attribute) pairs the installed Triton's ``JITFunction.run`` copies into
+    a launch's options before its cache key is computed, read from its source: they differ between versions
+    (3.9 added ``fpsan_homomorphic_casts``; 3.6 has only ``instrumentation_mode``), and writing one list by
+    hand made every case of a Triton 3.6 host fail its dry run."""
+    import inspect
+    import re
+
+    from triton.runtime.jit import JITFunction
+
+    source = inspect.getsource(JITFunction.run)
+    return tuple(re.findall(r'kwargs\["(\w+)"\]\s*=\s*knobs\.compilation\.(\w+)', source))
+
+
 def _specialise(step: Any, args: tuple) -> tuple[str, tuple]:
     """What ``JITFunction.run`` computes before compiling (triton/runtime/jit.py), for these arguments."""
     import torch
@@ -280,8 +302,8 @@ def _specialise(step: Any, args: tuple) -> tuple[str, tuple]:
         binder = _STATE["binders"][fn] = create_function_from_signature(fn.signature, fn.params, backend)
     kwargs = dict(step._kwargs)
     kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
-    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+    for option, knob in run_knobs():
+        kwargs[option] = getattr(knobs.compilation, knob)
     shown = [_Pointer(a) if isinstance(a, torch.Tensor) else a for a in args]
     bound, specialization, options = binder(*shown, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)

@@ -77,4 +77,19 @@ def test_a_case_that_cannot_run_dry_is_left_to_its_worker(tmp_path: Path, monkey
     items = [("accuracy", f"planted/{v}/fp32/shape=1000") for v in ("correct", "raises")]
     outcome = precompile(items, NVIDIA_H200, 1, ("tests.planted_kernels",))
     assert (outcome.cases, outcome.unpredicted, outcome.launches) == (2, 2, 0), outcome
+    assert sorted(r.split(": ")[0] for r in outcome.reasons) == sorted(k for _, k in items), outcome.reasons
+    assert "first cases not predicted: planted/" in outcome.note()  # why, in the run's notes
     assert os.environ.get("CUDA_VISIBLE_DEVICES") != "", "the pool's settings stay in the pool"
+
+
+def test_the_options_copied_from_knobs_are_those_of_the_installed_triton() -> None:
+    """A hand-written list (3.9's ``fpsan_homomorphic_casts``) made every dry run fail on a Triton 3.6 host:
+    0 of 482 cases predicted. The list is read from the installed ``JITFunction.run``: every attribute exists,
+    ``instrumentation_mode`` (3.2 and later) is among them."""
+    from triton import knobs
+
+    from collector.precompile import run_knobs
+
+    pairs = run_knobs()
+    assert ("instrumentation_mode", "instrumentation_mode") in pairs
+    assert all(hasattr(knobs.compilation, knob) for _, knob in pairs), pairs
