@@ -55,6 +55,24 @@ from ci.detect import (
     run_shift,
     segment_start,
 )
+from ci.statuses import (
+    ACCURACY_FAILED,
+    ACCURACY_WARNING,
+    ACKNOWLEDGED,
+    CONFIRMABLE,
+    ERROR,
+    FAILING,
+    MACHINE,
+    MISSING,
+    NEW,
+    NOISY,
+    PASS,
+    REGRESSION,
+    SUSPECT,
+    UNMEASURED,
+    UNRELIABLE,
+    WARNING,
+)
 from db.export import export_run
 from db.queries import (
     accuracy_case_runs,
@@ -90,11 +108,6 @@ REFERENCE_SHARE = 0.6
 MIN_EFFECT_RANGE = (0.0, 10.0)  # open interval: 0 would call any noise a regression, 10 = 11x slower
 FDR_RANGE = (0.0, 1.0)
 
-SUSPECT = "suspect"  # a slowdown past the minimum effect the runs alone cannot decide (see mark_suspects)
-FAILING = ("regression", "accuracy", "error", "missing", "unmeasured", "unreliable", SUSPECT)
-WARNING = ("warning", "noisy", "machine")
-STATUSES = (*FAILING, *WARNING, "acknowledged", "pass", "new")
-
 
 class GateUndecided(RuntimeError):
     """The gate cannot decide (exit 2); the message says why."""
@@ -104,9 +117,10 @@ class GateUndecided(RuntimeError):
 class CaseVerdict:
     """The gate's verdict on one case, in plain fields (the dashboard's triage page reads them).
 
-    * ``status``: one of ``STATUSES``. Failing: "regression" (significant slowdown past the minimum
-      effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
-      case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
+    * ``status``: one of ``ci.statuses.STATUSES`` (the table of what each does and how it is named). Failing:
+      "regression" (significant slowdown past the minimum effect), "accuracy" (error budget over 1, or NaN/Inf
+      where the reference has values), "error" (the case raised, hung or crashed), "missing" (the baseline
+      measured it, the candidate did not),
       "unmeasured" (a result row without a measurement, or timed on a machine slower than any of its model
       in the history: its same-run references moved past ``ci.detect.MACHINE_BOUND``), "unreliable" (the samples
       absorbed host delay: the median moved, the lower quantiles did not, see ``ci.detect.contamination``;
@@ -604,7 +618,7 @@ def _judge_accuracy(
             continue
         before = base_acc[a.case].error_budget if a.case in base_acc else None
         v = CaseVerdict(
-            a.case, kernel_of[a.case], "pass", suite="accuracy", budget=a.error_budget, baseline_budget=before
+            a.case, kernel_of[a.case], PASS, suite="accuracy", budget=a.error_budget, baseline_budget=before
         )
         unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
         over = a.error_budget is not None and a.error_budget > 1
@@ -612,25 +626,25 @@ def _judge_accuracy(
         if a.passed and (over or a.nan_mismatches) and not any("passed" in n for n in named):
             named.append("the stored 'passed: true' disagrees with the measurement")
         if a.error and a.error_budget is None and not a.nan_mismatches:
-            v.status, v.message = "error", a.error
+            v.status, v.message = ERROR, a.error
         elif unmeasured:
-            v.status, v.message = "unmeasured", "no accuracy measurement (no trials or no error budget)"
+            v.status, v.message = UNMEASURED, "no accuracy measurement (no trials or no error budget)"
         elif a.nan_mismatches or over or not a.passed or named:
-            v.status = "accuracy"
+            v.status = ACCURACY_FAILED
             why = [f"error budget {a.error_budget:.3g} > 1"] if over else []
             if a.nan_mismatches:
                 why.append(f"{a.nan_mismatches} NaN/Inf mismatches with the reference")
             why += named
             v.message = "; ".join(why) if why else (a.error or "marked failed by the collector")
         elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
-            v.status = "warning"
+            v.status = ACCURACY_WARNING
             v.message = (
                 f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
                 f"{a.error_budget:.3g}), still within tolerance"
             )
         else:
             v.message = f"error budget {a.error_budget:.3g}"
-        measured += v.status not in ("error", "unmeasured")
+        measured += v.status not in (ERROR, UNMEASURED)
         result.verdicts.append(v)
     return measured
 
@@ -777,13 +791,13 @@ def _judge_perf(
         mine = [s for s in getattr(p, samples) if s > 0]
         theirs = [s for s in getattr(b, samples) if s > 0] if b is not None else []
         v = CaseVerdict(
-            p.case, kernel, "new", time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
+            p.case, kernel, NEW, time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
         )
         result.verdicts.append(v)
         if p.error:
-            v.status, v.message = "error", p.error
+            v.status, v.message = ERROR, p.error
         elif not mine:
-            v.status, v.message = "unmeasured", "no timing samples"
+            v.status, v.message = UNMEASURED, "no timing samples"
         elif b is None:
             v.message = "no baseline measurement of this case"
         elif not theirs:
@@ -875,7 +889,7 @@ def _judge_perf(
             and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect)
         )
         if c.contaminated is not None:
-            v.status = "unreliable"
+            v.status = UNRELIABLE
             v.message = f"{c.contaminated.describe()} ({times}){tail}"
         elif id(c) in found or shifted:
             why = (
@@ -896,18 +910,18 @@ def _judge_perf(
             klass = bound_class(class_of[v.case], c.baseline_ms)
             past = _past_machine_bound(v, klass, bound, candidate) if explained else None
             if past is not None:
-                v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
+                v.status, v.message = UNMEASURED, f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
             elif explained:
-                v.status = "machine"
+                v.status = MACHINE
                 v.message = (
                     f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
                     f"kernel ({why}){tail}"
                 )
             else:
-                v.status = "regression"
+                v.status = REGRESSION
                 v.message = f"{c.effect:+.1%} slower ({times}; {why}; minimum effect {c.min_effect:.0%}){tail}"
         elif c.effect > c.min_effect:
-            v.status = "noisy"
+            v.status = NOISY
             if c.p_within >= c.p_between:
                 why = "not significant within the runs"
             elif c.p_outlier >= c.p_between:
@@ -921,13 +935,13 @@ def _judge_perf(
                 why = f"within this case's between-run noise (sd {c.sigma:.1%})"
             v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
         else:
-            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}, {c.history} runs of {branch}){tail}"
+            v.status, v.message = PASS, f"{c.effect:+.1%} ({times}; p={c.p:.2g}, {c.history} runs of {branch}){tail}"
     broken = _broken_machine(shift, compared, bound, candidate)
     if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
         result.notes.append(f"the run is unmeasured: {broken}")
         for v, _, _ in compared:
-            if v.status in ("pass", "noisy", "machine"):
-                v.status, v.message = "unmeasured", f"{broken}; this case: {v.message}"
+            if v.status in (PASS, NOISY, MACHINE):
+                v.status, v.message = UNMEASURED, f"{broken}; this case: {v.message}"
     return len(compared)
 
 
@@ -991,7 +1005,7 @@ def decide(
             CaseVerdict(
                 case,
                 kernel,
-                "missing",
+                MISSING,
                 f"the baseline measured this {suite} case; the candidate ({cand_run['status']} run) did not{timed}",
                 suite=suite,
             )
@@ -1001,7 +1015,7 @@ def decide(
             f"the candidate run is {cand_run['status']}" + (f": {cand_run['notes']}" if cand_run.get("notes") else "")
         )
     if measured == 0:
-        errored = sum(v.status == "error" for v in result.verdicts)
+        errored = sum(v.status == ERROR for v in result.verdicts)
         result.undecided = (
             f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
@@ -1017,8 +1031,7 @@ def decide(
 # ---------------------------------------------------------------------------------------------
 # Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
 # ---------------------------------------------------------------------------------------------
-CONFIRMABLE = ("regression", "unreliable", SUSPECT)  # perf verdicts a same-device re-measurement settles
-UNDECIDED = ("noisy", "machine")  # slowdowns past the minimum effect the statistics could not call
+UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
 CLEARS = ("SAME", "FASTER")
 
 
@@ -1070,7 +1083,7 @@ def mark_suspects(
     suspects = 0
     for v in result.verdicts:
         c = v.comparison
-        if v.suite != "perf" or c is None or v.status not in ("regression", *UNDECIDED) or c.effect < c.min_effect:
+        if v.suite != "perf" or c is None or v.status not in (REGRESSION, *UNDECIDED) or c.effect < c.min_effect:
             continue
         why = _suspect_reasons(v, mine[v.case], theirs[v.case])
         if why:
@@ -1094,9 +1107,9 @@ def mark_suspects(
             continue
         line, was = Confirmation.model_validate(row).describe(), v.status
         if row["verdict"] in CLEARS:
-            v.status, v.message = "pass", f"{line}: cleared [the runs: {was}: {v.message}]"
+            v.status, v.message = PASS, f"{line}: cleared [the runs: {was}: {v.message}]"
         elif row["verdict"] == "SLOWER":
-            v.status, v.message = "regression", f"{line} [the runs: {was}: {v.message}]"
+            v.status, v.message = REGRESSION, f"{line} [the runs: {was}: {v.message}]"
         else:
             v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
         applied += 1
@@ -1126,9 +1139,6 @@ def stored_confirmations(engine: Engine, fingerprint: str, result: GateResult) -
 # ---------------------------------------------------------------------------------------------
 # Acknowledged changes and improvements (read by the reports and the dashboard's triage page)
 # ---------------------------------------------------------------------------------------------
-ACKNOWLEDGED = "acknowledged"
-
-
 def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate: RunDocument) -> None:
     """Turn a regression into "acknowledged" (reported, not failing) when ``kernelwatch ack`` recorded the
     case's change on this hardware at a commit after the baseline's and up to the candidate's (inclusive).
@@ -1136,7 +1146,7 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
     Commits are ordered by commit time, as the runs that measured them recorded it; an ack of the
     candidate's own commit counts even when no run of that commit is stored yet.
     """
-    regressed = [v for v in result.verdicts if v.status in ("regression", SUSPECT)]
+    regressed = [v for v in result.verdicts if v.status in (REGRESSION, SUSPECT)]
     if not regressed:
         return
     by_case: dict[str, list[dict[str, Any]]] = {}
