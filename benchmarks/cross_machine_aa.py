@@ -154,7 +154,7 @@ def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):
 
 def sent(result) -> tuple[set[str], set[str]]:
     """(perf cases the gate sends to confirm, cases it fails on that confirmation cannot settle)."""
-    from ci.gate import CONFIRMABLE
+    from ci.statuses import CONFIRMABLE
 
     confirm = {v.case for v in result.verdicts if v.suite == "perf" and v.status in CONFIRMABLE}
     return confirm, {v.case for v in result.failed} - confirm
@@ -242,6 +242,7 @@ def main() -> int:
     )
     ap.add_argument("--steps", type=float, nargs="+", default=[0.05, 0.10, 0.20], help="planted steps for --every")
     args = ap.parse_args()
+    from ci.statuses import PASS
     from db.ingest import load_files
     from db.schema import ArtifactError, to_data
 
@@ -299,7 +300,7 @@ def main() -> int:
         quiet = {
             v.case
             for v in aa.verdicts
-            if v.status == "pass" and v.effect is not None and abs(v.effect) < aa.min_effect / 2
+            if v.status == PASS and v.effect is not None and abs(v.effect) < aa.min_effect / 2
         }
         plants = args.plant or default_plants(shared, kernel_of, kernel_times(cand), quiet)
         plants = [c for c in plants if c in shared]

@@ -12,6 +12,7 @@ import argparse
 import time
 
 from ci.gate import decide
+from ci.statuses import REGRESSION
 from db.artifact import dumps, parse_artifact
 from db.engine import open_database
 from db.synthetic import Step, SyntheticHistory
@@ -38,7 +39,7 @@ def main() -> None:
     best = sorted(times)[1]
     print(
         f"{f'{args.runs} runs x 2 hardware':<32} {args.cases:>6} {best:>24.2f} "
-        f"{sum(v.status == 'regression' for v in result.verdicts):>12}  < 5 s {'met' if best < 5 else 'MISSED'}"
+        f"{sum(v.status == REGRESSION for v in result.verdicts):>12}  < 5 s {'met' if best < 5 else 'MISSED'}"
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +55,25 @@ from ci.detect import (
     run_shift,
     segment_start,
 )
+from ci.statuses import (
+    ACCURACY_FAILED,
+    ACCURACY_WARNING,
+    ACKNOWLEDGED,
+    CONFIRMABLE,
+    ERROR,
+    FAILING,
+    MACHINE,
+    MISSING,
+    NEW,
+    NOISY,
+    PASS,
+    REGRESSION,
+    STATUSES,
+    SUSPECT,
+    UNMEASURED,
+    UNRELIABLE,
+    WARNING,
+)
 from db.export import export_run
 from db.queries import (
     accuracy_case_runs,
@@ -72,6 +91,7 @@ from db.queries import (
 )
 from db.schema import (
     Confirmation,
+    PerfResult,
     RunDocument,
     hardware_fingerprint,
     is_commit_sha,
@@ -90,11 +110,6 @@ REFERENCE_SHARE = 0.6
 MIN_EFFECT_RANGE = (0.0, 10.0)  # open interval: 0 would call any noise a regression, 10 = 11x slower
 FDR_RANGE = (0.0, 1.0)
 
-SUSPECT = "suspect"  # a slowdown past the minimum effect the runs alone cannot decide (see mark_suspects)
-FAILING = ("regression", "accuracy", "error", "missing", "unmeasured", "unreliable", SUSPECT)
-WARNING = ("warning", "noisy", "machine")
-STATUSES = (*FAILING, *WARNING, "acknowledged", "pass", "new")
-
 
 class GateUndecided(RuntimeError):
     """The gate cannot decide (exit 2); the message says why."""
@@ -104,9 +119,10 @@ class GateUndecided(RuntimeError):
 class CaseVerdict:
     """The gate's verdict on one case, in plain fields (the dashboard's triage page reads them).
 
-    * ``status``: one of ``STATUSES``. Failing: "regression" (significant slowdown past the minimum
-      effect), "accuracy" (error budget over 1, or NaN/Inf where the reference has values), "error" (the
-      case raised, hung or crashed), "missing" (the baseline measured it, the candidate did not),
+    * ``status``: one of ``ci.statuses.STATUSES`` (the table of what each does and how it is named). Failing:
+      "regression" (significant slowdown past the minimum effect), "accuracy" (error budget over 1, or NaN/Inf
+      where the reference has values), "error" (the case raised, hung or crashed), "missing" (the baseline
+      measured it, the candidate did not),
       "unmeasured" (a result row without a measurement, or timed on a machine slower than any of its model
       in the history: its same-run references moved past ``ci.detect.MACHINE_BOUND``), "unreliable" (the samples
       absorbed host delay: the median moved, the lower quantiles did not, see ``ci.detect.contamination``;
@@ -604,7 +620,7 @@ def _judge_accuracy(
             continue
         before = base_acc[a.case].error_budget if a.case in base_acc else None
         v = CaseVerdict(
-            a.case, kernel_of[a.case], "pass", suite="accuracy", budget=a.error_budget, baseline_budget=before
+            a.case, kernel_of[a.case], PASS, suite="accuracy", budget=a.error_budget, baseline_budget=before
         )
         unmeasured = a.trials == 0 or (a.error_budget is None and not a.nan_mismatches)
         over = a.error_budget is not None and a.error_budget > 1
@@ -612,25 +628,25 @@ def _judge_accuracy(
         if a.passed and (over or a.nan_mismatches) and not any("passed" in n for n in named):
             named.append("the stored 'passed: true' disagrees with the measurement")
         if a.error and a.error_budget is None and not a.nan_mismatches:
-            v.status, v.message = "error", a.error
+            v.status, v.message = ERROR, a.error
         elif unmeasured:
-            v.status, v.message = "unmeasured", "no accuracy measurement (no trials or no error budget)"
+            v.status, v.message = UNMEASURED, "no accuracy measurement (no trials or no error budget)"
         elif a.nan_mismatches or over or not a.passed or named:
-            v.status = "accuracy"
+            v.status = ACCURACY_FAILED
             why = [f"error budget {a.error_budget:.3g} > 1"] if over else []
             if a.nan_mismatches:
                 why.append(f"{a.nan_mismatches} NaN/Inf mismatches with the reference")
             why += named
             v.message = "; ".join(why) if why else (a.error or "marked failed by the collector")
         elif before and a.error_budget > BUDGET_GROWTH_WARNING * before:
-            v.status = "warning"
+            v.status = ACCURACY_WARNING
             v.message = (
                 f"error budget grew {a.error_budget / before:.1f}x ({before:.3g} -> "
                 f"{a.error_budget:.3g}), still within tolerance"
             )
         else:
             v.message = f"error budget {a.error_budget:.3g}"
-        measured += v.status not in ("error", "unmeasured")
+        measured += v.status not in (ERROR, UNMEASURED)
         result.verdicts.append(v)
     return measured
 
@@ -710,21 +726,6 @@ def _model(candidate: RunDocument) -> str:
     return candidate.hardware.device_name or "machine of this model"
 
 
-def _past_machine_bound(v: CaseVerdict, klass: str, bound: MachineBound, candidate: RunDocument) -> str | None:
-    """Why a slowdown its same-run reference shares is no machine of this model (the case is unmeasured), or None
-    when the machine may explain it: the reference's change within the bound of the case's class (``klass``,
-    :func:`ci.detect.bound_class`)."""
-    limit, source = bound.per_class[klass]
-    ratio = v.reference_ratio or 1.0
-    if ratio <= limit:
-        return None
-    return (
-        f"this machine ran {ratio:.3g}x slower than the baseline's ({v.reference}), past the {limit:.3g}x any "
-        f"{_model(candidate)} in the history ran slower than another for {BOUND_CLASSES[klass]} cases ({source}): "
-        "re-run on a healthy runner"
-    )
-
-
 def _broken_machine(
     shift: Shift | None,
     compared: list[tuple[CaseVerdict, Comparison, str]],
@@ -745,6 +746,236 @@ def _broken_machine(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# The perf rules: ordered lists of small functions of one case's facts; the first that answers wins
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judged:
+    """A rule's answer: the case's status (a row of ``ci.statuses``) and the message that says why."""
+
+    status: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"{self.status!r} is no status of ci.statuses")
+
+
+@dataclass(frozen=True)
+class PerfInput:
+    """One kernel-timed case before any comparison: the candidate's row, the baseline's (None: none) and each
+    one's positive samples of the compared metric."""
+
+    error: str | None
+    samples: list[float]
+    baseline: PerfResult | None
+    baseline_samples: list[float]
+
+
+def errored(x: PerfInput) -> Judged | None:
+    """The case raised, hung or crashed: error."""
+    return Judged(ERROR, x.error) if x.error else None
+
+
+def no_samples(x: PerfInput) -> Judged | None:
+    """A row without a measurement: unmeasured."""
+    return None if x.samples else Judged(UNMEASURED, "no timing samples")
+
+
+def no_baseline(x: PerfInput) -> Judged | None:
+    """The baseline never timed the case: new."""
+    return Judged(NEW, "no baseline measurement of this case") if x.baseline is None else None
+
+
+def baseline_unsampled(x: PerfInput) -> Judged | None:
+    """The baseline's row holds no samples (it errored): new."""
+    if x.baseline is None or x.baseline_samples:
+        return None
+    return Judged(
+        NEW, "the baseline has no timing samples of this case" + (f" ({x.baseline.error})" if x.baseline.error else "")
+    )
+
+
+# Whether a case can be compared at all; a case none of them answers is compared, then judged by PERF_RULES.
+INPUT_RULES = (errored, no_samples, no_baseline, baseline_unsampled)
+
+
+@dataclass(frozen=True)
+class PerfFacts:
+    """What the rules know of one compared case.
+
+    * ``comparison``: its statistics (``ci.detect.compare_case``);
+    * ``significant``: its slowdown survived FDR control among the compared cases;
+    * ``shift``: the run-wide shift of the compared kernels (None: none past chance);
+    * ``reference`` / ``reference_ratio``: the same-run reference and its candidate / baseline ratio (None: none);
+    * ``bound_class`` and ``machine_limit``: the case's class for :class:`MachineBound` (``ci.detect.bound_class``)
+      and how much slower a machine of the model may run for it, with where that figure comes from;
+    * ``model``: the device's name; ``branch``: the baseline branch (its history judged the noise);
+    * ``note``: what else the message says (another GPU, another timing method).
+    """
+
+    comparison: Comparison
+    significant: bool
+    shift: Shift | None
+    reference: str | None
+    reference_ratio: float | None
+    bound_class: str
+    machine_limit: tuple[float, str]
+    model: str
+    branch: str
+    note: str = ""
+
+    @property
+    def relative(self) -> float | None:
+        """The kernel's change relative to its same-run reference (candidate / baseline ratio of the two)."""
+        return None if self.reference_ratio is None else self.comparison.ratio / self.reference_ratio
+
+    @property
+    def shifted(self) -> bool:
+        """Part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case far
+        beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)."""
+        c, shift = self.comparison, self.shift
+        return (
+            shift is not None
+            and c.effect > c.min_effect
+            and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect)
+        )
+
+    @property
+    def slower(self) -> bool:
+        """Slower beyond chance: significant, or part of the run-wide shift."""
+        return self.significant or self.shifted
+
+    @property
+    def explained(self) -> bool:
+        """The same-run reference moved with the kernel: its ratio to the reference within the minimum effect AND
+        the reference's own change at least REFERENCE_SHARE of the kernel's."""
+        c, relative = self.comparison, self.relative
+        return (
+            relative is not None
+            and relative - 1 < c.min_effect
+            and math.log(self.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio)
+        )
+
+    @property
+    def evidence(self) -> str:
+        c = self.comparison
+        return f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} " + (
+            f"from {c.history} runs of {self.branch}"
+            if c.basis == "history"
+            else f"from the noise floor ({c.history} runs of {self.branch}, fewer than needed)"
+        )
+
+    @property
+    def why(self) -> str:
+        """Why it is slower beyond chance: its own evidence, or the run-wide shift it is part of."""
+        if self.significant:
+            return self.evidence
+        s = self.shift
+        return f"part of the run-wide shift ({s.slower} of {s.n} cases slower, sign test p={s.p:.2g}); {self.evidence}"
+
+    @property
+    def times(self) -> str:
+        c = self.comparison
+        return f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
+
+    @property
+    def tail(self) -> str:
+        relative = self.relative
+        vs_ref = (
+            ""
+            if relative is None
+            else (
+                f"; relative to {self.reference} in the same runs {relative - 1:+.1%} "
+                f"({self.reference} {self.reference_ratio - 1:+.1%})"
+            )
+        )
+        return vs_ref + (f"; {self.note}" if self.note else "")
+
+
+def contaminated(f: PerfFacts) -> Judged | None:
+    """The samples absorbed host delay (the median moved, the lower quantiles did not): unreliable."""
+    c = f.comparison
+    if c.contaminated is None:
+        return None
+    return Judged(UNRELIABLE, f"{c.contaminated.describe()} ({f.times}){f.tail}")
+
+
+def past_machine_bound(f: PerfFacts) -> Judged | None:
+    """Slower beyond chance and shared by its same-run reference, but the reference moved past what any machine
+    of the model ran slower than another for the case's class: the machine is broken, the case unmeasured."""
+    if not (f.slower and f.explained):
+        return None
+    limit, source = f.machine_limit
+    ratio = f.reference_ratio or 1.0
+    if ratio <= limit:
+        return None
+    c = f.comparison
+    past = (
+        f"this machine ran {ratio:.3g}x slower than the baseline's ({f.reference}), past the {limit:.3g}x any "
+        f"{f.model} in the history ran slower than another for {BOUND_CLASSES[f.bound_class]} cases ({source}): "
+        "re-run on a healthy runner"
+    )
+    return Judged(UNMEASURED, f"{past} ({c.effect:+.1%}, {f.times}; {f.why}){f.tail}")
+
+
+def shared_with_reference(f: PerfFacts) -> Judged | None:
+    """Slower beyond chance, and its same-run reference slower with it: the machine, not the kernel."""
+    if not (f.slower and f.explained):
+        return None
+    return Judged(
+        MACHINE,
+        f"{f.comparison.effect:+.1%} slower ({f.times}), shared by {f.reference}: the machine, not the "
+        f"kernel ({f.why}){f.tail}",
+    )
+
+
+def slower_beyond_chance(f: PerfFacts) -> Judged | None:
+    """Significant after FDR control, or part of the run-wide shift: a regression."""
+    if not f.slower:
+        return None
+    c = f.comparison
+    return Judged(REGRESSION, f"{c.effect:+.1%} slower ({f.times}; {f.why}; minimum effect {c.min_effect:.0%}){f.tail}")
+
+
+def within_noise(f: PerfFacts) -> Judged | None:
+    """Slower past the minimum effect, but not distinguishable from the case's noise: noisy."""
+    c = f.comparison
+    if c.effect <= c.min_effect:
+        return None
+    if c.p_within >= c.p_between:
+        why = "not significant within the runs"
+    elif c.p_outlier >= c.p_between:
+        why = "launch-bound: one run cannot be told from the 2-6x outlier runs such cases have"
+    elif c.basis == "history" and c.exceeded:
+        why = f"runs of its history deviated this much {c.exceeded} times in {c.history}"
+    elif c.machine_sigma:
+        sd = math.hypot(c.sigma, c.machine_sigma)
+        why = f"within this case's between-run and between-GPU noise (sd {sd:.1%})"
+    else:
+        why = f"within this case's between-run noise (sd {c.sigma:.1%})"
+    return Judged(NOISY, f"{c.effect:+.1%} slower, {why} ({f.times}; {f.evidence}){f.tail}; watch its history")
+
+
+def unchanged(f: PerfFacts) -> Judged:
+    """Anything else: pass."""
+    c = f.comparison
+    return Judged(PASS, f"{c.effect:+.1%} ({f.times}; p={c.p:.2g}, {c.history} runs of {f.branch}){f.tail}")
+
+
+# The verdict on a compared case, in order; the last always answers.
+PERF_RULES = (contaminated, past_machine_bound, shared_with_reference, slower_beyond_chance, within_noise, unchanged)
+
+
+def first_answer(rules: Sequence[Callable[[Any], Judged | None]], facts: PerfInput | PerfFacts) -> Judged | None:
+    """The answer of the first rule of ``rules`` that answers ``facts`` (None: none does)."""
+    for rule in rules:
+        judged = rule(facts)
+        if judged is not None:
+            return judged
+    return None
+
+
 def _judge_perf(
     result: GateResult,
     engine: Engine,
@@ -754,7 +985,8 @@ def _judge_perf(
     fingerprint: str,
     min_effects: dict[str, float],
 ) -> int:
-    """Perf verdicts (FDR-controlled across the compared cases); returns how many cases were compared."""
+    """Perf verdicts (FDR-controlled across the compared cases) by INPUT_RULES, then PERF_RULES; returns how many
+    cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
     variant_of = {c.key: c.variant for c in candidate.cases}
@@ -777,62 +1009,56 @@ def _judge_perf(
         mine = [s for s in getattr(p, samples) if s > 0]
         theirs = [s for s in getattr(b, samples) if s > 0] if b is not None else []
         v = CaseVerdict(
-            p.case, kernel, "new", time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
+            p.case, kernel, NEW, time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
         )
         result.verdicts.append(v)
-        if p.error:
-            v.status, v.message = "error", p.error
-        elif not mine:
-            v.status, v.message = "unmeasured", "no timing samples"
-        elif b is None:
-            v.message = "no baseline measurement of this case"
-        elif not theirs:
-            v.message = "the baseline has no timing samples of this case" + (f" ({b.error})" if b.error else "")
-        else:
-            effect = min_effects.get(p.case, min_effects.get(kernel, result.min_effect))
-            history = histories.get(p.case, [])
-            klass = case_class(p.flops, p.bytes, variant_of[p.case])
-            note, sigma_m = "", 0.0
-            groups = _gpu_groups(history)
-            gpu_groups[p.case], class_of[p.case] = groups, klass
-            if p.device_uuid != b.device_uuid:
-                sigma_m, source = machine_sigma(groups, klass)
-                where = (
-                    f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on "
-                    f"{_short_uuid(p.device_uuid)})"
-                    if b.device_uuid and p.device_uuid
-                    else f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
-                    f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})"
-                )
-                note = f"{where}: between-GPU noise {sigma_m:.1%}, {source}"
-                other_gpu.add(_short_uuid(b.device_uuid))
-            c = compare_case(
-                p.case,
-                theirs,
-                mine,
-                [m for m, _ in history],
-                effect,
-                heavy_tailed=result.metric == "call",
-                machine=sigma_m,
+        judged = first_answer(INPUT_RULES, PerfInput(p.error, mine, b, theirs))
+        if judged is not None:
+            v.status, v.message = judged.status, judged.message
+            continue
+        effect = min_effects.get(p.case, min_effects.get(kernel, result.min_effect))
+        history = histories.get(p.case, [])
+        klass = case_class(p.flops, p.bytes, variant_of[p.case])
+        note, sigma_m = "", 0.0
+        groups = _gpu_groups(history)
+        gpu_groups[p.case], class_of[p.case] = groups, klass
+        if p.device_uuid != b.device_uuid:
+            sigma_m, source = machine_sigma(groups, klass)
+            where = (
+                f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on {_short_uuid(p.device_uuid)})"
+                if b.device_uuid and p.device_uuid
+                else f"{'baseline' if not b.device_uuid else 'candidate'} GPU not recorded, counted as another "
+                f"GPU ({_short_uuid(b.device_uuid or p.device_uuid)})"
             )
-            if c.contaminated is not None and p.timing == TIMING_GRAPH:
-                # replayed from a CUDA graph, a sample holds no host time: a median that moves while p20 stays
-                # is the device's own spread (a launch-bound case's), not host delay (3 H200s, 9b9d362d)
-                c = replace(c, contaminated=None)
-            v.comparison, v.effect, v.p_value = c, c.effect, c.p
-            v.time_ms, v.baseline_ms = c.candidate_ms, c.baseline_ms
-            ref = _reference(candidate, base, p.case, median, klass)
-            if ref is not None:
-                v.reference, v.reference_ratio = ref
-            if result.metric == "gpu" and p.timing != b.timing:
-                # graph replay leaves out launch gaps that events around a direct call keep (cuBLAS alone at
-                # [1024,8192]->4096 read 90.6 us replayed, 95-98 us with events on earlier H200 runs)
-                timed = (
-                    f"timed by {p.timing or 'events (before timing was recorded)'} now, "
-                    f"by {b.timing or 'events (before timing was recorded)'} in the baseline"
-                )
-                note = f"{note}; {timed}" if note else timed
-            compared.append((v, c, note))
+            note = f"{where}: between-GPU noise {sigma_m:.1%}, {source}"
+            other_gpu.add(_short_uuid(b.device_uuid))
+        c = compare_case(
+            p.case,
+            theirs,
+            mine,
+            [m for m, _ in history],
+            effect,
+            heavy_tailed=result.metric == "call",
+            machine=sigma_m,
+        )
+        if c.contaminated is not None and p.timing == TIMING_GRAPH:
+            # replayed from a CUDA graph, a sample holds no host time: a median that moves while p20 stays
+            # is the device's own spread (a launch-bound case's), not host delay (3 H200s, 9b9d362d)
+            c = replace(c, contaminated=None)
+        v.comparison, v.effect, v.p_value = c, c.effect, c.p
+        v.time_ms, v.baseline_ms = c.candidate_ms, c.baseline_ms
+        ref = _reference(candidate, base, p.case, median, klass)
+        if ref is not None:
+            v.reference, v.reference_ratio = ref
+        if result.metric == "gpu" and p.timing != b.timing:
+            # graph replay leaves out launch gaps that events around a direct call keep (cuBLAS alone at
+            # [1024,8192]->4096 read 90.6 us replayed, 95-98 us with events on earlier H200 runs)
+            timed = (
+                f"timed by {p.timing or 'events (before timing was recorded)'} now, "
+                f"by {b.timing or 'events (before timing was recorded)'} in the baseline"
+            )
+            note = f"{note}; {timed}" if note else timed
+        compared.append((v, c, note))
     found = {id(c) for c in regressions([c for _, c, _ in compared], result.fdr)}
     if other_gpu:
         crossed = sum(bool(note) for _, _, note in compared)
@@ -851,83 +1077,27 @@ def _judge_perf(
         )
     bound = _machine_bounds(compared, gpu_groups, class_of)
     for v, c, note in compared:
-        evidence = f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} " + (
-            f"from {c.history} runs of {branch}"
-            if c.basis == "history"
-            else f"from the noise floor ({c.history} runs of {branch}, fewer than needed)"
+        klass = bound_class(class_of[v.case], c.baseline_ms)
+        facts = PerfFacts(
+            c,
+            id(c) in found,
+            shift,
+            v.reference,
+            v.reference_ratio,
+            klass,
+            bound.per_class[klass],
+            _model(candidate),
+            branch,
+            note,
         )
-        times = f"{c.baseline_ms * 1e3:.4g} -> {c.candidate_ms * 1e3:.4g} us"
-        relative = None if v.reference_ratio is None else c.ratio / v.reference_ratio
-        vs_ref = (
-            ""
-            if relative is None
-            else (
-                f"; relative to {v.reference} in the same runs {relative - 1:+.1%} "
-                f"({v.reference} {v.reference_ratio - 1:+.1%})"
-            )
-        )
-        tail = vs_ref + (f"; {note}" if note else "")
-        # part of a run-wide shift: slower past the minimum effect, and within it of the shift itself (a case
-        # far beyond the shift is judged on its own evidence: a launch-bound outlier run stays one)
-        shifted = (
-            shift is not None
-            and c.effect > c.min_effect
-            and abs(math.log(c.ratio / shift.ratio)) <= math.log1p(c.min_effect)
-        )
-        if c.contaminated is not None:
-            v.status = "unreliable"
-            v.message = f"{c.contaminated.describe()} ({times}){tail}"
-        elif id(c) in found or shifted:
-            why = (
-                evidence
-                if id(c) in found
-                else (
-                    f"part of the run-wide shift ({shift.slower} of {shift.n} cases "
-                    f"slower, sign test p={shift.p:.2g}); {evidence}"
-                )
-            )
-            # the machine, when the same-run reference moved with the kernel: its ratio to the reference within
-            # the minimum effect AND the reference's own change at least REFERENCE_SHARE of the kernel's
-            explained = (
-                relative is not None
-                and relative - 1 < c.min_effect
-                and math.log(v.reference_ratio) >= REFERENCE_SHARE * math.log(c.ratio)
-            )
-            klass = bound_class(class_of[v.case], c.baseline_ms)
-            past = _past_machine_bound(v, klass, bound, candidate) if explained else None
-            if past is not None:
-                v.status, v.message = "unmeasured", f"{past} ({c.effect:+.1%}, {times}; {why}){tail}"
-            elif explained:
-                v.status = "machine"
-                v.message = (
-                    f"{c.effect:+.1%} slower ({times}), shared by {v.reference}: the machine, not the "
-                    f"kernel ({why}){tail}"
-                )
-            else:
-                v.status = "regression"
-                v.message = f"{c.effect:+.1%} slower ({times}; {why}; minimum effect {c.min_effect:.0%}){tail}"
-        elif c.effect > c.min_effect:
-            v.status = "noisy"
-            if c.p_within >= c.p_between:
-                why = "not significant within the runs"
-            elif c.p_outlier >= c.p_between:
-                why = "launch-bound: one run cannot be told from the 2-6x outlier runs such cases have"
-            elif c.basis == "history" and c.exceeded:
-                why = f"runs of its history deviated this much {c.exceeded} times in {c.history}"
-            elif c.machine_sigma:
-                sd = math.hypot(c.sigma, c.machine_sigma)
-                why = f"within this case's between-run and between-GPU noise (sd {sd:.1%})"
-            else:
-                why = f"within this case's between-run noise (sd {c.sigma:.1%})"
-            v.message = f"{c.effect:+.1%} slower, {why} ({times}; {evidence}){tail}; watch its history"
-        else:
-            v.status, v.message = "pass", f"{c.effect:+.1%} ({times}; p={c.p:.2g}, {c.history} runs of {branch}){tail}"
+        judged = first_answer(PERF_RULES, facts)
+        v.status, v.message = judged.status, judged.message
     broken = _broken_machine(shift, compared, bound, candidate)
     if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
         result.notes.append(f"the run is unmeasured: {broken}")
         for v, _, _ in compared:
-            if v.status in ("pass", "noisy", "machine"):
-                v.status, v.message = "unmeasured", f"{broken}; this case: {v.message}"
+            if v.status in (PASS, NOISY, MACHINE):
+                v.status, v.message = UNMEASURED, f"{broken}; this case: {v.message}"
     return len(compared)
 
 
@@ -991,7 +1161,7 @@ def decide(
             CaseVerdict(
                 case,
                 kernel,
-                "missing",
+                MISSING,
                 f"the baseline measured this {suite} case; the candidate ({cand_run['status']} run) did not{timed}",
                 suite=suite,
             )
@@ -1001,7 +1171,7 @@ def decide(
             f"the candidate run is {cand_run['status']}" + (f": {cand_run['notes']}" if cand_run.get("notes") else "")
         )
     if measured == 0:
-        errored = sum(v.status == "error" for v in result.verdicts)
+        errored = sum(v.status == ERROR for v in result.verdicts)
         result.undecided = (
             f"nothing comparable was measured: the candidate ({cand_run['status']} run) has "
             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
@@ -1017,8 +1187,7 @@ def decide(
 # ---------------------------------------------------------------------------------------------
 # Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
 # ---------------------------------------------------------------------------------------------
-CONFIRMABLE = ("regression", "unreliable", SUSPECT)  # perf verdicts a same-device re-measurement settles
-UNDECIDED = ("noisy", "machine")  # slowdowns past the minimum effect the statistics could not call
+UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
 CLEARS = ("SAME", "FASTER")
 
 
@@ -1070,7 +1239,7 @@ def mark_suspects(
     suspects = 0
     for v in result.verdicts:
         c = v.comparison
-        if v.suite != "perf" or c is None or v.status not in ("regression", *UNDECIDED) or c.effect < c.min_effect:
+        if v.suite != "perf" or c is None or v.status not in (REGRESSION, *UNDECIDED) or c.effect < c.min_effect:
             continue
         why = _suspect_reasons(v, mine[v.case], theirs[v.case])
         if why:
@@ -1094,9 +1263,9 @@ def mark_suspects(
             continue
         line, was = Confirmation.model_validate(row).describe(), v.status
         if row["verdict"] in CLEARS:
-            v.status, v.message = "pass", f"{line}: cleared [the runs: {was}: {v.message}]"
+            v.status, v.message = PASS, f"{line}: cleared [the runs: {was}: {v.message}]"
         elif row["verdict"] == "SLOWER":
-            v.status, v.message = "regression", f"{line} [the runs: {was}: {v.message}]"
+            v.status, v.message = REGRESSION, f"{line} [the runs: {was}: {v.message}]"
         else:
             v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
         applied += 1
@@ -1126,9 +1295,6 @@ def stored_confirmations(engine: Engine, fingerprint: str, result: GateResult) -
 # ---------------------------------------------------------------------------------------------
 # Acknowledged changes and improvements (read by the reports and the dashboard's triage page)
 # ---------------------------------------------------------------------------------------------
-ACKNOWLEDGED = "acknowledged"
-
-
 def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate: RunDocument) -> None:
     """Turn a regression into "acknowledged" (reported, not failing) when ``kernelwatch ack`` recorded the
     case's change on this hardware at a commit after the baseline's and up to the candidate's (inclusive).
@@ -1136,7 +1302,7 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
     Commits are ordered by commit time, as the runs that measured them recorded it; an ack of the
     candidate's own commit counts even when no run of that commit is stored yet.
     """
-    regressed = [v for v in result.verdicts if v.status in ("regression", SUSPECT)]
+    regressed = [v for v in result.verdicts if v.status in (REGRESSION, SUSPECT)]
     if not regressed:
         return
     by_case: dict[str, list[dict[str, Any]]] = {}

@@ -11,43 +11,23 @@ from collections import defaultdict
 from pathlib import Path
 
 from ci.gate import CaseVerdict, GateResult
+from ci.statuses import (
+    ACKNOWLEDGED,
+    ERROR,
+    FASTER,
+    FASTER_NOISY,
+    LABELS,
+    NEW,
+    PASS,
+    REGRESSION,
+    SEVERITY,
+    TABLE,
+    WARNING,
+    label_of,
+)
 from db.files import replaced_link_note, write_atomic
 from db.schema import printable
 
-# What a reader calls each verdict, most severe first: the gate's reports, Triage, Overview, the case page and
-# Compare all name and order a case by :func:`label` (a status not listed, e.g. a newer one, shows its own name).
-LABELS = {
-    "accuracy": "accuracy failed",
-    "error": "errored",
-    "missing": "missing",
-    "unmeasured": "unmeasured",
-    "unreliable": "unreliable",
-    "regression": "slower",
-    "warning": "accuracy warning",
-    "acknowledged": "acknowledged",
-    "noisy": "slower (within noise)",
-    "machine": "machine",
-    "new": "new",
-    "pass": "unchanged",
-    "suspect": "suspect (confirm)",
-}
-SEVERITY = (
-    "accuracy failed",
-    "errored",
-    "missing",
-    "unmeasured",
-    "unreliable",
-    "slower",
-    "suspect (confirm)",
-    "accuracy warning",
-    "acknowledged",
-    "slower (within noise)",
-    "machine",
-    "new",
-    "faster",
-    "faster (within noise)",
-    "unchanged",
-)
 # What a hardware label's parenthesis is, wherever one is shown: "NVIDIA H200 (b10424)".
 FINGERPRINT_NOTE = (
     "the hardware fingerprint: the first characters of a hash of the device model, count, memory "
@@ -56,10 +36,11 @@ FINGERPRINT_NOTE = (
 
 
 def label(v: CaseVerdict, result: GateResult) -> str:
-    """The reader's name of a verdict: a passing case at least its minimum effect faster is "faster" when the
-    swapped test survives FDR control (``result.faster``), else "faster (within noise)"."""
-    if v.status == "pass" and v.comparison is not None and 1 / v.comparison.ratio - 1 > v.comparison.min_effect:
-        return "faster" if v.case in result.faster else "faster (within noise)"
+    """The reader's name of a verdict (``ci.statuses.LABELS``; a status not listed, e.g. a newer one, shows its own
+    name): a passing case at least its minimum effect faster is "faster" when the swapped test survives FDR control
+    (``result.faster``), else "faster (within noise)"."""
+    if v.status == PASS and v.comparison is not None and 1 / v.comparison.ratio - 1 > v.comparison.min_effect:
+        return label_of(FASTER if v.case in result.faster else FASTER_NOISY)
     return LABELS.get(v.status, v.status)
 
 
@@ -107,23 +88,7 @@ def hardware_text(result: GateResult) -> str:
     )
 
 
-ICONS = {
-    "accuracy failed": "❌",
-    "errored": "❌",
-    "missing": "❌",
-    "unmeasured": "❌",
-    "unreliable": "❌",
-    "slower": "❌",
-    "accuracy warning": "⚠️",
-    "machine": "🖥️",
-    "slower (within noise)": "〰️",
-    "faster (within noise)": "〰️",
-    "unchanged": "✅",
-    "faster": "✅",
-    "new": "🆕",
-    "acknowledged": "☑️",
-    "suspect (confirm)": "🔍",
-}
+ICONS = {s.label: s.icon for s in TABLE if s.icon}  # the Markdown report's, before each count
 # The characters with a meaning inside a line or a table cell: escapes, code, emphasis, link and image
 # brackets, HTML and entities, cell borders, strike-through, maths. Block markers (#, >, -, 1.) mean
 # nothing in the middle of a line, so the text stays readable where the report is printed as it is.
@@ -170,7 +135,7 @@ def markdown(result: GateResult) -> str:
         lines += [f"**Cannot decide:** {md_text(result.undecided)}", ""]
     lines += [f"Note: {md_text(n)}" for n in result.notes]
     lines.append("Cases: " + " · ".join(f"{ICONS.get(s, '•')} {s}: {n}" for s, n in counts(result)))
-    acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
+    acknowledged = [v for v in result.verdicts if v.status == ACKNOWLEDGED]
     for title, rows in (
         ("Failures", result.failed),
         ("Warnings", result.warnings),
@@ -221,42 +186,25 @@ def junit(result: GateResult) -> str:
     for v in result.verdicts:
         by_kernel[v.kernel].append(v)
     for kernel, verdicts in sorted(by_kernel.items()):
-        failures = sum(v.failed and v.status != "error" for v in verdicts)
-        errors = sum(v.status == "error" for v in verdicts)
+        failures = sum(v.failed and v.status != ERROR for v in verdicts)
+        errors = sum(v.status == ERROR for v in verdicts)
         suite = ET.SubElement(
             suites, "testsuite", name=kernel, tests=str(len(verdicts)), failures=str(failures), errors=str(errors)
         )
         for v in verdicts:
             message = printable(v.message)
             case = ET.SubElement(suite, "testcase", classname=printable(kernel), name=printable(v.case))
-            if v.failed and v.status != "error":
+            if v.failed and v.status != ERROR:
                 ET.SubElement(case, "failure", message=message, type=v.status).text = message
-            elif v.status == "error":
-                ET.SubElement(case, "error", message=message, type="error").text = message
-            elif v.status in ("warning", "noisy", "machine"):
+            elif v.status == ERROR:
+                ET.SubElement(case, "error", message=message, type=ERROR).text = message
+            elif v.status in WARNING:
                 ET.SubElement(case, "system-out").text = f"{v.status}: {message}"
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-STATUS_CLASS = {
-    "regression": "bad",
-    "accuracy": "bad",
-    "error": "bad",
-    "missing": "bad",
-    "unmeasured": "bad",
-    "unreliable": "bad",
-    "warning": "warn",
-    "noisy": "warn",
-    "machine": "warn",
-    "acknowledged": "ack",
-    "pass": "ok",
-    "new": "ok",
-    "suspect": "bad",
-}
-LABEL_CLASS = {name: STATUS_CLASS.get(status, "") for status, name in LABELS.items()} | {
-    "faster": "ok",
-    "faster (within noise)": "ok",
-}
+STATUS_CLASS = {s.name: s.css for s in TABLE if s.refines is None}  # the HTML report's row class
+LABEL_CLASS = {s.label: s.css for s in TABLE if s.css}
 RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x slower (or faster) reaches the edge
 
 
@@ -269,7 +217,7 @@ def _bar(ratio: float, status: str) -> str:
     its length log(ratio) on a log scale, so +10% and -9% are as long; past RATIO_SPAN it is clipped (marked)."""
     half = min(abs(math.log(ratio)) / math.log(RATIO_SPAN), 1.0) * 50 if ratio > 0 else 0.0
     side = "left:50%" if ratio >= 1 else f"left:{50 - half:.2f}%"
-    cls = "bad" if status == "regression" else "faster" if ratio < 1 else "same"
+    cls = "bad" if status == REGRESSION else "faster" if ratio < 1 else "same"
     clipped = " clip" if ratio > 0 and abs(math.log(ratio)) > math.log(RATIO_SPAN) else ""
     return f"<div class='track'><span class='b {cls}{clipped}' style='{side};width:{half:.2f}%'></span></div>"
 
@@ -361,14 +309,14 @@ def html_report(result: GateResult) -> str:
     if result.undecided:
         notes = f"<p class='meta'><b>Cannot decide:</b> {_h(result.undecided)}</p>" + notes
     badges = "".join(f"<span class='{LABEL_CLASS.get(s, '')}'>{_h(s)}: {n}</span>" for s, n in counts(result))
-    acknowledged = [v for v in result.verdicts if v.status == "acknowledged"]
+    acknowledged = [v for v in result.verdicts if v.status == ACKNOWLEDGED]
     others = sorted(
         (
             v
             for v in result.verdicts
-            if v not in result.failed and v not in result.warnings and v.status != "acknowledged"
+            if v not in result.failed and v not in result.warnings and v.status != ACKNOWLEDGED
         ),
-        key=lambda v: (v.status != "new", v.case),
+        key=lambda v: (v.status != NEW, v.case),
     )
     rest = _verdict_table(others, "Every other case", result)
     return (

@@ -18,8 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ci.gate import FAILING
-from ci.reports import LABELS as VERDICT_LABELS
+from ci.statuses import TABLE
 from dashboard.safe import plot as esc
 from kernels.names import (
     ALL_LABELS,
@@ -63,28 +62,10 @@ IMPL_COLOURS = {
 IMPL_NAMES = LABELS
 PEER_NAMES = PEER_LABELS  # peers (kernels/names.py): drawn dashed; never gating
 ANY_NAMES = ALL_LABELS  # every implementation a page names, references (cuBLAS alone, ...) included
-# Verdict colours (ci.reports.SEVERITY's labels): a table cell's fill, a line's colour.
-RED_FILL, AMBER_FILL, GREEN_FILL, VIOLET_FILL = "#f8d0d0", "#fbeec2", "#d3efd9", "#e7dcf3"
-FAILED = tuple(VERDICT_LABELS[status] for status in FAILING)  # the gate's failing verdicts, as pages name them
-VERDICT_FILL = {
-    **dict.fromkeys(FAILED, RED_FILL),
-    "accuracy warning": AMBER_FILL,
-    "slower (within noise)": AMBER_FILL,
-    "acknowledged": VIOLET_FILL,
-    "faster": GREEN_FILL,
-    "faster (within noise)": GREEN_FILL,
-    "slower (resolved)": VIOLET_FILL,
-}
+# Verdict colours by label (ci.statuses): a table cell's fill, a line's colour; a label without one is neutral.
+VERDICT_FILL = {s.label: s.fill for s in TABLE if s.fill}
 NEUTRAL = "#8c8c8c"
-VERDICT_LINE = {
-    **dict.fromkeys(FAILED, "#C00000"),
-    "slower (within noise)": "#C98A00",
-    "faster (within noise)": "#2E8B57",
-    "faster": "#1A7F37",
-    "accuracy warning": "#C98A00",
-    "acknowledged": "#7F3C8D",
-    "slower (resolved)": "#7F3C8D",
-}
+VERDICT_LINE = {s.label: s.line for s in TABLE if s.line}
 
 
 def impl_colour(impl: str) -> str:

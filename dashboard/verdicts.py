@@ -21,7 +21,25 @@ from sqlalchemy import Engine
 from ci.bisect import bisect_command, rerun_command
 from ci.detect import DEFAULT_MIN_EFFECT, effect_interval
 from ci.gate import Baseline, CaseVerdict, GateResult, GateUndecided, baseline_document, decide, default_baseline
-from ci.reports import LABELS, SEVERITY, label, severity
+from ci.reports import label, severity
+from ci.statuses import (
+    ACCURACY_FAILED,
+    ACCURACY_WARNING,
+    ERROR,
+    FASTER,
+    FASTER_NOISY,
+    MISSING,
+    NEW,
+    NOISY,
+    PASS,
+    REGRESSION,
+    SEVERITY,
+    SUSPECT,
+    UNMEASURED,
+    UNRELIABLE,
+    label_of,
+)
+from ci.statuses import RESOLVED as _RESOLVED
 from dashboard.data import short_gpu, software_changes, triage_runs
 from db import queries
 from db.export import export_run
@@ -29,18 +47,20 @@ from db.schema import RunDocument, to_data
 from kernels.names import KERNEL_IMPL
 
 SPARK_RUNS = 30
-RESOLVED = "slower (resolved)"  # a slowdown a newer run of the same hardware no longer shows
-SEVERITY = (*SEVERITY[: SEVERITY.index("slower") + 1], RESOLVED, *SEVERITY[SEVERITY.index("slower") + 1 :])
+RESOLVED = label_of(_RESOLVED)  # a slowdown a newer run of the same hardware no longer shows
+SLOWER = label_of(REGRESSION)
+NOT_MEASURED = "errored / not measured"  # Overview's column of the cases without a measurement
 # What Overview counts per kernel (each a set of labels), in its column order.
 SUMMARY = {
-    "slower": ("slower",),
-    "faster": ("faster",),
-    "within noise": ("slower (within noise)", "faster (within noise)"),
-    "accuracy failed": ("accuracy failed",),
-    "accuracy warning": ("accuracy warning",),
-    "errored / not measured": ("errored", "missing", "unmeasured", "unreliable"),
-    "unchanged": ("unchanged",),
+    SLOWER: (SLOWER,),
+    label_of(FASTER): (label_of(FASTER),),
+    "within noise": (label_of(NOISY), label_of(FASTER_NOISY)),
+    label_of(ACCURACY_FAILED): (label_of(ACCURACY_FAILED),),
+    label_of(ACCURACY_WARNING): (label_of(ACCURACY_WARNING),),
+    NOT_MEASURED: tuple(label_of(s) for s in (ERROR, MISSING, UNMEASURED, UNRELIABLE)),
+    label_of(PASS): (label_of(PASS),),
 }
+ACCURACY_LABELS = (label_of(ACCURACY_FAILED), label_of(ACCURACY_WARNING))
 
 
 @dataclass
@@ -125,11 +145,11 @@ def _rows(
         else:  # no baseline to judge against: the candidate's own results are all there is
             a, p = acc.get(case), perf.get(case)
             if (a and a["error"] and a["error_budget"] is None) or (p and p.error):
-                verdict = "errored"
+                verdict = label_of(ERROR)
             elif a and not a["passed"]:
-                verdict = "accuracy failed"
+                verdict = label_of(ACCURACY_FAILED)
             else:
-                verdict = "new"
+                verdict = label_of(NEW)
             message = (a or {}).get("error") or (p.error if p else None) or ""
         comparison = next((v.comparison for v in vs if v.comparison is not None), None)
         effect = p_value = interval = None
@@ -152,7 +172,7 @@ def _rows(
         before = next((v.baseline_ms for v in vs if getattr(v, "baseline_ms", None)), None)
         if before is None and comparison is not None and now:
             before = now / comparison.ratio
-        suite = "accuracy" if verdict.startswith("accuracy") or (case not in perf and case in acc) else "perf"
+        suite = "accuracy" if verdict in ACCURACY_LABELS or (case not in perf and case in acc) else "perf"
         rows.append(
             {
                 "verdict": verdict,
@@ -193,7 +213,7 @@ def _mark_resolved(eng: Engine, cand: dict[str, Any], rows: list[dict[str, Any]]
     """A slowdown (slower, or a suspect sent to confirm) whose case the newest run on this hardware measured back
     within the minimum effect of the baseline's time (a revert, a fix) is "slower (resolved)", its details
     naming the run from which every measurement stayed back."""
-    slowdowns = (LABELS["regression"], LABELS["suspect"])
+    slowdowns = (SLOWER, label_of(SUSPECT))
     slow = {r["case"]: r for r in rows if r["verdict"] in slowdowns and r["before us"]}
     if not slow:
         return

@@ -9,12 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from ci.reports import FINGERPRINT_NOTE
+from ci.statuses import RED_FILL
 from dashboard import charts, common, data, verdicts
 from dashboard.safe import md
 from db import queries
 from db.export import export_run
 
-RED = charts.RED_FILL
 TRIES = 6  # newest runs tried for a default pair
 
 
@@ -38,7 +38,7 @@ def highlight(frame: pd.DataFrame):
         for col in row.index:
             colour = fill if col in ("gate", "B/A time", "p") else ""
             if col in ("budget A", "budget B") and row[col] == row[col] and row[col] is not None and row[col] > 1:
-                colour = RED
+                colour = RED_FILL
             out.append(f"background-color: {colour}" if colour else "")
         return out
 

@@ -7,12 +7,22 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from ci.statuses import (
+    ACCURACY_FAILED,
+    ACCURACY_WARNING,
+    AMBER_FILL,
+    ERROR,
+    FASTER,
+    GREEN_FILL,
+    PASS,
+    RED_FILL,
+    label_of,
+)
 from dashboard import common, data, verdicts
 from dashboard.safe import md
 from db import queries
 
 HISTORY = 20  # runs per hardware behind the trend
-RED, AMBER, GREEN = "#f8d0d0", "#fbeec2", "#d3efd9"
 
 
 def shortfalls(frame: pd.DataFrame):
@@ -26,14 +36,16 @@ def shortfalls(frame: pd.DataFrame):
         out = []
         for col in row.index:
             v, c = row[col], ""
-            if (col in ("slower", "accuracy failed", "errored / not measured") and v) or (
+            if (col in (verdicts.SLOWER, label_of(ACCURACY_FAILED), verdicts.NOT_MEASURED) and v) or (
                 col == "targets met" and missed(v)
             ):
-                c = RED
-            elif (col == "x torch.compile" and v is not None and v == v and v < 1) or (col == "accuracy warning" and v):
-                c = AMBER
-            elif col == "faster" and v:
-                c = GREEN
+                c = RED_FILL
+            elif (col == "x torch.compile" and v is not None and v == v and v < 1) or (
+                col == label_of(ACCURACY_WARNING) and v
+            ):
+                c = AMBER_FILL
+            elif col == label_of(FASTER) and v:
+                c = GREEN_FILL
             out.append(f"background-color: {c}" if c else "")
         return out
 
@@ -129,10 +141,10 @@ COLUMNS = (
 )
 SHORT = {
     "within noise": "± noise",
-    "accuracy failed": "acc. fail",
-    "accuracy warning": "acc. warn",
-    "errored / not measured": "errored",
-    "unchanged": "same",
+    label_of(ACCURACY_FAILED): "acc. fail",
+    label_of(ACCURACY_WARNING): "acc. warn",
+    verdicts.NOT_MEASURED: label_of(ERROR),
+    label_of(PASS): "same",
 }
 for run in latest:
     tag = " — SYNTHETIC (generated, not measured)" if run["synthetic"] else ""

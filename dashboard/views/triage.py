@@ -9,6 +9,7 @@ command cell shows the command ready to copy.
 import pandas as pd
 import streamlit as st
 
+from ci.statuses import NEW, PASS, label_of
 from dashboard import charts, common, confirmations, data, verdicts
 from dashboard.safe import md
 from db import queries
@@ -188,7 +189,7 @@ for role, candidate, baseline in sections:
         rows = [r for r in rows if r["kernel"] == kernel]
     st.text(" · ".join(f"{v}: {n}" for v, n in verdicts.counts(rows)) or "no cases")
     if show == "changes":  # "new" (no baseline measured the case) is not a change: counted above, listed under "all"
-        rows = [r for r in rows if r["verdict"] not in ("unchanged", "new")]
+        rows = [r for r in rows if r["verdict"] not in (label_of(PASS), label_of(NEW))]
     if not rows:
         st.success(
             "Nothing changed" + (f" in {kernel}" if kernel else "") + ": every case is unchanged or new "

@@ -257,7 +257,8 @@ def _from_gate(
     """({baseline commit: the perf cases the gate sends to confirm, each against the commit of the run that
     supplied its baseline}, its other failures in words, the candidate run's commit). Reads the database and
     the artifact only: no device, no torch."""
-    from ci.gate import CONFIRMABLE, GateUndecided, decide
+    from ci.gate import GateUndecided, decide
+    from ci.statuses import CONFIRMABLE
     from collector.confirm import ConfirmError
     from db.artifact import load_artifact
     from db.engine import open_database
