@@ -232,32 +232,36 @@ def stepped_copies(
     noise: float = 0.003,
     seed: int = 0,
     after: dt.datetime | None = None,
+    now: dt.datetime | None = None,
 ) -> list[RunDocument]:
     """SYNTHETIC runs derived from a real one, on its hardware: ``runs`` copies, one commit each, an hour
     apart after it, whose kernel timings of cases containing ``match`` take ``factor`` times as long from
     copy ``at`` on (default: the last copy only). Every timing also gets a per-run jitter of relative
     size ``noise``. Labelled as every synthetic run is (flag, branch, subject, notes); the hardware name is
     the real one so that the copies extend the real history (a demo of a step, never a measurement). With
-    ``after``, the copies start an hour after it instead (after the newest real run, so they are the newest)."""
+    ``after`` (the newest real run, so that the copies are the newest), they fall between it and ``now`` (default:
+    the clock), at most 10 minutes apart: a demo built right after a real run is never dated in the future,
+    where the gate never takes a baseline from."""
     at = runs - 1 if at is None else at
     data = to_data(doc)
     start = parse_time(data["run"]["commit"]["time"] or data["run"]["started_at"])
+    step = dt.timedelta(hours=1)
     if after is not None:
         start = max(start, after)
+        room = (now or dt.datetime.now(dt.timezone.utc)) - start
+        step = min(dt.timedelta(minutes=10), max(dt.timedelta(seconds=runs + 1), room / (runs + 1)))
     out = []
     for index in range(runs):
         rng = random.Random(f"stepped-{seed}-{index}")
         copy = json.loads(json.dumps(data))
-        # after the newest real run: minutes apart, so a demo built right after a real run is not dated in the
-        # future (the gate never takes a future-dated baseline)
-        when = start + (dt.timedelta(minutes=10 * (index + 1)) if after is not None else dt.timedelta(hours=index + 1))
+        when = start + step * (index + (1 if after is None else 0.1))
         run = copy["run"]
         run.update(
             id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             synthetic=True,
             trigger="manual",
-            started_at=format_time(when + dt.timedelta(minutes=5)),
-            finished_at=format_time(when + dt.timedelta(minutes=9)),
+            started_at=format_time(when + (dt.timedelta(minutes=5) if after is None else step * 0.4)),
+            finished_at=format_time(when + (dt.timedelta(minutes=9) if after is None else step * 0.8)),
             ci_job=None,
             notes=f"synthetic: derived from run {data['run']['id']}; not a measurement",
         )
@@ -323,14 +327,17 @@ DEMO_BRANCH = "synthetic/demo"
 
 
 def demo_branch(
-    doc: RunDocument, changes: tuple[DemoChange, ...] = DEMO_CHANGES, after: dt.datetime | None = None
+    doc: RunDocument,
+    changes: tuple[DemoChange, ...] = DEMO_CHANGES,
+    after: dt.datetime | None = None,
+    now: dt.datetime | None = None,
 ) -> list[RunDocument]:
     """Two SYNTHETIC runs derived from a real one on its hardware, branch ``synthetic/demo``: a copy with
     only the per-run jitter of :func:`stepped_copies`, then a copy with ``changes`` applied, both after
     ``after`` when given (the newest real run: the demo is what the landing page opens on). Labelled as
     every synthetic run is; the subject of the second names each change."""
     out = []
-    for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2, after=after)):
+    for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2, after=after, now=now)):
         data = to_data(copy)
         data["run"]["commit"]["branch"] = DEMO_BRANCH
         if index == 1:

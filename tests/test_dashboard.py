@@ -680,6 +680,21 @@ def test_triage_run_picker_says_what_each_run_holds(history_dbs, monkeypatch) ->
     assert any("cd36845f" in x and "perf 62 + accuracy 358 · 3 kernels · 2 GPUs" in x for x in labels)
 
 
+def test_a_demo_built_right_after_a_real_run_is_dated_between_it_and_now() -> None:
+    """A real run 3 minutes ago: copies 10 minutes apart after it were dated in the future, where the gate never
+    takes a baseline from, and the demo's slowed cases read "suspect" against another branch's run."""
+    import datetime as dt
+
+    from db.schema import parse_time
+    from db.synthetic import demo_branch
+
+    now = dt.datetime(2026, 12, 2, 17, 20, tzinfo=dt.timezone.utc)
+    for ago in (dt.timedelta(minutes=3), dt.timedelta(days=2)):
+        docs = demo_branch(load_artifact(DEMO_SOURCE), after=now - ago, now=now)
+        stamps = [parse_time(t) for d in docs for t in (d.run.commit.time, d.run.started_at, d.run.finished_at)]
+        assert now - ago < stamps[0] and stamps == sorted(stamps) and stamps[-1] <= now, stamps
+
+
 def test_demo_branch_shows_a_regression_an_improvement_and_an_accuracy_drift(history_dbs, monkeypatch) -> None:
     at = _triage_at(history_dbs[1], monkeypatch)
     assert "SYNTHETIC" in at.subheader[0].value and "perf and accuracy" in at.subheader[0].value
