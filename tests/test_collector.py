@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from collector.backends import CALL_BATCHES
+from collector.metadata import host_name
 from collector.perf import summarise
 from collector.schedule import Dispatcher, plan
 from db.artifact import load_artifact, to_data
@@ -518,6 +519,9 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
         assert len(r["call_samples_ms"]) == CALL_BATCHES and r["call_ms"] == statistics.median(r["call_samples_ms"])
         assert r["peak_mem_bytes"] is None  # the CPU allocator keeps no high-water mark
         assert r["timing"] == "events"  # how the GPU time was taken reaches the artifact (no graphs on the CPU)
+        # Where it was measured: fields of the result (a CPU has no UUID), never prose in the notes.
+        assert r["host"] == host_name() and r["host"] and r["device_uuid"] is None
+    assert "host: " not in doc["run"]["notes"] and "devices: " not in doc["run"]["notes"]
     # Each result is compared with the ceilings of the device that measured it.
     ceilings = _ceilings_from_notes(doc["run"]["notes"])
     assert set(ceilings) == {"cpu:0", "cpu:1"}
