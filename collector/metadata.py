@@ -164,6 +164,27 @@ def host_name() -> str | None:
     return name if name and name != UNKNOWN else None
 
 
+def sm_clock_mhz(device_type: str, index: int = 0) -> int | None:
+    """The SM clock (MHz) of device ``index`` now: ``torch.cuda.clock_rate`` (NVML, through pynvml), or pynvml
+    itself where torch has no such function; None where neither can read it, on the CPU and on Ascend
+    (torch_npu documents no clock reading)."""
+    if device_type != "cuda":
+        return None
+    import torch
+
+    try:
+        if hasattr(torch.cuda, "clock_rate"):
+            return int(torch.cuda.clock_rate(index))
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = device_uuid(torch.cuda.get_device_properties(index))
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # no pynvml, no NVML library, a driver that refuses the query: the clock is not known
+        return None
+
+
 def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:
     """The hardware block of a run artifact for device ``index`` (peaks come from the backend's measurement)."""
     import torch

@@ -177,19 +177,12 @@ def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
 
 
 def unknown_hardware(device: str) -> dict[str, Any]:
+    """The hardware block of a run whose device no worker could describe: every field not known."""
     return {
+        **dict.fromkeys(Hardware.model_fields),
         "vendor": vendor(device),
         "device_name": "unknown",
         "device_count": 0,
-        "compute_units": None,
-        "memory_bytes": None,
-        "driver": None,
-        "toolkit": None,
-        "peak_gbps": None,
-        "peak_gbps_datasheet": None,
-        "peak_tflops": None,
-        "peak_tflops_datasheet": None,
-        "peak_read_gbps": None,
     }
 
 

@@ -196,13 +196,14 @@ def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:
 
 
 def _describe(backend) -> dict[str, Any]:
-    from collector.metadata import hardware_info, software_versions
+    from collector.metadata import hardware_info, sm_clock_mhz, software_versions
     from kernels.device import describe
 
-    hw = hardware_info(backend.kind, backend.device.index or 0)
+    index = backend.device.index or 0
+    hw = hardware_info(backend.kind, index)
     with backend.phase("ceilings"):
         peaks = backend.measure_peaks()
-    hw.update(peaks)
+    hw.update(peaks, sm_clock_mhz=sm_clock_mhz(backend.kind, index))  # after the ceilings: the clock under load
     plans = {k: v for k, v in asdict(describe(backend.device)).items() if not k.startswith("_")}
     where = {"device_uuid": backend.device_uuid, "host": backend.host}
     return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "where": where, "plan_device": plans}

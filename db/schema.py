@@ -306,6 +306,11 @@ class Hardware(Record):
     peak_read_gbps: NonNegative | None = Field(
         default=None, description="Measured read-only stream rate (GB/s); a read-mostly kernel's ceiling."
     )
+    sm_clock_mhz: Count | None = Field(
+        default=None,
+        description="The first device's SM clock (MHz) as the run started, read right after its ceilings were "
+        "measured (a clock under load, not the idle one); None on the CPU, on Ascend and where NVML is missing.",
+    )
 
 
 IDENTITY = ("vendor", "device_name", "compute_units", "memory_bytes")
@@ -493,7 +498,7 @@ class RunDocument(Record):
 
 ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the first release
     "run": ("phases_s",),
-    "hardware": ("peak_read_gbps",),
+    "hardware": ("peak_read_gbps", "sm_clock_mhz"),
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
     "cases": ("ceiling",),

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from collector.metadata import UNKNOWN, git_info, hardware_info, software_versions
+from collector.metadata import UNKNOWN, git_info, hardware_info, sm_clock_mhz, software_versions
 from db.artifact import hardware_fingerprint
 
 
@@ -71,3 +71,15 @@ def test_the_physical_device_is_named_by_uuid() -> None:
     assert device_uuid(props) == "GPU-8c1e0f6a-0000-1111-2222-333344445555"
     assert device_uuid(SimpleNamespace(uuid="GPU-x")) == "GPU-x"
     assert device_uuid(SimpleNamespace()) is None
+
+
+def test_the_sm_clock_is_none_where_nothing_can_read_it() -> None:
+    """The CPU and Ascend have no clock reading; a CUDA query without a GPU or NVML gives None, never an error."""
+    import torch
+
+    assert sm_clock_mhz("cpu") is None and sm_clock_mhz("npu") is None
+    if not torch.cuda.is_available():
+        assert sm_clock_mhz("cuda") is None
+    else:
+        clock = sm_clock_mhz("cuda")
+        assert clock is None or 100 <= clock <= 5000
