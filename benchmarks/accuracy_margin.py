@@ -120,9 +120,9 @@ def main() -> int:
                         "case": case.key,
                         "seed_index": j,
                         "seed": seed,
-                        "budget": res["error_budget"],
-                        "passed": res["passed"],
-                        "error": res["error"],
+                        "budget": res.error_budget,
+                        "passed": res.passed,
+                        "error": res.error,
                     }
                 except Exception as exc:
                     row = {

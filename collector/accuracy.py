@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from db.schema import AccuracyResult
 from kernels.poison import poisoned_outputs
 from kernels.spec import Case, KernelSpec
 
@@ -71,7 +72,7 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def check_case(spec: KernelSpec, case: Case, device: torch.device, seed: int | None = None) -> dict[str, Any]:
+def check_case(spec: KernelSpec, case: Case, device: torch.device, seed: int | None = None) -> AccuracyResult:
     """Run ``case.trials`` trials on seeds ``seed``, ``seed + 1``, ...; the worst error over all trials
     and outputs is the result. Without ``seed``, the gating seed ``case_seed(case)``."""
     tol = case.tol
@@ -94,52 +95,57 @@ def check_case(spec: KernelSpec, case: Case, device: torch.device, seed: int | N
     error = None
     if worst["nan_mismatches"]:
         error = f"{worst['nan_mismatches']} NaN/Inf outputs where the reference has other values"
-    return {
+    return AccuracyResult(
+        case=case.key,
         **{k: _finite_or_none(v) if isinstance(v, float) else v for k, v in worst.items()},
-        "rtol": tol.rtol,
-        "atol": tol.atol,
-        "trials": case.trials,
-        "seed": seed,
-        "passed": worst["nan_mismatches"] == 0 and worst["error_budget"] <= 1.0,
-        "error": error,
-    }
+        rtol=tol.rtol,
+        atol=tol.atol,
+        trials=case.trials,
+        seed=seed,
+        passed=worst["nan_mismatches"] == 0 and worst["error_budget"] <= 1.0,
+        error=error,
+    )
 
 
-def error_result(case: Case, message: str, seed: int | None = None) -> dict[str, Any]:
-    """The accuracy record of a case that raised, hung or killed its worker."""
+def error_result(case: Case, message: str, seed: int | None = None) -> AccuracyResult:
+    """The accuracy result of a case that raised, hung or killed its worker; with ``seed``, an exploration's."""
     tol = case.tol
-    return {
-        "max_abs_err": None,
-        "max_rel_err": None,
-        "error_budget": None,
-        "nan_mismatches": 0,
-        "rtol": tol.rtol if tol else 0.0,
-        "atol": tol.atol if tol else 0.0,
-        "trials": case.trials,
-        "seed": case_seed(case) if seed is None else seed,
-        "passed": False,
-        "error": message,
-    }
+    return AccuracyResult(
+        case=case.key,
+        max_abs_err=None,
+        max_rel_err=None,
+        error_budget=None,
+        nan_mismatches=0,
+        rtol=tol.rtol if tol else 0.0,
+        atol=tol.atol if tol else 0.0,
+        trials=case.trials,
+        seed=case_seed(case) if seed is None else seed,
+        passed=False,
+        error=message,
+        kind=GATE if seed is None else EXPLORE,
+    )
 
 
-def explore_case(spec: KernelSpec, case: Case, device: torch.device, base: int, seeds: int) -> dict[str, Any]:
+def explore_case(spec: KernelSpec, case: Case, device: torch.device, base: int, seeds: int) -> AccuracyResult:
     """``seeds`` fresh draws of a case (exploration seeds 1..seeds under ``base``, each with the case's
     trials): the worst of them, with the seed that produced it so that it can be replayed.
 
     ``trials`` counts every draw; ``passed`` is False when any draw failed. This never touches the
     gating seed: what it finds is reported beside the verdict, not in it.
     """
-    worst: dict[str, Any] | None = None
+    worst: AccuracyResult | None = None
     failures = 0
     for index in range(1, seeds + 1):
         result = check_case(spec, case, device, explore_seed(case, base, index))
-        failures += not result["passed"]
+        failures += not result.passed
         if (
             worst is None
-            or (result["error_budget"] or 0.0) > (worst["error_budget"] or 0.0)
-            or (result["nan_mismatches"] and not worst["nan_mismatches"])
+            or (result.error_budget or 0.0) > (worst.error_budget or 0.0)
+            or (result.nan_mismatches and not worst.nan_mismatches)
         ):
             worst = result
     if worst is None:
         raise ValueError("exploration needs at least one seed")
-    return {**worst, "trials": case.trials * seeds, "passed": failures == 0}
+    return AccuracyResult(
+        **{**worst.model_dump(), "trials": case.trials * seeds, "passed": failures == 0, "kind": EXPLORE}
+    )

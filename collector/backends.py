@@ -100,13 +100,17 @@ class HostEvent:
 class Backend:
     """One device of one type, as a worker process sees it.
 
-    ``label`` names the device in results (``cuda:1``; ``cpu:0`` for the first interpreter worker).
-    ``phases`` accumulates seconds per phase of the work done so far (the worker takes and resets it).
+    ``label`` names the device in results (``cuda:1``; ``cpu:0`` for the first interpreter worker),
+    ``device_uuid`` the physical device behind it (a GPU's UUID; None where unknown) and ``host`` the machine:
+    every perf result carries the three. ``phases`` accumulates seconds per phase of the work done so far
+    (the worker takes and resets it).
     """
 
     device: torch.device
     label: str = ""
     time_on_cpu: bool = False
+    device_uuid: str | None = None
+    host: str | None = None
     phases: Counter = field(default_factory=Counter)
     _flush: torch.Tensor | None = field(default=None, repr=False)
     _spin_cycles_per_ms: float | None = field(default=None, repr=False)

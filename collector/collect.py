@@ -30,7 +30,6 @@ import os
 import random
 import shlex
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -63,7 +62,7 @@ from collector.selection import SUITES, Options, SelectionError, check_selection
 from collector.worker import WorkItem
 from db.files import replaced_link_note
 from db.journal import JournalWriter
-from db.schema import RunDocument, devices_note, host_note, new_run_id
+from db.schema import RunDocument, new_run_id
 
 __all__ = [
     "SUITES",
@@ -71,7 +70,6 @@ __all__ = [
     "SelectionError",
     "check_run_fields",
     "check_selection",
-    "devices_note",
     "format_phases",
     "reproduce_command",
     "run_collection",
@@ -104,10 +102,7 @@ def _describe(
         ceilings[handles[index].label] = reply["peaks"]
     if len(ceilings) > 1 and any(v is not None for c in ceilings.values() for v in c.values()):
         notes.append(ceiling_note(ceilings))
-    physical = {handles[i].label: r.get("physical") for i, r in sorted(replies.items())}
-    if any(physical.values()):
-        notes.append(devices_note(physical))
-    notes.append(host_note(socket.gethostname()))
+    tally.where.update({handles[i].label: r["where"] for i, r in sorted(replies.items())})
     return replies[min(replies)]
 
 

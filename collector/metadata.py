@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -143,8 +144,8 @@ def _memory_bytes() -> int | None:
         return None
 
 
-def physical_device(props: Any) -> str | None:
-    """Which physical GPU a CUDA device index is (its UUID and PCI address), from its properties.
+def device_uuid(props: Any) -> str | None:
+    """Which physical GPU a CUDA device index is (its UUID, ``GPU-...``), from its properties.
 
     Two devices of one model are one hardware identity, yet not always equally fast: on a two-H200 host
     the atomic MSELoss at 268M elements took 583 us on one GPU and 527 us on the other in every one of 14
@@ -152,11 +153,36 @@ def physical_device(props: Any) -> str | None:
     uuid = str(getattr(props, "uuid", "") or "")
     if uuid and not uuid.startswith("GPU-"):
         uuid = f"GPU-{uuid}"
-    pci = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-    parts = [uuid] if uuid else []
-    if None not in pci:
-        parts.append(f"PCI {pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}")
-    return ", ".join(parts) or None
+    return uuid or None
+
+
+def host_name() -> str | None:
+    """This machine's host name, cut to the column (``db.schema.NAME_LEN``); None where it has none."""
+    from db.schema import NAME_LEN
+
+    name = socket.gethostname().strip()[:NAME_LEN]
+    return name if name and name != UNKNOWN else None
+
+
+def sm_clock_mhz(device_type: str, index: int = 0) -> int | None:
+    """The SM clock (MHz) of device ``index`` now: ``torch.cuda.clock_rate`` (NVML, through pynvml), or pynvml
+    itself where torch has no such function; None where neither can read it, on the CPU and on Ascend
+    (torch_npu documents no clock reading)."""
+    if device_type != "cuda":
+        return None
+    import torch
+
+    try:
+        if hasattr(torch.cuda, "clock_rate"):
+            return int(torch.cuda.clock_rate(index))
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = device_uuid(torch.cuda.get_device_properties(index))
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # no pynvml, no NVML library, a driver that refuses the query: the clock is not known
+        return None
 
 
 def hardware_info(device_type: str, index: int = 0) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import torch
 
 from collector.backends import Backend
 from collector.inputs import drawn_on
+from db.schema import PerfResult
 from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
 
 
@@ -54,7 +55,12 @@ def summarise(samples: list[float]) -> dict[str, Any]:
     }
 
 
-def _empty(impl: str, error: str | None, device: str | None = None) -> dict[str, Any]:
+def origin(backend: Backend) -> dict[str, str | None]:
+    """Where a result was measured, as every perf result states it: device label, physical device, host."""
+    return {"device": backend.label, "device_uuid": backend.device_uuid, "host": backend.host}
+
+
+def _empty(impl: str, error: str | None, where: dict[str, str | None] | None = None) -> dict[str, Any]:
     return {
         "implementation": impl,
         "median_ms": None,
@@ -66,8 +72,8 @@ def _empty(impl: str, error: str | None, device: str | None = None) -> dict[str,
         "call_ms": None,
         "call_samples_ms": [],
         "peak_mem_bytes": None,
-        "device": device,
         "timing": None,
+        **(where or {}),
     }
 
 
@@ -77,7 +83,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
-    """GPU time, cost per call and peak memory of one implementation (see the module docstring)."""
+    """GPU time, cost per call and peak memory of one implementation (see the module docstring): the measured
+    fields of its :class:`~db.schema.PerfResult`, which :func:`finish` completes for each case sharing them."""
     try:
         with backend.phase("perf.warmup"):
             fn()
@@ -87,7 +94,7 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
         with backend.phase("perf.call"):
             calls = backend.call_samples(fn)
     except Exception as exc:
-        return _empty(impl, _one_line(exc), backend.label)
+        return _empty(impl, _one_line(exc), origin(backend))
     with backend.phase("perf.memory"):
         try:
             peak = backend.peak_memory(fn)
@@ -100,8 +107,8 @@ def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
         "call_ms": statistics.median(calls),
         "call_samples_ms": calls,
         "peak_mem_bytes": peak,
-        "device": backend.label,
         "timing": timing,
+        **origin(backend),
     }
 
 
@@ -120,7 +127,7 @@ class BaselineCache:
 
 def perf_case(
     spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None], baselines: BaselineCache, seed: int
-) -> list[dict[str, Any]]:
+) -> list[PerfResult]:
     """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
     with backend.phase("perf.inputs"):
         with drawn_on(backend.device):  # random inputs born on the device: collector.inputs
@@ -143,8 +150,9 @@ def perf_case(
 
 def finish(
     spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]], peaks: dict[str, float | None]
-) -> list[dict[str, Any]]:
-    """Derived numbers: GB/s, TFLOP/s, % of roofline, speedup over eager, target met."""
+) -> list[PerfResult]:
+    """The case's perf results: the measured fields and the derived numbers (GB/s, TFLOP/s, % of roofline,
+    speedup over eager, target met). A value the schema refuses raises its ``ValidationError``."""
     nbytes, flops = spec.bytes_moved(case), spec.flops(case)
     peak_gbps, peak_tflops = peaks.get("peak_gbps"), peaks.get("peak_tflops")
     floor_s = max(
@@ -157,6 +165,7 @@ def finish(
         t = r["median_ms"]
         row = {
             **r,
+            "case": case.key,
             "bytes": nbytes,
             "flops": flops or None,
             "gbps": None,
@@ -174,14 +183,17 @@ def finish(
         if name == KERNEL_IMPL and case.target is not None:
             row["target"] = case.target.describe()
             row["target_met"] = case.target.evaluate(row["pct_peak"], medians)
-        out.append(row)
+        out.append(PerfResult(**row))
     return out
 
 
-def error_results(spec: KernelSpec, case: Case, message: str, device: str | None = None) -> list[dict[str, Any]]:
-    """The perf record of a case that raised, hung or killed its worker."""
+def error_results(
+    spec: KernelSpec, case: Case, message: str, where: dict[str, str | None] | None = None
+) -> list[PerfResult]:
+    """The perf result of a case that raised, hung or killed its worker; ``where``: :func:`origin`'s fields."""
     row = {
-        **_empty(KERNEL_IMPL, message, device),
+        **_empty(KERNEL_IMPL, message, where),
+        "case": case.key,
         "bytes": spec.bytes_moved(case),
         "flops": spec.flops(case) or None,
         "gbps": None,
@@ -191,4 +203,4 @@ def error_results(spec: KernelSpec, case: Case, message: str, device: str | None
         "target": case.target.describe() if case.target else None,
         "target_met": False if case.target else None,
     }
-    return [row]
+    return [PerfResult(**row)]

@@ -15,19 +15,35 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from collector.metadata import host_name
 from collector.pool import WorkerHandle, cost_of, progress_group
 from collector.schedule import Dispatcher
 from collector.selection import Options
 from collector.worker import WorkItem
 from db.journal import JournalWriter, build_document, check_record
-from db.schema import ArtifactError, CaseInfo, Commit, Hardware, RunDocument, RunInfo, format_time, new_run_id
+from db.schema import (
+    AccuracyResult,
+    ArtifactError,
+    CaseInfo,
+    Commit,
+    Hardware,
+    PerfResult,
+    RunDocument,
+    RunInfo,
+    format_time,
+    new_run_id,
+)
 from kernels.names import vendor
 
 if TYPE_CHECKING:
     from collector.progress import Progress
 
 
-def error_result(item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, message: str, device: str) -> Any:
+def error_result(
+    item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, message: str, where: dict[str, str | None]
+) -> AccuracyResult | list[PerfResult]:
+    """The result of an item whose worker could not answer; ``where``: the device, physical device and host
+    (:func:`collector.perf.origin`'s fields)."""
     from collector.accuracy import error_result, explore_seed
     from collector.perf import error_results
 
@@ -36,7 +52,7 @@ def error_result(item: WorkItem, cases: dict[WorkItem, Any], explore_base: int, 
         return error_result(case, message)
     if item[0] == "explore":
         return error_result(case, message, explore_seed(case, explore_base, 1))
-    return error_results(spec, case, message, device)
+    return error_results(spec, case, message, where)
 
 
 def make_record(
@@ -48,7 +64,10 @@ def make_record(
     seconds: float,
     phases: dict[str, float],
 ) -> dict[str, Any]:
-    """The journal record of one finished item: its case and result rows as the artifact holds them."""
+    """The journal record of one finished item: its case and result rows as the artifact holds them.
+
+    ``result``: the worker's :class:`~db.schema.AccuracyResult` (accuracy, explore), its list of
+    :class:`~db.schema.PerfResult` (perf), or the profiling phase's metric rows (profile)."""
     spec, case = cases[item]
     record: dict[str, Any] = {
         "suite": item[0],
@@ -70,14 +89,12 @@ def make_record(
         "perf": [],
         "profiler": [],
     }
-    if item[0] == "accuracy":
-        record["accuracy"] = [{"case": case.key, **result}]
-    elif item[0] == "explore":
-        record["accuracy"] = [{"case": case.key, **result, "kind": "explore"}]
+    if item[0] in ("accuracy", "explore"):
+        record["accuracy"] = [result.model_dump(mode="json")]
     elif item[0] == "profile":
         record["profiler"] = [{"case": case.key, **m} for m in result]
     else:
-        record["perf"] = [{"case": case.key, **r} for r in result]
+        record["perf"] = [r.model_dump(mode="json") for r in result]
     return check_record(record, f"{item[0]} {item[1]}")
 
 
@@ -95,9 +112,11 @@ class Tally:
     errored: set[WorkItem] = field(default_factory=set)
     busy: Counter = field(default_factory=Counter)
     worker_phases: Counter = field(default_factory=Counter)
+    where: dict[str, dict[str, str | None]] = field(default_factory=dict)  # label -> device_uuid, host
 
     def error_result(self, item: WorkItem, message: str, device: str) -> Any:
-        return error_result(item, self.cases, self.run_seed, message, device)
+        where = {"device_uuid": None, "host": host_name(), **self.where.get(device, {}), "device": device}
+        return error_result(item, self.cases, self.run_seed, message, where)
 
     def finish(self, h: WorkerHandle, item: WorkItem, result: Any, failed: bool, phases: dict[str, float]) -> None:
         seconds = time.monotonic() - h.sent_at
@@ -158,19 +177,12 @@ def ceiling_note(ceilings: dict[str, dict[str, Any]]) -> str:
 
 
 def unknown_hardware(device: str) -> dict[str, Any]:
+    """The hardware block of a run whose device no worker could describe: every field not known."""
     return {
+        **dict.fromkeys(Hardware.model_fields),
         "vendor": vendor(device),
         "device_name": "unknown",
         "device_count": 0,
-        "compute_units": None,
-        "memory_bytes": None,
-        "driver": None,
-        "toolkit": None,
-        "peak_gbps": None,
-        "peak_gbps_datasheet": None,
-        "peak_tflops": None,
-        "peak_tflops_datasheet": None,
-        "peak_read_gbps": None,
     }
 
 

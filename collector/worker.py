@@ -98,13 +98,20 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
     if config.get("threads", 0) > 0 and "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
+    from pydantic import ValidationError
+
     from collector.accuracy import case_seed, check_case, error_result, explore_case, explore_seed
     from collector.backends import Backend
-    from collector.perf import BaselineCache, error_results, perf_case
+    from collector.metadata import device_uuid, host_name
+    from collector.perf import BaselineCache, error_results, origin, perf_case
+    from db.schema import describe
     from kernels import discover
 
     backend = Backend(torch.device(device), label=config["label"], time_on_cpu=config.get("time_on_cpu", False))
     backend.activate()
+    backend.host = host_name()
+    if backend.kind == "cuda":
+        backend.device_uuid = device_uuid(torch.cuda.get_device_properties(backend.device.index or 0))
     if backend.kind == "cuda":
         _count_compiles(backend, tuple(config["extra_modules"]))
     specs = discover(tuple(config["extra_modules"]))
@@ -147,9 +154,12 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
                 errored = False
             else:
                 result = perf_case(spec, case, backend, msg["peaks"], baselines, case_seed(case))
-                errored = any(r["implementation"] == KERNEL_IMPL and r["error"] for r in result)
+                errored = any(r.implementation == KERNEL_IMPL and r.error for r in result)
         except Exception as exc:
-            message = describe_error(exc)
+            if isinstance(exc, ValidationError):  # a value the schema refuses is this case's error
+                message = f"result refused by the schema: {describe(exc)}"[:500]
+            else:
+                message = describe_error(exc)
             if os.environ.get("KERNELWATCH_DEBUG"):
                 traceback.print_exc()
             if suite == "accuracy":
@@ -157,7 +167,7 @@ def _serve(conn: Connection, config: dict[str, Any], started: float) -> None:
             elif suite == "explore":
                 result = error_result(case, message, explore_seed(case, explore[0], 1))
             else:
-                result = error_results(spec, case, message, backend.label)
+                result = error_results(spec, case, message, origin(backend))
             errored = True
         conn.send(
             {
@@ -186,16 +196,14 @@ def _count_compiles(backend, extra_modules: tuple[str, ...]) -> None:
 
 
 def _describe(backend) -> dict[str, Any]:
-    import torch
-
-    from collector.metadata import hardware_info, physical_device, software_versions
+    from collector.metadata import hardware_info, sm_clock_mhz, software_versions
     from kernels.device import describe
 
     index = backend.device.index or 0
     hw = hardware_info(backend.kind, index)
     with backend.phase("ceilings"):
         peaks = backend.measure_peaks()
-    hw.update(peaks)
-    physical = physical_device(torch.cuda.get_device_properties(index)) if backend.kind == "cuda" else None
+    hw.update(peaks, sm_clock_mhz=sm_clock_mhz(backend.kind, index))  # after the ceilings: the clock under load
     plans = {k: v for k, v in asdict(describe(backend.device)).items() if not k.startswith("_")}
-    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "physical": physical, "plan_device": plans}
+    where = {"device_uuid": backend.device_uuid, "host": backend.host}
+    return {"hardware": hw, "versions": software_versions(), "peaks": peaks, "where": where, "plan_device": plans}

@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy import Engine, select, union
 from sqlalchemy.orm import Session
 
-from db import stored
-from db.models import AccuracyResult, Case, Hardware, PerfResult, ProfilerMetric, Run
+from db import schema, stored
+from db.models import Case, Hardware, Run
 from db.queries import confirmations
-from db.schema import SCHEMA, RunDocument, format_time, is_commit_sha, validate
+from db.rows import CASE_FIELDS, RESULTS, hardware_record, result_columns, result_fields, run_record
+from db.schema import SCHEMA, RunDocument, is_commit_sha, validate
 
 _ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
@@ -39,10 +40,6 @@ def find_run_id(engine: Engine, prefix: str) -> str:
     return ids[0]
 
 
-def _ft(value) -> str | None:
-    return None if value is None else format_time(value)
-
-
 def export_run(engine: Engine, run_id: str) -> RunDocument:
     """The run as a validated artifact document."""
     with Session(engine) as conn:
@@ -50,75 +47,35 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
         if row is None:
             raise RunNotFound(f"no run with id {run_id!r}")
         run, hw = row
+        used = union(*(select(table.case_id).where(table.run_id == run_id) for table in RESULTS.values()))
         cases = {
-            c["id"]: {k: c[k] for k in ("key", "kernel", "variant", "dtype", "params", "ceiling")}
+            c["id"]: {name: c[name] for name in CASE_FIELDS}
             for c in stored.rows(
-                conn,
-                select(Case.id, Case.key, Case.kernel, Case.variant, Case.dtype, Case.params, Case.ceiling).where(
-                    Case.id.in_(
-                        union(
-                            select(AccuracyResult.case_id).where(AccuracyResult.run_id == run_id),
-                            select(PerfResult.case_id).where(PerfResult.run_id == run_id),
-                            select(ProfilerMetric.case_id).where(ProfilerMetric.run_id == run_id),
-                        )
-                    )
-                ),
+                conn, select(Case.id, *(getattr(Case, name) for name in CASE_FIELDS)).where(Case.id.in_(used))
             )
         }
 
-        def section(model: type, drop: tuple[str, ...]) -> list[dict[str, Any]]:
-            cols = [c for c in model.__table__.columns if c.name not in drop or c.name == "run_id"]  # names damage
+        def section(record: type[schema.Record]) -> list[dict[str, Any]]:
+            table = RESULTS[record]
+            # run_id too: a damaged value is named with its run (db.stored)
+            cols = [table.run_id, table.case_id, *result_columns(record)]
             out = []
-            for r in stored.rows(conn, select(*cols).where(model.run_id == run_id)):
-                item = {k: v for k, v in r.items() if k != "case_id" and k not in drop}
+            for r in stored.rows(conn, select(*cols).where(table.run_id == run_id)):
+                item = {name: r[name] for name in result_fields(record)}
                 item["case"] = cases[r["case_id"]]["key"]
                 out.append(item)
             return out
 
-        internal = ("id", "run_id", "hardware_id")
-        accuracy = section(AccuracyResult, internal)
-        perf = section(PerfResult, (*internal, "n_samples"))
+        accuracy = section(schema.AccuracyResult)
+        perf = section(schema.PerfResult)
         for p in perf:
             p["call_samples_ms"] = p["call_samples_ms"] or []
-        profiler = section(ProfilerMetric, internal)
+        profiler = section(schema.ProfilerMetric)
 
     doc = {
         "schema": SCHEMA,
-        "run": {
-            "id": run.id,
-            "commit": {
-                "sha": run.commit_sha,
-                "branch": run.branch,
-                "time": _ft(run.commit_time),
-                "subject": run.commit_subject,
-                "dirty": run.dirty,
-            },
-            "trigger": run.trigger,
-            "ci_job": run.ci_job,
-            "device": run.device,
-            "command": run.command,
-            "versions": run.versions,
-            "started_at": _ft(run.started_at),
-            "finished_at": _ft(run.finished_at),
-            "status": run.status,
-            "synthetic": run.synthetic,
-            "notes": run.notes,
-            "phases_s": run.phases_s,
-        },
-        "hardware": {
-            "vendor": hw.vendor,
-            "device_name": hw.device_name,
-            "device_count": run.device_count,
-            "compute_units": hw.compute_units,
-            "memory_bytes": hw.memory_bytes,
-            "driver": run.driver,
-            "toolkit": run.toolkit,
-            "peak_gbps": run.peak_gbps,
-            "peak_read_gbps": run.peak_read_gbps,
-            "peak_gbps_datasheet": run.peak_gbps_datasheet,
-            "peak_tflops": run.peak_tflops,
-            "peak_tflops_datasheet": run.peak_tflops_datasheet,
-        },
+        "run": run_record(run),
+        "hardware": hardware_record(run, hw),
         "cases": list(cases.values()),
         "accuracy": accuracy,
         "perf": perf,

@@ -32,6 +32,7 @@ from db import schema
 from db.engine import DatabaseError
 from db.journal import load_run
 from db.models import AccuracyResult, Case, Confirmation, Hardware, PerfResult, ProfilerMetric, Run
+from db.rows import run_row
 from db.schema import (
     IDENTITY,
     ArtifactError,
@@ -133,10 +134,6 @@ def _same(stored: Any, given: Any) -> bool:
     return json.dumps(stored, sort_keys=True) == json.dumps(given, sort_keys=True)
 
 
-def _t(value: str | None):
-    return None if value is None else parse_time(value)
-
-
 def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") -> IngestOutcome:
     """Write one validated document inside the caller's transaction."""
     run = doc.run
@@ -149,40 +146,8 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
         _write_confirmations(conn, _hardware_id(conn, doc), doc.confirmations)
         return IngestOutcome(run.id, source, "unchanged", n_results)
 
-    hw = doc.hardware
     hw_id = _hardware_id(conn, doc)
-    commit = run.commit
-    conn.execute(
-        Run.__table__.insert().values(
-            id=run.id,
-            hardware_id=hw_id,
-            commit_sha=commit.sha,
-            branch=commit.branch,
-            commit_time=_t(commit.time),
-            commit_subject=commit.subject,
-            dirty=commit.dirty,
-            trigger=run.trigger,
-            ci_job=run.ci_job,
-            device=run.device,
-            command=run.command,
-            versions=run.versions,
-            started_at=_t(run.started_at),
-            finished_at=_t(run.finished_at),
-            status=run.status,
-            synthetic=run.synthetic,
-            notes=run.notes,
-            phases_s=run.phases_s,
-            peak_gbps=hw.peak_gbps,
-            peak_tflops=hw.peak_tflops,
-            peak_read_gbps=hw.peak_read_gbps,
-            peak_gbps_datasheet=hw.peak_gbps_datasheet,
-            peak_tflops_datasheet=hw.peak_tflops_datasheet,
-            driver=hw.driver,
-            toolkit=hw.toolkit,
-            device_count=hw.device_count,
-            content_hash=digest,
-        )
-    )
+    conn.execute(Run.__table__.insert().values(**run_row(run, doc.hardware), hardware_id=hw_id, content_hash=digest))
     ids = _case_ids(conn, doc, source)
     common = {"run_id": run.id, "hardware_id": hw_id}
 

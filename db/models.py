@@ -95,6 +95,7 @@ class Run(Base):
     driver: Mapped[str | None] = mapped_column(String(SHORT_LEN))
     toolkit: Mapped[str | None] = mapped_column(String(SHORT_LEN))
     device_count: Mapped[int] = mapped_column(Integer)
+    sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
     phases_s: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     content_hash: Mapped[str] = mapped_column(String(64))
 

@@ -12,11 +12,13 @@ from typing import Any
 from sqlalchemy import Engine, func, or_, select, union
 from sqlalchemy.orm import Session
 
-from db import stored
+from db import schema, stored
 from db.models import AccuracyResult, Ack, Case, Confirmation, Hardware, PerfResult, ProfilerMetric, Run
+from db.rows import RUN_HARDWARE, result_columns
 from db.schema import format_time
 from kernels.names import KERNEL_IMPL
 
+SAMPLE_LISTS = ("samples_ms", "call_samples_ms")  # selected only where a query is asked for them
 RESULT_FIELDS = (
     "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
     "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",
@@ -44,12 +46,7 @@ def _run_dict(run: Run, hw: Hardware) -> dict[str, Any]:
         "synthetic": run.synthetic,
         "started": _iso(run.started_at),
         "finished": _iso(run.finished_at),
-        "peak_gbps": run.peak_gbps,
-        "peak_tflops": run.peak_tflops,
-        "peak_read_gbps": run.peak_read_gbps,
-        "driver": run.driver,
-        "toolkit": run.toolkit,
-        "device_count": run.device_count,
+        **{name: getattr(run, name) for name in RUN_HARDWARE},  # the run's hardware context: ceilings, driver...
         "versions": run.versions,
         "command": run.command,
     }
@@ -244,22 +241,7 @@ def perf_rows(
         return []
     cols = [
         PerfResult.run_id,
-        PerfResult.implementation,
-        PerfResult.median_ms,
-        PerfResult.p20_ms,
-        PerfResult.p80_ms,
-        PerfResult.min_ms,
-        PerfResult.call_ms,
-        PerfResult.gbps,
-        PerfResult.tflops,
-        PerfResult.pct_peak,
-        PerfResult.bytes,
-        PerfResult.flops,
-        PerfResult.speedup_vs_eager,
-        PerfResult.target,
-        PerfResult.target_met,
-        PerfResult.error,
-        PerfResult.device_uuid,
+        *result_columns(schema.PerfResult, SAMPLE_LISTS),
         Case.key.label("case"),
         Case.kernel,
         Case.variant,
@@ -282,9 +264,7 @@ def accuracy_rows(engine: Engine, run_ids: list[str], kernel: str | None = None)
     if not run_ids:
         return []
     stmt = (
-        select(AccuracyResult.run_id, AccuracyResult.max_abs_err, AccuracyResult.max_rel_err, AccuracyResult.rtol,
-               AccuracyResult.atol, AccuracyResult.error_budget, AccuracyResult.nan_mismatches,
-               AccuracyResult.passed, AccuracyResult.error, AccuracyResult.kind, Case.key.label("case"), Case.kernel,
+        select(AccuracyResult.run_id, *result_columns(schema.AccuracyResult), Case.key.label("case"), Case.kernel,
                Case.variant, Case.dtype)
         .join(Case, Case.id == AccuracyResult.case_id)
         .where(AccuracyResult.run_id.in_(run_ids))
@@ -428,25 +408,7 @@ def case_perf(engine: Engine, key: str, fingerprint: str, last: int = 50) -> lis
     stmt = (
         select(
             *_run_columns(),
-            PerfResult.implementation,
-            PerfResult.median_ms,
-            PerfResult.p20_ms,
-            PerfResult.p80_ms,
-            PerfResult.min_ms,
-            PerfResult.call_ms,
-            PerfResult.peak_mem_bytes,
-            PerfResult.bytes,
-            PerfResult.flops,
-            PerfResult.gbps,
-            PerfResult.pct_peak,
-            PerfResult.speedup_vs_eager,
-            PerfResult.target,
-            PerfResult.target_met,
-            PerfResult.error,
-            PerfResult.device,
-            PerfResult.device_uuid,
-            PerfResult.host,
-            PerfResult.timing,
+            *result_columns(schema.PerfResult, SAMPLE_LISTS),
         )
         .join(Run, Run.id == PerfResult.run_id)
         .where(PerfResult.case_id == case_id, PerfResult.run_id.in_(runs))
@@ -872,19 +834,7 @@ def contents_text(
 # ---------------------------------------------------------------------------------------------
 # Confirmations (written by kernelwatch confirm, db.ingest.store_confirmations)
 # ---------------------------------------------------------------------------------------------
-CONFIRMATION_FIELDS = (
-    "baseline_commit",
-    "candidate_commit",
-    "verdict",
-    "rounds",
-    "ratio",
-    "low",
-    "high",
-    "min_effect",
-    "device_uuid",
-    "seconds",
-    "confirmed_at",
-)
+CONFIRMATION_FIELDS = tuple(name for name in schema.Confirmation.model_fields if name != "case")  # case: case_key
 
 
 def confirmations(

@@ -17,7 +17,8 @@ unescaped.
 
 Fields added after the first release of ``kernelwatch.run/1`` (:data:`ADDED_FIELDS`) are optional;
 an older artifact without them is still valid, and its content hash is unchanged (fields at their
-default are left out of the hash).
+default are left out of the hash). What an older artifact stated only in its run's notes (the GPU and the
+host behind each perf result) is moved into those fields once, as it is read (:func:`upgrade_document`).
 """
 
 from __future__ import annotations
@@ -305,6 +306,11 @@ class Hardware(Record):
     peak_read_gbps: NonNegative | None = Field(
         default=None, description="Measured read-only stream rate (GB/s); a read-mostly kernel's ceiling."
     )
+    sm_clock_mhz: Count | None = Field(
+        default=None,
+        description="The first device's SM clock (MHz) as the run started, read right after its ceilings were "
+        "measured (a clock under load, not the idle one); None on the CPU, on Ascend and where NVML is missing.",
+    )
 
 
 IDENTITY = ("vendor", "device_name", "compute_units", "memory_bytes")
@@ -487,18 +493,12 @@ class RunDocument(Record):
                     f"{_shown(c.candidate_commit)} is not the run's commit {_shown(sha)}",
                 )
         self.confirmations.sort(key=lambda r: (r.case, r.confirmed_at, r.baseline_commit))
-        uuids, host = physical_from_notes(self.run.notes)
-        for p in self.perf:  # runs from before these were fields: what their notes say
-            if p.device_uuid is None and p.device in uuids:
-                p.device_uuid = uuids[p.device]
-            if p.host is None:
-                p.host = host
         return self
 
 
 ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the first release
     "run": ("phases_s",),
-    "hardware": ("peak_read_gbps",),
+    "hardware": ("peak_read_gbps", "sm_clock_mhz"),
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
     "cases": ("ceiling",),
@@ -506,20 +506,33 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
 }
 
 # The run-notes lines that named the physical devices before they were fields of each perf result
-# (``collector`` wrote ``devices: cuda:0 = GPU-..., PCI 0000:19:00; cuda:1 = unknown``). Runs of that time
-# get ``device_uuid`` from them (:func:`physical_from_notes`); the migration 0003 holds a frozen copy.
+# (``collector`` wrote ``devices: cuda:0 = GPU-..., PCI 0000:19:00; cuda:1 = unknown`` and ``host: NAME``).
+# An artifact or journal of that time is upgraded once, as it is read (:func:`upgrade_document`); the migration
+# 0003 holds a frozen copy for databases of that time. Nothing writes these lines any more.
 DEVICES_NOTE = "devices: "
 HOST_NOTE = "host: "
 
 
-def devices_note(physical: dict[str, str | None]) -> str:
-    """The notes line naming the physical device behind each result label."""
-    return DEVICES_NOTE + "; ".join(f"{label} = {ident or 'unknown'}" for label, ident in physical.items())
-
-
-def host_note(host: str) -> str:
-    """The notes line naming the host (``;`` would end the note; names are cut to the column)."""
-    return HOST_NOTE + (host.replace(";", "_").strip() or "unknown")[:NAME_LEN]
+def upgrade_document(data: Any) -> Any:
+    """A parsed document as this version writes it: ``perf[].device_uuid`` and ``perf[].host`` of a run from
+    before they were fields, from what its notes state (asv's ``update_to_2``). A result that states them
+    keeps its own; a document of another shape is left as it is, for :func:`validate` to refuse."""
+    run, perf = (data.get("run"), data.get("perf")) if isinstance(data, dict) else (None, None)
+    if not isinstance(run, dict) or not isinstance(run.get("notes"), str) or not isinstance(perf, list):
+        return data
+    uuids, host = physical_from_notes(run["notes"])
+    if not uuids and host is None:
+        return data
+    items = []
+    for item in perf:
+        if isinstance(item, dict):
+            item = dict(item)
+            if item.get("device_uuid") is None and isinstance(item.get("device"), str) and item["device"] in uuids:
+                item["device_uuid"] = uuids[item["device"]]
+            if item.get("host") is None and host is not None:
+                item["host"] = host
+        items.append(item)
+    return {**data, "perf": items}
 
 
 def physical_from_notes(notes: str | None) -> tuple[dict[str, str], str | None]:
@@ -649,7 +662,7 @@ def validate(doc: Any) -> RunDocument:
     if doc["schema"] != SCHEMA:
         raise ArtifactError(f"schema: unknown schema version {_shown(doc['schema'])} (this KernelWatch reads {SCHEMA})")
     try:
-        return RunDocument.model_validate(doc)
+        return RunDocument.model_validate(upgrade_document(doc))
     except ValidationError as exc:
         raise ArtifactError(describe(exc)) from None
     except RecursionError:

@@ -17,6 +17,7 @@ import pytest
 
 from ci.reports import LABELS
 from collector.backends import CALL_BATCHES
+from collector.metadata import host_name
 from collector.perf import summarise
 from collector.schedule import Dispatcher, plan
 from db.artifact import load_artifact, to_data
@@ -113,8 +114,9 @@ def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monke
     assert sorted(k for k in phases if k.startswith("busy.")) == ["busy.cpu:0", "busy.cpu:1", "busy.cpu:2"]
     assert all(phases[f"busy.cpu:{i}"] > 0 for i in range(3)), phases  # three cases, three workers, one each
     # Nothing compiles in the interpreter: no compile-ahead phase, no cache note, no compile counts.
-    assert "precompile" not in phases and "Triton cache" not in doc["run"]["notes"]
-    assert "kernel compilations" not in doc["run"]["notes"]
+    notes = doc["run"]["notes"] or ""  # a run with nothing to remark has no notes (the host is a field)
+    assert "precompile" not in phases and "Triton cache" not in notes
+    assert "kernel compilations" not in notes
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 8])
@@ -518,6 +520,9 @@ def test_devices_all_times_each_baseline_once_on_the_device_that_times_its_varia
         assert len(r["call_samples_ms"]) == CALL_BATCHES and r["call_ms"] == statistics.median(r["call_samples_ms"])
         assert r["peak_mem_bytes"] is None  # the CPU allocator keeps no high-water mark
         assert r["timing"] == "events"  # how the GPU time was taken reaches the artifact (no graphs on the CPU)
+        # Where it was measured: fields of the result (a CPU has no UUID), never prose in the notes.
+        assert r["host"] == host_name() and r["host"] and r["device_uuid"] is None
+    assert "host: " not in doc["run"]["notes"] and "devices: " not in doc["run"]["notes"]
     # Each result is compared with the ceilings of the device that measured it.
     ceilings = _ceilings_from_notes(doc["run"]["notes"])
     assert set(ceilings) == {"cpu:0", "cpu:1"}

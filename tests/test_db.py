@@ -112,6 +112,26 @@ def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, ma
     assert [r.launch for r in again.profiler] == [None, "_mse_persistent_kernel"]
 
 
+def test_the_sm_clock_is_stored_exported_and_queried(db_url: str, make_doc) -> None:
+    """A field added to the schema reaches its column, the export and the run queries with no list spelled again;
+    a run from before it (no such key) keeps its hash."""
+    from db.queries import run_info
+    from db.schema import validate
+
+    doc = make_doc()
+    before = content_hash(validate(doc))
+    doc["hardware"]["sm_clock_mhz"] = 1980
+    engine = open_database(db_url)
+    ingest_documents(engine, [("clock", validate(doc))])
+    with engine.connect() as conn:
+        assert conn.execute(select(Run.sm_clock_mhz)).scalar_one() == 1980
+    assert run_info(engine, doc["run"]["id"])["sm_clock_mhz"] == 1980
+    exported = export_run(engine, doc["run"]["id"])
+    assert exported.hardware.sm_clock_mhz == 1980 and content_hash(exported) == content_hash(validate(doc)) != before
+    doc["hardware"]["sm_clock_mhz"] = None
+    assert content_hash(validate(doc)) == before
+
+
 def test_a_profiler_row_s_launch_is_content_and_its_absence_is_not(make_doc) -> None:
     """Runs from before the launch was recorded keep their hash (and so re-ingest as unchanged)."""
     doc = make_doc(cases=2)

@@ -294,7 +294,7 @@ def check_launchers(spec: kernels.KernelSpec, info: DeviceInfo | None) -> None:
             device = describe(CPU)
             with recording() as rec:
                 result = check_case(spec, case, CPU, seed=1)
-        assert result["error"] is None and result["passed"], (case.key, result)
+        assert result.error is None and result.passed, (case.key, result)
         planned = list(spec.launch_plans(case, device))
         trials = case.trials
         assert rec.steps == planned * trials, f"{case.key}: launched {[s.name for s in rec.steps]}"
@@ -322,7 +322,7 @@ def test_the_hopper_and_decode_paths_compute_right_in_the_interpreter() -> None:
             continue
         with simulated(NVIDIA_H200), recording() as rec:
             result = check_case(spec, case, CPU, seed=3)
-        assert result["passed"] and result["error"] is None, (case.key, result)
+        assert result.passed and result.error is None, (case.key, result)
         assert [s.name for s in rec.steps] == names * case.trials
         assert all(s.constexprs.get("W_DESC", True) for s in rec.steps)
         wanted.pop(next(k for k in wanted if case.key.endswith(k)))

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from collector.metadata import UNKNOWN, git_info, hardware_info, software_versions
+from collector.metadata import UNKNOWN, git_info, hardware_info, sm_clock_mhz, software_versions
 from db.artifact import hardware_fingerprint
 
 
@@ -59,19 +59,27 @@ def test_compute_units_are_the_ones_the_grids_size_from() -> None:
     assert hardware_info("cpu")["compute_units"] == describe(torch.device("cpu")).compute_units
 
 
-def test_the_physical_device_is_named_by_uuid_and_pci_address() -> None:
-    """cuda:0 is another GPU under each CUDA_VISIBLE_DEVICES; runs say which physical GPU each label was."""
+def test_the_physical_device_is_named_by_uuid() -> None:
+    """cuda:0 is another GPU under each CUDA_VISIBLE_DEVICES; a result names the physical GPU by its UUID."""
     from types import SimpleNamespace
 
-    from collector.collect import devices_note
-    from collector.metadata import physical_device
+    from collector.metadata import device_uuid
 
     props = SimpleNamespace(
         uuid="8c1e0f6a-0000-1111-2222-333344445555", pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0
     )
-    assert physical_device(props) == "GPU-8c1e0f6a-0000-1111-2222-333344445555, PCI 0000:1b:00"
-    assert physical_device(SimpleNamespace(uuid="GPU-x")) == "GPU-x"
-    assert physical_device(SimpleNamespace()) is None
-    assert devices_note({"cuda:0": "GPU-a, PCI 0000:1b:00", "cuda:1": None}) == (
-        "devices: cuda:0 = GPU-a, PCI 0000:1b:00; cuda:1 = unknown"
-    )
+    assert device_uuid(props) == "GPU-8c1e0f6a-0000-1111-2222-333344445555"
+    assert device_uuid(SimpleNamespace(uuid="GPU-x")) == "GPU-x"
+    assert device_uuid(SimpleNamespace()) is None
+
+
+def test_the_sm_clock_is_none_where_nothing_can_read_it() -> None:
+    """The CPU and Ascend have no clock reading; a CUDA query without a GPU or NVML gives None, never an error."""
+    import torch
+
+    assert sm_clock_mhz("cpu") is None and sm_clock_mhz("npu") is None
+    if not torch.cuda.is_available():
+        assert sm_clock_mhz("cuda") is None
+    else:
+        clock = sm_clock_mhz("cuda")
+        assert clock is None or 100 <= clock <= 5000

@@ -122,10 +122,10 @@ def test_error_budget_catches_a_wrong_result() -> None:
         if c.key.endswith("reduction=mean,shape=1000") and c.dtype == "fp32" and c.p["direction"] == "fwd"
     )
     good = check_case(SPEC, case, CPU, seed=1)
-    assert good["passed"] and good["error_budget"] < 1
+    assert good.passed and good.error_budget < 1
     broken = SPEC.__class__(**{**SPEC.__dict__, "run": lambda c, i: (SPEC.run(c, i)[0] * (1 + 1e-3),)})
     bad = check_case(broken, case, CPU, seed=1)
-    assert not bad["passed"] and bad["error_budget"] > 10
+    assert not bad.passed and bad.error_budget > 10
 
 
 def test_spec_describes_every_case() -> None:

@@ -60,12 +60,12 @@ def test_bandwidth_and_percent_of_peak_use_the_specs_bytes() -> None:
     case = _case()
     n = 33_554_432
     assert MSE.bytes_moved(case) == (2 * n + 1) * 4
-    rows = {r["implementation"]: r for r in finish_rows(MSE, case, {KERNEL_IMPL: _timed(0.07)}, PEAKS)}
+    rows = {r.implementation: r for r in finish_rows(MSE, case, {KERNEL_IMPL: _timed(0.07)}, PEAKS)}
     k = rows[KERNEL_IMPL]
-    assert k["bytes"] == (2 * n + 1) * 4
-    assert k["gbps"] == pytest.approx((2 * n + 1) * 4 / 0.07e-3 / 1e9)
-    assert k["pct_peak"] == pytest.approx(100 * k["gbps"] / 4000.0)
-    assert k["pct_peak"] == pytest.approx(95.87, abs=0.01)
+    assert k.bytes == (2 * n + 1) * 4
+    assert k.gbps == pytest.approx((2 * n + 1) * 4 / 0.07e-3 / 1e9)
+    assert k.pct_peak == pytest.approx(100 * k.gbps / 4000.0)
+    assert k.pct_peak == pytest.approx(95.87, abs=0.01)
 
 
 def test_percent_of_peak_takes_the_larger_floor_for_compute_bound_cases() -> None:
@@ -75,22 +75,22 @@ def test_percent_of_peak_takes_the_larger_floor_for_compute_bound_cases() -> Non
     case = next(c for c in RMS.perf_cases() if c.p["shape"] == (4096, 4096) and c.dtype == "fp16")
     flops, nbytes = RMS.flops(case), RMS.bytes_moved(case)
     t = 0.25
-    (row,) = [r for r in finish_rows(RMS, case, {KERNEL_IMPL: _timed(t)}, PEAKS) if r["implementation"] == KERNEL_IMPL]
+    (row,) = [r for r in finish_rows(RMS, case, {KERNEL_IMPL: _timed(t)}, PEAKS) if r.implementation == KERNEL_IMPL]
     floor_s = max(nbytes / 4000e9, flops / 700e12)
     assert floor_s == flops / 700e12  # compute-bound
-    assert row["pct_peak"] == pytest.approx(100 * floor_s / (t * 1e-3))
-    assert row["tflops"] == pytest.approx(flops / (t * 1e-3) / 1e12)
+    assert row.pct_peak == pytest.approx(100 * floor_s / (t * 1e-3))
+    assert row.tflops == pytest.approx(flops / (t * 1e-3) / 1e12)
 
 
 def test_speedup_is_eager_time_over_kernel_time() -> None:
     """Defect: the speedup inverted."""
     case = _case()
     rows = {
-        r["implementation"]: r
+        r.implementation: r
         for r in finish_rows(MSE, case, {KERNEL_IMPL: _timed(0.05), EAGER_IMPL: _timed(0.1, EAGER_IMPL)}, PEAKS)
     }
-    assert rows[KERNEL_IMPL]["speedup_vs_eager"] == pytest.approx(2.0)
-    assert rows[EAGER_IMPL]["speedup_vs_eager"] == pytest.approx(1.0)
+    assert rows[KERNEL_IMPL].speedup_vs_eager == pytest.approx(2.0)
+    assert rows[EAGER_IMPL].speedup_vs_eager == pytest.approx(1.0)
 
 
 def test_targets_are_judged_on_the_right_side() -> None:
@@ -100,7 +100,7 @@ def test_targets_are_judged_on_the_right_side() -> None:
 
     def met(kernel_ms: float, eager_ms: float) -> bool | None:
         rows = finish_rows(MSE, case, {KERNEL_IMPL: _timed(kernel_ms), EAGER_IMPL: _timed(eager_ms, EAGER_IMPL)}, PEAKS)
-        return next(r for r in rows if r["implementation"] == KERNEL_IMPL)["target_met"]
+        return next(r for r in rows if r.implementation == KERNEL_IMPL).target_met
 
     assert met(0.07, 0.15) is True  # 95.9% of peak, 2.1x eager
     assert met(0.07, 0.10) is False  # 1.4x eager
@@ -123,8 +123,8 @@ def test_no_time_means_no_derived_numbers() -> None:
         "error": "x",
     }
     (row,) = finish_rows(MSE, case, {KERNEL_IMPL: empty}, PEAKS)
-    assert row["gbps"] is None and row["pct_peak"] is None and row["speedup_vs_eager"] is None
-    assert row["target_met"] is None
+    assert row.gbps is None and row.pct_peak is None and row.speedup_vs_eager is None
+    assert row.target_met is None
 
 
 def test_samples_are_enqueued_in_held_chunks_and_none_is_lost() -> None:

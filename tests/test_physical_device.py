@@ -1,4 +1,5 @@
-"""The physical device is data: each perf result names its GPU (UUID) and host; older runs get them from notes."""
+"""The physical device is data: each perf result names its GPU (UUID) and host as fields. Runs from before the
+fields stated them in their notes; such an artifact is upgraded once, as it is read (``upgrade_document``)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from db.schema import (
     RunDocument,
     canonical,
     content_hash,
-    devices_note,
-    host_note,
     physical_from_notes,
     to_data,
+    upgrade_document,
     validate,
 )
 
@@ -57,13 +57,43 @@ def test_a_stated_uuid_that_differs_from_the_notes_is_content() -> None:
     assert content_hash(validate(data)) != content_hash(load_run(SWAPPED))
 
 
-def test_new_runs_name_device_and_host(make_doc) -> None:
+def test_an_old_artifact_s_notes_borne_uuid_ends_in_the_typed_field() -> None:
+    """The upgrade works on the parsed data, before the model sees it: the UUID the notes name for each label is
+    the result's ``device_uuid`` (the notes themselves are kept as they were)."""
+    raw = json.loads(gzip.decompress(SWAPPED.read_bytes()))
+    upgraded = upgrade_document(raw)
+    assert all("device_uuid" not in p for p in raw["perf"])  # the parsed data is not changed in place
+    labels = {p["device"] for p in upgraded["perf"] if p.get("device")}
+    assert labels == {"cuda:0", "cuda:1"}
+    for p in upgraded["perf"]:
+        assert p["device_uuid"] == physical_from_notes(raw["run"]["notes"])[0][p["device"]]
+        assert p["device_uuid"] in raw["run"]["notes"] and p["device_uuid"].startswith("GPU-")
+    assert upgraded["run"]["notes"] == raw["run"]["notes"]
+
+
+def test_notes_of_the_old_form_upgrade_device_and_host(make_doc) -> None:
     data = make_doc()
-    data["run"]["notes"] = "; ".join([devices_note({"cuda:0": "GPU-abc, PCI 0000:00:06"}), host_note("runner-7")])
+    data["run"]["notes"] = "devices: cuda:0 = GPU-abc, PCI 0000:00:06; cuda:1 = unknown; host: runner-7"
     for p in data["perf"]:
         p["device"] = "cuda:0"
     doc = validate(data)
     assert {(p.device_uuid, p.host) for p in doc.perf} == {("GPU-abc", "runner-7")}
+    stated = data["perf"][0]
+    stated["device_uuid"] = "GPU-stated"  # a result that states its device keeps it
+    by_key = {(p.case, p.implementation): p.device_uuid for p in validate(data).perf}
+    assert by_key.pop((stated["case"], stated["implementation"])) == "GPU-stated"
+    assert set(by_key.values()) == {"GPU-abc"}
+
+
+def test_new_runs_carry_device_and_host_as_fields_not_notes(make_doc) -> None:
+    """Nothing travels through the notes: the fields are what a new artifact states, and notes are left alone."""
+    data = make_doc()
+    data["run"]["notes"] = None
+    for p in data["perf"]:
+        p.update(device="cuda:0", device_uuid="GPU-abc", host="runner-7")
+    doc = validate(data)
+    assert {(p.device_uuid, p.host) for p in doc.perf} == {("GPU-abc", "runner-7")}
+    assert doc.run.notes is None and upgrade_document(data) is data
 
 
 def test_export_and_reingest_keep_device_and_hash(tmp_path: Path) -> None:

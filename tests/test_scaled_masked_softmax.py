@@ -187,4 +187,4 @@ def test_spec_cases_and_bytes() -> None:
 def test_a_spec_case_passes_through_the_collector_check() -> None:
     case = next(c for c in SPEC.accuracy_cases() if c.p.get("dead_rows") and c.dtype == "fp16")
     result = check_case(SPEC, case, torch.device("cpu"), seed=5)
-    assert result["passed"] and result["trials"] == 3
+    assert result.passed and result.trials == 3

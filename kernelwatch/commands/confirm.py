@@ -217,7 +217,7 @@ def command(
 def _measured_on(device: str):
     """The hardware both commits ran on, as a collector run would record it, and its physical id (the GPU UUID;
     ``cpu`` for the interpreter)."""
-    from collector.metadata import hardware_info, physical_device
+    from collector.metadata import device_uuid, hardware_info
     from db.schema import Hardware
 
     info = hardware_info(device)
@@ -225,7 +225,7 @@ def _measured_on(device: str):
     if device == "cuda":
         import torch
 
-        uuid = (physical_device(torch.cuda.get_device_properties(0)) or "").split(",")[0] or None
+        uuid = device_uuid(torch.cuda.get_device_properties(0))
     elif device == "npu":
         uuid = None
     return Hardware.model_validate({"peak_gbps": None, "peak_tflops": None, **info}), uuid
