@@ -21,9 +21,9 @@ import kernels
 from kernels.plan import ASCEND_910B, GRID_LIMIT, UB_BYTES, launches
 from kernels.spec import numel
 
-MSE = importlib.import_module("kernels.mse_loss")
-SMX = importlib.import_module("kernels.scaled_masked_softmax")
-FRM = importlib.import_module("kernels.fused_rmsnorm_matmul")
+MSE_plans = importlib.import_module("kernels.mse_loss.plans")
+SMX_plans = importlib.import_module("kernels.scaled_masked_softmax.plans")
+FRM_plans = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -42,10 +42,12 @@ def _before(case) -> list[tuple[str, int, int | None]]:
         if p["reduction"] == "none":
             out.append(("_mse_none_kernel", cdiv(n, 4096), None))
         elif case.variant == "atomic":
-            out.append(("_mse_atomic_kernel", cdiv(n, MSE._pick(MSE.ATOMIC_BLOCKS, n)), None))
+            out.append(("_mse_atomic_kernel", cdiv(n, MSE_plans._pick(MSE_plans.ATOMIC_BLOCKS, n)), None))
             out.append(("_mse_finish_kernel", 1, None))
         else:
-            grid = max(1, min(ASCEND_910B.compute_units, cdiv(n, MSE._pick(MSE.ASCEND_PERSISTENT_BLOCKS, n))))
+            grid = max(
+                1, min(ASCEND_910B.compute_units, cdiv(n, MSE_plans._pick(MSE_plans.ASCEND_PERSISTENT_BLOCKS, n)))
+            )
             out.append(("_mse_persistent_kernel", grid, None))
             if grid > 1:
                 out.append(("_mse_finish_kernel", 1, None))
@@ -56,10 +58,10 @@ def _before(case) -> list[tuple[str, int, int | None]]:
         sk, sq = shape[-1], shape[-2]
         heads = shape[1] if len(shape) == 4 else 1
         n_rows = numel(shape) // sk
-        rows, block_n, _, single = SMX._plan("ascend", sk)
+        rows, block_n, _, single = SMX_plans._plan("ascend", sk)
         has_mask = case.variant == "masked" and p.get("mask", "none") != "none"
-        fwd = SMX._fwd_footprint(rows, block_n, case.dtype, has_mask, not single).bytes
-        bwd = SMX._bwd_footprint(rows, block_n, case.dtype, not single).bytes
+        fwd = SMX_plans._fwd_footprint(rows, block_n, case.dtype, has_mask, not single).bytes
+        bwd = SMX_plans._bwd_footprint(rows, block_n, case.dtype, not single).bytes
         if single:
             out.append(("_softmax_fwd_kernel", n_rows // (sq * heads) * heads * cdiv(sq, rows), fwd))
             if p["direction"] == "bwd":
@@ -73,7 +75,7 @@ def _before(case) -> list[tuple[str, int, int | None]]:
         m, n = math.prod(shape[:-1]), p["n"]
         if case.variant == "rstd_prepass":
             out.append(("_rstd_kernel", cdiv(m, 4), None))
-        fp = FRM._matmul_footprint(
+        fp = FRM_plans.matmul_footprint(
             128, 256, 64, case.dtype, case.variant == "prologue_gamma", case.variant == "rstd_prepass", bool(p["bias"])
         ).bytes
         out.append(("_fused_rmsnorm_matmul_kernel", cdiv(m, 128) * cdiv(n, 256), fp))

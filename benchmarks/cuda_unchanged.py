@@ -1,12 +1,13 @@
 """Does the CUDA code of this checkout compile to the same PTX as an earlier commit's, launch for launch?
 
-    python benchmarks/cuda_unchanged.py [REF] [--capability 90]     # REF: a commit before the change
+    python benchmarks/cuda_unchanged.py [REF] [--capability 90] [--kernels NAME,...]  # REF: a commit before the change
 
 For every distinct NVIDIA launch the plan functions produce over every spec case (the compile check's
 list), compile this checkout's kernel and REF's kernel of the same name with the same argument types,
 constexprs, warps and stages, and compare the PTX with line information and comments stripped. Identical
 PTX means identical machine code, so the timing of the CUDA path cannot have changed. No GPU needed.
-REF's kernels are compiled in a subprocess from a ``git archive`` of REF.
+REF's kernels are compiled in a subprocess from a ``git archive`` of REF. A kernel is looked up by its module,
+else in the nearest package above it that has it: REF may hold a kernel package's code as one module.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tarfile
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if "--worker" not in sys.argv:  # the worker imports REF's kernels from PYTHONPATH instead
@@ -39,10 +41,24 @@ def normalized_ptx(ptx: str) -> str:
     return "\n".join(keep)
 
 
-def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
-    """job id -> sha256 of normalized PTX (or 'ERROR ...'), for the ``kernels`` package on sys.path."""
+def kernel_function(module: str, name: str) -> Any:
+    """``module.name``, or ``name`` of the nearest enclosing package that has it."""
     import importlib
 
+    parts = module.split(".")
+    while parts:
+        try:
+            found = importlib.import_module(".".join(parts))
+        except ImportError:
+            found = None
+        if found is not None and hasattr(found, name):
+            return getattr(found, name)
+        parts.pop()
+    raise AttributeError(f"no {name} in {module} or a package above it")
+
+
+def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
+    """job id -> sha256 of normalized PTX (or 'ERROR ...'), for the ``kernels`` package on sys.path."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -50,7 +66,7 @@ def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
 
     out = {}
     for job in jobs:
-        fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+        fn = kernel_function(job["module"], job["kernel"])
         const = {
             k: tl.dtype(v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
             for k, v in job["constexprs"].items()
@@ -72,6 +88,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("ref", nargs="?", default="81e0aca")
     parser.add_argument("--capability", type=int, default=90)
+    parser.add_argument("--kernels", default="", help="comma-separated spec names (default: every kernel)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -83,7 +100,7 @@ def main() -> int:
     from collector.compile_check import enumerate_jobs
 
     target = "cuda-sm80" if args.capability == 80 else "cuda-sm90"
-    found, steps = enumerate_jobs([target])
+    found, steps = enumerate_jobs([target], tuple(k for k in args.kernels.split(",") if k))
     jobs = []
     for i, job in enumerate(found):
         step = steps[job]

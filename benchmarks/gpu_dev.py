@@ -29,13 +29,9 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # What shipped, launched by the studies below with their own configurations (jit kernels resolve these globals).
-from kernels.fused_rmsnorm_matmul import (
-    _decode_splitk_kernel,
-    _gemm_tile_ids,
-    _rms_gemm_tma_kernel,
-    _rstd_kernel,
-)
-from kernels.scaled_masked_softmax import _softmax_fwd_heads_kernel
+from kernels.fused_rmsnorm_matmul.kernel import _decode_splitk_kernel, _rms_gemm_tma_kernel, _rstd_kernel
+from kernels.norm_gemm import gemm_tile_ids
+from kernels.scaled_masked_softmax.kernel import _softmax_fwd_heads_kernel
 
 RESULTS: list[dict] = []
 FLUSH: torch.Tensor | None = None
@@ -138,7 +134,7 @@ def softmax_heads(x, mask_u8, scale, rows, warps, stages):
 
 
 def study_softmax(dtypes: tuple[str, ...]) -> None:
-    from kernels.scaled_masked_softmax import scaled_masked_softmax_forward
+    from kernels.scaled_masked_softmax.api import scaled_masked_softmax_forward
 
     peak = PEAKS["copy_gbps"]
     shapes = ((32, 16, 512, 512), (32, 16, 1024, 1024), (32, 16, 2048, 2048), (8, 16, 4096, 4096))
@@ -211,7 +207,7 @@ def _rms_gemm_inloop_kernel(
     num_pid_n = tl.cdiv(N, BN)
     tile_c = start - NUM_SMS
     for tile in tl.range(start, num_pid_m * num_pid_n, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n = _gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         ss = tl.zeros((BM, BK), dtype=tl.float32)
         for ki in range(tl.cdiv(K, BK)):
@@ -221,7 +217,7 @@ def _rms_gemm_inloop_kernel(
             ss += af * af
             acc = tl.dot(a, b.T, acc)
         tile_c += NUM_SMS
-        pid_m, pid_n = _gemm_tile_ids(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile_c, num_pid_m, num_pid_n, GROUP_M)
         acc = acc * (1.0 / tl.sqrt(tl.sum(ss, axis=1) / K + eps))[:, None]
         c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
 
@@ -326,7 +322,7 @@ def _rms_gemm_twice_kernel(
     num_tiles = num_pid_m * num_pid_n
     tile_id_c = start - NUM_SMS
     for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = _gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
         rows = pid_m * BM + tl.arange(0, BM)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         ss = tl.zeros((BM, SS_COLS), dtype=tl.float32)
@@ -344,7 +340,7 @@ def _rms_gemm_twice_kernel(
                 ss += xs * xs
             acc = tl.dot(a, b.T, acc)
         tile_id_c += NUM_SMS
-        pid_m, pid_n = _gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=1) / K + eps)
         c_desc.store([pid_m * BM, pid_n * BN], (acc * rstd[:, None]).to(c_desc.dtype))
 
@@ -431,14 +427,14 @@ def _rms_gemm_phase_kernel(
     num_tiles = num_pid_m * num_pid_n
     tile_id_c = start - NUM_SMS
     for tile_id in tl.range(start, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = _gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for ki in range(k_tiles):
             a = a_desc.load([pid_m * BM, ki * BK])
             b = b_desc.load([pid_n * BN, ki * BK])
             acc = tl.dot(a, b.T, acc)
         tile_id_c += NUM_SMS
-        pid_m, pid_n = _gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = gemm_tile_ids(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         rows = pid_m * BM + tl.arange(0, BM)
         ok = rows < M
         tags = tl.atomic_add(tag_ptr + rows, 0, mask=ok, sem="acquire")
@@ -664,7 +660,7 @@ def rms_splitk_tma(x, w, cfg):
 
 
 def study_rmsnorm(dtypes: tuple[str, ...], which: str) -> None:
-    from kernels.fused_rmsnorm_matmul import fused_rmsnorm_matmul_forward
+    from kernels.fused_rmsnorm_matmul.api import fused_rmsnorm_matmul_forward
 
     shapes = [(1024, 8192, 4096), (4096, 4096, 4096)] if which == "rmsnorm" else [(16, 8192, 8192)]
     for dname in dtypes:
@@ -976,7 +972,7 @@ def study_rmsnorm3(dtypes: tuple[str, ...]) -> None:
 # =============================================================================================
 def study_percall() -> None:
     from kernels import mse_loss as kw_mse
-    from kernels.mse_loss import mse_loss_forward
+    from kernels.mse_loss.api import mse_loss_forward
 
     for n in (4096, 1 << 20):
         for dname, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
@@ -1004,11 +1000,11 @@ def _noop_kernel(x_ptr):
 
 def study_percall2() -> None:
     """Where the host time of one MSELoss call goes (interleaved, best of several rounds)."""
-    km = (
-        sys.modules["kernels.mse_loss"]
-        if "kernels.mse_loss" in sys.modules
-        else __import__("importlib").import_module("kernels.mse_loss")
-    )
+    import importlib
+
+    km_api = importlib.import_module("kernels.mse_loss.api")
+    km_plans = importlib.import_module("kernels.mse_loss.plans")
+    km_kernel = importlib.import_module("kernels.mse_loss.kernel")
 
     out = torch.empty((), device="cuda")
     for n in (4096, 1 << 20):
@@ -1016,19 +1012,19 @@ def study_percall2() -> None:
         y = torch.randn(n, device="cuda")
         from kernels.device import describe
 
-        step = km._forward_plan(n, "mean", "persistent", "fp32", describe(x.device))[0]
+        step = km_plans.forward_plan(n, "mean", "persistent", "fp32", describe(x.device))[0]
         grid, block, warps = step.grid[0], step.constexprs["BLOCK"], step.num_warps
         candidates = {
             "F.mse_loss": lambda: torch.nn.functional.mse_loss(x, y),
-            "kernels.mse_loss": lambda: km.mse_loss(x, y),
-            "mse_loss_forward": lambda: km.mse_loss_forward(x, y, "mean", "persistent"),
+            "kernels.mse_loss": lambda: km_api.mse_loss(x, y),
+            "mse_loss_forward": lambda: km_api.mse_loss_forward(x, y, "mean", "persistent"),
             "torch.empty(())": lambda: torch.empty((), device="cuda"),
             "noop triton launch (1 arg)": lambda: _noop_kernel[(1,)](x),
-            "plan lookup": lambda: km._forward_plan(n, "mean", "persistent", "fp32", describe(x.device)),
+            "plan lookup": lambda: km_plans.forward_plan(n, "mean", "persistent", "fp32", describe(x.device)),
             "x.is_contiguous()+view": lambda: x.view(-1) if x.is_contiguous() else None,
         }
         if grid == 1:
-            candidates["raw persistent launch (single)"] = lambda: km._mse_persistent_kernel[(1,)](
+            candidates["raw persistent launch (single)"] = lambda: km_kernel._mse_persistent_kernel[(1,)](
                 x,
                 y,
                 out,

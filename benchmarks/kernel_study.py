@@ -195,21 +195,24 @@ def _causal_persistent(
 
 
 def study_causal() -> None:
-    smx = importlib.import_module("kernels.scaled_masked_softmax")
+    smx_api = importlib.import_module("kernels.scaled_masked_softmax.api")
+    smx_kernel = importlib.import_module("kernels.scaled_masked_softmax.kernel")
+    smx_plans = importlib.import_module("kernels.scaled_masked_softmax.plans")
+    smx_spec = importlib.import_module("kernels.scaled_masked_softmax.spec")
 
     dev = DEV
     for shape in ((4, 64, 64), (2, 128, 128)) if SMOKE else ((512, 512, 512), (512, 2048, 2048)):
         b, sq, _ = shape
         n = b * sq * sq
-        kept = smx.causal_kept(shape)
+        kept = smx_spec.causal_kept(shape)
         for dtype in (torch.float16, torch.bfloat16):
             name = f"{list(shape)} {str(dtype)[6:]}"
             size = 2
-            tol = smx.TOLERANCES["fp16" if dtype == torch.float16 else "bf16"]
+            tol = smx_spec.TOLERANCES["fp16" if dtype == torch.float16 else "bf16"]
             x = torch.randn(shape, device=dev, dtype=torch.float32).mul_(4.0).to(dtype)
             n_rows = b * sq
             sl = min(b, max(1, (1 << 23) // (sq * sq)))  # whole matrices checked against float64
-            ref = smx.reference_forward(x[:sl], None, 0.125, causal=True).to(dev)
+            ref = smx_spec.reference_forward(x[:sl], None, 0.125, causal=True).to(dev)
 
             def check_with(run):
                 def c() -> float:
@@ -222,7 +225,7 @@ def study_causal() -> None:
 
             full = pct((2 * n) * size)
             causal_floor = pct((kept + n) * size)
-            shipped = poisoned(lambda: smx.scaled_upper_triang_masked_softmax_forward(x, 0.125))
+            shipped = poisoned(lambda: smx_api.scaled_upper_triang_masked_softmax_forward(x, 0.125))
 
             def check_shipped() -> float:
                 y = shipped()
@@ -233,18 +236,18 @@ def study_causal() -> None:
                 "causal",
                 name,
                 "shipped",
-                lambda: smx.scaled_upper_triang_masked_softmax_forward(x, 0.125),
+                lambda: smx_api.scaled_upper_triang_masked_softmax_forward(x, 0.125),
                 check_shipped,
                 causal_floor,
             )
             if dtype != torch.float16:
                 continue
-            old_rows, old_block, old_warps, _ = smx._plan("nvidia", sq)
+            old_rows, old_block, old_warps, _ = smx_plans._plan("nvidia", sq)
             y = torch.empty_like(x)
 
             def old(y=y, rows=old_rows, block=old_block, warps=old_warps):
                 _old_causal_fwd[(triton.cdiv(n_rows, rows),)](
-                    x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, num_warps=warps
+                    x, y, n_rows, sq, 0.125 * smx_api.LOG2E, ROWS=rows, BLOCK_N=block, num_warps=warps
                 )
                 return y
 
@@ -275,7 +278,7 @@ def study_causal() -> None:
                 tried.add((rows, warps))
 
                 def cand(y=y, rows=rows, warps=warps):
-                    smx._softmax_fwd_kernel[(b * triton.cdiv(sq, rows),)](
+                    smx_kernel._softmax_fwd_kernel[(b * triton.cdiv(sq, rows),)](
                         x,
                         x,
                         y,
@@ -285,7 +288,7 @@ def study_causal() -> None:
                         1,
                         0,
                         sq,
-                        0.125 * smx.LOG2E,
+                        0.125 * smx_api.LOG2E,
                         ROWS=rows,
                         BLOCK_N=block,
                         HAS_MASK=False,
@@ -315,7 +318,7 @@ def study_causal() -> None:
 
                 def per(y=y, rows=rows, warps=warps, waves=waves, cs=cs):
                     _causal_persistent[(sms * waves,)](
-                        x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, STORE_CS=cs, num_warps=warps
+                        x, y, n_rows, sq, 0.125 * smx_api.LOG2E, ROWS=rows, BLOCK_N=block, STORE_CS=cs, num_warps=warps
                     )
                     return y
 
@@ -333,7 +336,7 @@ def study_causal() -> None:
 
                 def blk(y=y, rows=rows, chunk=chunk, warps=warps):
                     _causal_fwd_blocks[(triton.cdiv(n_rows, rows),)](
-                        x, y, n_rows, sq, 0.125 * smx.LOG2E, ROWS=rows, BLOCK_N=block, CHUNK=chunk, num_warps=warps
+                        x, y, n_rows, sq, 0.125 * smx_api.LOG2E, ROWS=rows, BLOCK_N=block, CHUNK=chunk, num_warps=warps
                     )
                     return y
 
@@ -346,13 +349,15 @@ def study_causal() -> None:
                     causal_floor,
                 )
             # backward: the shipped causal path (lower triangles only) against the full-row one
-            yv = smx.scaled_upper_triang_masked_softmax_forward(x, 0.125)
+            yv = smx_api.scaled_upper_triang_masked_softmax_forward(x, 0.125)
             dy = torch.randn(shape, device=dev, dtype=torch.float32).to(dtype)
-            ref_b = smx.reference_backward(smx.reference_forward(x[:sl], None, 0.125, True), dy[:sl], 0.125).to(dev)
+            ref_b = smx_spec.reference_backward(
+                smx_spec.reference_forward(x[:sl], None, 0.125, True), dy[:sl], 0.125
+            ).to(dev)
 
             def check_b(causal: bool):
                 def c() -> float:
-                    dx = poisoned(lambda: smx.softmax_backward(yv, dy, 0.125, causal))()
+                    dx = poisoned(lambda: smx_api.softmax_backward(yv, dy, 0.125, causal))()
                     nan_free(dx)
                     return budget(dx[:sl], ref_b, tol.rtol, tol.atol)
 
@@ -363,7 +368,7 @@ def study_causal() -> None:
                 "causal",
                 name + " bwd",
                 "shipped causal",
-                lambda: smx.softmax_backward(yv, dy, 0.125, True),
+                lambda: smx_api.softmax_backward(yv, dy, 0.125, True),
                 check_b(True),
                 bwd_floor,
             )
@@ -371,7 +376,7 @@ def study_causal() -> None:
                 "causal",
                 name + " bwd",
                 "full rows (old)",
-                lambda: smx.softmax_backward(yv, dy, 0.125, False),
+                lambda: smx_api.softmax_backward(yv, dy, 0.125, False),
                 check_b(False),
                 bwd_floor,
             )
@@ -417,24 +422,26 @@ def _heads_prefetch(
 
 
 def study_masked() -> None:
-    smx = importlib.import_module("kernels.scaled_masked_softmax")
+    smx_api = importlib.import_module("kernels.scaled_masked_softmax.api")
+    smx_kernel = importlib.import_module("kernels.scaled_masked_softmax.kernel")
+    smx_spec = importlib.import_module("kernels.scaled_masked_softmax.spec")
 
     dev = DEV
-    for shape in ((2, 3, 16, 16), (1, 2, 8, 64)) if SMOKE else smx.PERF_SHAPES:
+    for shape in ((2, 3, 16, 16), (1, 2, 8, 64)) if SMOKE else smx_spec.PERF_SHAPES:
         b, h, sq, sk = shape
         n = b * h * sq * sk
         dtype = torch.float16
-        tol = smx.TOLERANCES["fp16"]
+        tol = smx_spec.TOLERANCES["fp16"]
         name = f"{list(shape)} fp16"
         x = torch.randn(shape, device=dev, dtype=torch.float32).mul_(4.0).to(dtype)
         mask = torch.rand((b, 1, sq, sk), device=dev) < 0.1
         m8 = mask.view(torch.uint8)
         sl = max(1, min(b, (1 << 23) // (h * sq * sk)))
-        ref = smx.reference_forward(x[:sl], mask[:sl], 0.125).to(dev)
+        ref = smx_spec.reference_forward(x[:sl], mask[:sl], 0.125).to(dev)
         floor = pct(2 * n * 2 + b * sq * sk)
         y = torch.empty_like(x)
         n_rows = b * h * sq
-        s2 = 0.125 * smx.LOG2E
+        s2 = 0.125 * smx_api.LOG2E
 
         def check_with(run):
             def c() -> float:
@@ -445,7 +452,7 @@ def study_masked() -> None:
 
             return c
 
-        shipped = poisoned(lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125))
+        shipped = poisoned(lambda: smx_api.scaled_masked_softmax_forward(x, mask, 0.125))
 
         def check_shipped() -> float:
             out = shipped()
@@ -453,7 +460,12 @@ def study_masked() -> None:
             return budget(out[:sl], ref, tol.rtol, tol.atol)
 
         record(
-            "masked", name, "shipped", lambda: smx.scaled_masked_softmax_forward(x, mask, 0.125), check_shipped, floor
+            "masked",
+            name,
+            "shipped",
+            lambda: smx_api.scaled_masked_softmax_forward(x, mask, 0.125),
+            check_shipped,
+            floor,
         )
         block = triton.next_power_of_2(sk)
         heads = [
@@ -464,7 +476,7 @@ def study_masked() -> None:
         for rows, warps in heads:
 
             def hk(rows=rows, warps=warps):
-                smx._softmax_fwd_heads_kernel[(b * triton.cdiv(sq, rows),)](
+                smx_kernel._softmax_fwd_heads_kernel[(b * triton.cdiv(sq, rows),)](
                     x,
                     m8,
                     y,
@@ -507,7 +519,7 @@ def study_masked() -> None:
                 continue
 
             def rk(rows=rows, warps=warps):
-                smx._softmax_fwd_kernel[(b * h * triton.cdiv(sq, rows),)](
+                smx_kernel._softmax_fwd_kernel[(b * h * triton.cdiv(sq, rows),)](
                     x,
                     m8,
                     y,
@@ -594,7 +606,10 @@ def _gemm_pdl_kernel(
 def study_gemm() -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    frm = importlib.import_module("kernels.fused_rmsnorm_matmul")
+    frm_api = importlib.import_module("kernels.fused_rmsnorm_matmul.api")
+    frm_kernel = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
+    frm_plans = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
+    frm_spec = importlib.import_module("kernels.fused_rmsnorm_matmul.spec")
 
     dev = DEV
     sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
@@ -604,7 +619,7 @@ def study_gemm() -> None:
         for dtype in (torch.float16, torch.bfloat16):
             dname = "fp16" if dtype == torch.float16 else "bf16"
             name = f"[{m},{k}]->{n} {dname}"
-            tol = frm.tolerance(dname, k)
+            tol = frm_spec.tolerance(dname, k)
             gen = torch.Generator(device=dev).manual_seed(m + n)
             x = (torch.randn((m, k), device=dev, generator=gen) * 2).to(dtype)
             w = (torch.randn((n, k), device=dev, generator=gen) / math.sqrt(k)).to(dtype)
@@ -625,19 +640,19 @@ def study_gemm() -> None:
 
                 return c
 
-            shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
+            shipped = lambda: frm_api.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
             record("gemm", name, "shipped", shipped, check_fn(poisoned(shipped)), ratio)
-            if not SMOKE and not frm.HOPPER_PDL:  # the launcher's own PDL path (plan flag flipped for this row)
-                frm.HOPPER_PDL = True
-                frm._forward_plan.cache_clear()
+            if not SMOKE and not frm_plans.HOPPER_PDL:  # the launcher's own PDL path (plan flag flipped for this row)
+                frm_plans.HOPPER_PDL = True
+                frm_plans.forward_plan.cache_clear()
                 try:
                     record("gemm", name, "shipped with HOPPER_PDL", shipped, check_fn(poisoned(shipped)), ratio)
                 finally:
-                    frm.HOPPER_PDL = False
-                    frm._forward_plan.cache_clear()
+                    frm_plans.HOPPER_PDL = False
+                    frm_plans.forward_plan.cache_clear()
             if dname == "bf16" and (m, k) == (4096, 4096):
                 continue
-            wf = frm.FOLDED.get(w, g)
+            wf = frm_api.FOLDED.get(w, g)
             rstd = torch.empty(m, device=dev, dtype=torch.float32)
             block_k = min(triton.next_power_of_2(k), 8192)
             for bm, bn, bk, stages, warps, group, pdl in (
@@ -673,7 +688,7 @@ def study_gemm() -> None:
                             x, rstd, m, k, x.stride(0), 1, 1e-6, BLOCK_K=block_k, num_warps=8 if block_k >= 8192 else 4
                         )
                     else:
-                        frm._rstd_kernel[(m,)](
+                        frm_kernel._rstd_kernel[(m,)](
                             x,
                             rstd,
                             m,
@@ -719,12 +734,12 @@ def study_gemm() -> None:
                         "gemm",
                         name,
                         f"prepass alone 1 row w{warps}",
-                        lambda w_=warps: frm._rstd_kernel[(m,)](
+                        lambda w_=warps: frm_kernel._rstd_kernel[(m,)](
                             x, rstd, m, k, x.stride(0), 1, 1e-6, ROWS=1, BLOCK_K=block_k, num_warps=w_
                         ),
                         derive=pct(m * k * 2, "peak_read_gbps"),
                     )
-            frm.FOLDED.clear()
+            frm_api.FOLDED.clear()
             empty_cache()
 
 
@@ -792,14 +807,16 @@ def _decode_swap_kernel(
 def study_decode() -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    frm = importlib.import_module("kernels.fused_rmsnorm_matmul")
+    frm_api = importlib.import_module("kernels.fused_rmsnorm_matmul.api")
+    frm_kernel = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
+    frm_spec = importlib.import_module("kernels.fused_rmsnorm_matmul.spec")
 
     dev = DEV
     m, k, n = (4, 256, 128) if SMOKE else (16, 8192, 8192)
     for dtype in (torch.float16, torch.bfloat16):
         dname = "fp16" if dtype == torch.float16 else "bf16"
         name = f"decode [16,8192]->8192 {dname}"
-        tol = frm.tolerance(dname, k)
+        tol = frm_spec.tolerance(dname, k)
         x = (torch.randn((m, k), device=dev) * 2).to(dtype)
         w = (torch.randn((n, k), device=dev) / math.sqrt(k)).to(dtype)
         g = (1 + 0.5 * torch.rand(k, device=dev)).to(dtype)
@@ -824,7 +841,7 @@ def study_decode() -> None:
 
             return c
 
-        shipped = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
+        shipped = lambda: frm_api.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6)
         record("decode", name, "shipped fold_gamma", shipped, check_fn(poisoned(shipped)), derive, calls=True)
         record(
             "decode",
@@ -834,11 +851,11 @@ def study_decode() -> None:
             derive=derive,
             calls=True,
         )
-        pre = lambda: frm.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "rstd_prepass")
+        pre = lambda: frm_api.fused_rmsnorm_matmul_forward(x, w, g, None, 1e-6, "rstd_prepass")
         record("decode", name, "shipped rstd_prepass", pre, check_fn(poisoned(pre)), derive, calls=True)
         if dname == "bf16" or SMOKE:  # the candidates' TMA weight needs the GPU
             continue
-        wf = frm.FOLDED.get(w, g)
+        wf = frm_api.FOLDED.get(w, g)
         for bn, bk, splits, stages, warps in (
             (128, 128, 2, 4, 4),
             (128, 128, 2, 3, 4),
@@ -850,7 +867,7 @@ def study_decode() -> None:
         ):
             blocks = triton.cdiv(n, bn)
             part_floats = blocks * splits * 16 * bn
-            scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
+            scratch, counts = frm_api.DECODE_SCRATCH.buffers(dev, part_floats + blocks * splits * 16, blocks)
             parts, sums = scratch[:part_floats], scratch[part_floats : part_floats + blocks * splits * 16]
             desc = TensorDescriptor.from_tensor(wf, [bn, bk])
             y = torch.empty((m, n), device=dev, dtype=dtype)
@@ -868,7 +885,7 @@ def study_decode() -> None:
                 counts=counts,
                 blocks=blocks,
             ):
-                frm._decode_splitk_kernel[(blocks, splits)](
+                frm_kernel._decode_splitk_kernel[(blocks, splits)](
                     x,
                     desc,
                     parts,
@@ -915,7 +932,7 @@ def study_decode() -> None:
         ):
             blocks = triton.cdiv(n, bn)
             part_floats = blocks * splits * 16 * bn
-            scratch, counts = frm._decode_scratch(dev, part_floats + blocks * splits * 16, blocks)
+            scratch, counts = frm_api.DECODE_SCRATCH.buffers(dev, part_floats + blocks * splits * 16, blocks)
             parts, sums = scratch[:part_floats], scratch[part_floats : part_floats + blocks * splits * 16]
             desc = TensorDescriptor.from_tensor(wf, [bn, bk])
             y = torch.empty((m, n), device=dev, dtype=dtype)
@@ -962,7 +979,7 @@ def study_decode() -> None:
                 check_fn(lambda y=y, run=swap: (y.fill_(float("nan")), run())[-1]),
                 derive,
             )
-        frm.FOLDED.clear()
+        frm_api.FOLDED.clear()
 
 
 SECTIONS = {"causal": study_causal, "decode": study_decode, "gemm": study_gemm, "masked": study_masked}

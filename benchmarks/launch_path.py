@@ -62,7 +62,7 @@ def cases() -> list[tuple[str, Callable, Callable, Callable, float]]:
     import torch.nn.functional as F
 
     import kernels
-    from kernels.scaled_masked_softmax import reference_forward
+    from kernels.scaled_masked_softmax.spec import reference_forward
 
     def randn(seed: int, *shape: int, dtype=torch.float32) -> torch.Tensor:
         g = torch.Generator(device=DEVICE).manual_seed(seed)

@@ -3,7 +3,7 @@
     python benchmarks/mse_loss_tune.py            # on a CUDA machine
 
 Timing is the collector's (device events, L2 flushed between repetitions, median). The chosen
-configuration goes into ``kernels/mse_loss.py`` (CUDA_PERSISTENT); the table into kernels/NOTES.md.
+configuration goes into ``kernels/mse_loss/plans.py`` (CUDA_PERSISTENT); the table into kernels/NOTES.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import triton
 
 from collector.backends import Backend
 
-m = importlib.import_module("kernels.mse_loss")
+m_api = importlib.import_module("kernels.mse_loss.api")
+m_kernel = importlib.import_module("kernels.mse_loss.kernel")
 
 
 CONFIGS = [tuple(int(v) for v in c.split(",")) for c in sys.argv[1:]]  # e.g. 8192,8,4 to time just these
@@ -43,7 +44,7 @@ def sweep(backend: Backend, n: int, dtype: torch.dtype, peak_gbps: float) -> lis
         counter = torch.zeros(1, dtype=torch.int32, device=backend.device)
 
         def run() -> None:
-            m._mse_persistent_kernel[(grid,)](
+            m_kernel._mse_persistent_kernel[(grid,)](
                 x,
                 y,
                 partials,
@@ -91,7 +92,7 @@ def main() -> None:
     for n in (4096, 1_048_576):
         x = torch.randn(n, device=backend.device)
         y = torch.randn(n, device=backend.device)
-        t_k = median_ms(backend, lambda: m.mse_loss_forward(x, y, "mean"))
+        t_k = median_ms(backend, lambda: m_api.mse_loss_forward(x, y, "mean"))
         t_e = median_ms(backend, lambda: torch.nn.functional.mse_loss(x, y))
         print(f"N={n} fp32 mean: kernel {t_k * 1e3:.1f} us, eager {t_e * 1e3:.1f} us")
 

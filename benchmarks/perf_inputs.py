@@ -52,7 +52,7 @@ def count_on_cpu() -> None:
         count, copied, cases = HostBytes(), 0, 0
         for case in spec.perf_cases():
             if name == "scaled_masked_softmax" and math.prod(case.p["shape"]) > 1 << 24:
-                continue  # already drawn on the device (kernels/scaled_masked_softmax.py, `big`)
+                continue  # already drawn on the device (kernels/scaled_masked_softmax/spec.py, `big`)
             cases += 1
             with FakeTensorMode(allow_non_fake_inputs=True), count:
                 copied += _tensor_bytes(spec.make_inputs(case, torch.device("cpu"), 0))

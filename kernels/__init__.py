@@ -5,9 +5,11 @@ tensors live on (CUDA, Ascend NPU, or the CPU through ``TRITON_INTERPRET=1``). I
 torch either: the public names below load their module on first use, so ``kernels.names`` (what the
 database, gate and dashboard share with the kernels) is torch-free.
 
-A kernel is one module with a ``SPEC`` (:class:`~kernels.spec.KernelSpec`): :func:`discover` finds it, and
-the names its spec lists in ``public`` (``mse_loss``, ``FusedRMSLinear``, ...) are this package's: adding a
-kernel edits nothing here.
+A kernel is a module or a package with a ``SPEC`` (:class:`~kernels.spec.KernelSpec`): :func:`discover` finds
+it, and the names its spec lists in ``public`` (``mse_loss``, ``FusedRMSLinear``, ...) are this package's:
+adding a kernel edits nothing here. This project's kernels are packages (``kernel.py``, ``plans.py``, ``api.py``,
+``spec.py``) whose ``__init__`` exports ``SPEC`` and those names; modules here without a ``SPEC`` (``norm_gemm``,
+``plan``, ...) are what they share.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def _exports(module: types.ModuleType) -> tuple[str, ...]:
 
 
 class _Package(types.ModuleType):
-    """Importing ``kernels.mse_loss`` binds the submodule on the package under the name of its public
-    function; the function keeps the name (``kernels.mse_loss(x, y)``), as an eager import would leave it."""
+    """Importing ``kernels.mse_loss`` binds the subpackage on the package under the name of its public
+    function; the function keeps the name (``kernels.mse_loss(x, y)``), as an eager import would leave it. Its
+    modules are reached through ``from kernels.mse_loss.plans import ...`` or ``importlib.import_module``."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, types.ModuleType) and name in _exports(value):

@@ -1,7 +1,7 @@
 """How a kernel describes itself to the collector: cases, tolerances, targets, bytes, FLOPs.
 
-A kernel module exposes ``SPEC = KernelSpec(...)``. The collector discovers every module in
-this package that has one; adding a kernel is adding a module.
+A kernel package (or module) exposes ``SPEC = KernelSpec(...)``. The collector discovers every module and
+package in this package that has one; adding a kernel is adding a package.
 """
 
 from __future__ import annotations

@@ -64,9 +64,10 @@ def _modules() -> dict[str, str]:
     [
         (None, {}),
         ("README.md", {}),  # documentation moves no number
-        ("kernels/mse_loss.py", {"mse_loss": ["kernels/mse_loss.py"]}),
-        # the LayerNorm kernel imports the RMSNorm one: a change there runs both
-        ("kernels/fused_rmsnorm_matmul.py", {k: ["kernels/fused_rmsnorm_matmul.py"] for k in KERNELS[:2]}),
+        ("kernels/mse_loss/kernel.py", {"mse_loss": ["kernels/mse_loss/kernel.py"]}),
+        ("kernels/fused_rmsnorm_matmul/plans.py", {"fused_rmsnorm_matmul": ["kernels/fused_rmsnorm_matmul/plans.py"]}),
+        # both fused kernels are built on the shared norm + GEMM module: a change there runs both
+        ("kernels/norm_gemm.py", {k: ["kernels/norm_gemm.py"] for k in KERNELS[:2]}),
         ("kernels/plan.py", {k: ["kernels/plan.py"] for k in KERNELS}),  # every kernel plans through it
         ("collector/backends.py", {k: ["collector/backends.py"] for k in KERNELS}),  # how every kernel is timed
         ("pyproject.toml", {k: ["pyproject.toml"] for k in KERNELS}),
@@ -87,10 +88,13 @@ def test_which_kernels_run_and_which_are_skipped(clean: Path, planted: str | Non
 
 def test_the_sources_of_a_kernel_follow_its_imports_and_no_further() -> None:
     mse = sources(["kernels.mse_loss"])
-    assert {"kernels/mse_loss.py", "kernels/plan.py", "kernels/spec.py", "kernels/__init__.py"} <= mse
+    package = {f"kernels/mse_loss/{m}.py" for m in ("__init__", "kernel", "plans", "api", "spec")}
+    assert package | {"kernels/plan.py", "kernels/spec.py", "kernels/__init__.py"} <= mse
     assert not any(f.startswith("collector/") for f in mse)
-    assert "kernels/fused_rmsnorm_matmul.py" in sources(["kernels.fused_layernorm_matmul"])
-    assert "kernels/fused_layernorm_matmul.py" not in sources(["kernels.fused_rmsnorm_matmul"])
+    layernorm, rmsnorm = sources(["kernels.fused_layernorm_matmul"]), sources(["kernels.fused_rmsnorm_matmul"])
+    assert "kernels/norm_gemm.py" in layernorm and "kernels/norm_gemm.py" in rmsnorm
+    assert not any(f.startswith("kernels/fused_rmsnorm_matmul/") for f in layernorm)
+    assert not any(f.startswith("kernels/fused_layernorm_matmul/") for f in rmsnorm)
 
 
 @pytest.mark.parametrize(

@@ -295,7 +295,7 @@ def test_dispatcher_refuses_duplicates_and_reports_missing() -> None:
 
 @pytest.mark.slow
 def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, cli) -> None:
-    from kernels.mse_loss import SPEC
+    from kernels.mse_loss.spec import SPEC
 
     out = tmp_path / "mse.json"
     result = cli.invoke(
@@ -354,7 +354,7 @@ def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Pa
     """A/A on the CPU interpreter: two collector runs of the same code draw the same inputs (seeds from the
     case keys, whatever --seed says), so every budget is bit-identical and the gate passes."""
     from collector.accuracy import case_seed
-    from kernels.fused_rmsnorm_matmul import SPEC
+    from kernels.fused_rmsnorm_matmul.spec import SPEC
 
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     assert _collect_aa(cli, first, "--seed", "1").exit_code == 0

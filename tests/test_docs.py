@@ -38,6 +38,9 @@ def _tracked(*patterns: str) -> list[Path]:
 
 
 def _is_kernel(path: Path) -> bool:
+    """A module that defines SPEC, or a package one of whose modules does."""
+    if path.is_dir():
+        return any(_is_kernel(module) for module in path.glob("*.py"))
     return path.suffix == ".py" and re.search(r"^SPEC = KernelSpec\(", path.read_text(), re.M) is not None
 
 
@@ -54,7 +57,7 @@ def test_the_readme_layout_names_every_module_and_folder_of_every_package() -> N
         }
         present |= {f"{p.name}/" for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
         if package == "kernels":  # a kernel module (one that defines SPEC) is found by discovery: adding one
-            present = {n for n in present if not _is_kernel(folder / n)}  # touches no other file
+            present = {n for n in present if not _is_kernel(folder / n.rstrip("/"))}  # touches no other file
         missing = present - listed
         assert not missing, f"README layout of {package}/ lacks {sorted(missing)}"
         gone = {n for n in listed if n.endswith(".py") and not (folder / n).exists()}

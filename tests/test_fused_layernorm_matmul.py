@@ -12,16 +12,14 @@ import torch
 
 from collector.accuracy import compare
 from kernels.device import simulated
-from kernels.fused_layernorm_matmul import (
+from kernels.fused_layernorm_matmul.api import (
     PREPARED,
-    SPEC,
-    VARIANTS,
     FusedLayerNormLinear,
     FusedLayerNormMatmulFunction,
     fused_layernorm_matmul,
-    plan_forward,
-    tolerance,
 )
+from kernels.fused_layernorm_matmul.plans import VARIANTS, plan_forward
+from kernels.fused_layernorm_matmul.spec import SPEC, tolerance
 from kernels.plan import ASCEND_910B, NVIDIA_A100, NVIDIA_H200, Autotuned, recording
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]

@@ -13,15 +13,10 @@ import triton
 import triton.language as tl
 
 from collector.accuracy import compare
-from kernels.fused_rmsnorm_matmul import (
-    FOLDED,
-    SPEC,
-    VARIANTS,
-    FusedRMSLinear,
-    _round_to_bf16,
-    fused_rmsnorm_matmul,
-    tolerance,
-)
+from kernels.fused_rmsnorm_matmul.api import FOLDED, FusedRMSLinear, fused_rmsnorm_matmul
+from kernels.fused_rmsnorm_matmul.plans import VARIANTS
+from kernels.fused_rmsnorm_matmul.spec import SPEC, tolerance
+from kernels.norm_gemm import round_to_bf16
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
@@ -67,12 +62,12 @@ def test_tolerance_follows_the_error_model() -> None:
 def _cast_to_bf16(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
-    tl.store(y_ptr + offs, _round_to_bf16(tl.load(x_ptr + offs, mask=ok)).to(tl.bfloat16), mask=ok)
+    tl.store(y_ptr + offs, round_to_bf16(tl.load(x_ptr + offs, mask=ok)).to(tl.bfloat16), mask=ok)
 
 
 def test_bf16_rounding_on_the_interpreter_is_to_nearest_even() -> None:
     """Defect caught: Triton's interpreter truncates fp32 -> bf16 (a GPU rounds to nearest even), which
-    doubled prologue_gamma's operand error on the CPU. _round_to_bf16 must agree with PyTorch bit for bit."""
+    doubled prologue_gamma's operand error on the CPU. round_to_bf16 must agree with PyTorch bit for bit."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(20000, generator=gen) * 10.0 ** torch.randint(-20, 20, (20000,), generator=gen).float()
     x = torch.cat([x, torch.tensor([3.3895e38, -1.00390625, 1.01171875, 0.0, float("inf"), float("nan")])])
@@ -156,20 +151,20 @@ def test_folded_weight_keeps_its_descriptors_until_it_changes() -> None:
 
 
 def test_plan_paths_are_tagged_not_guessed_from_the_kernel() -> None:
-    from kernels.fused_rmsnorm_matmul import plan_path
+    from kernels.fused_rmsnorm_matmul.plans import plan_path
     from kernels.plan import NVIDIA_A100, NVIDIA_H200, DeviceInfo
 
     cpu = DeviceInfo("cpu", 2, interpreter=True)
     assert plan_path(16, 8192, 8192, "bf16", "fold_gamma", NVIDIA_H200) == "decode"
-    assert plan_path(16, 8192, 8192, "bf16", "rstd_prepass", NVIDIA_H200) == "gemm"
+    assert plan_path(16, 8192, 8192, "bf16", "rstd_prepass", NVIDIA_H200) == "tiles"
     assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_H200) == "hopper"
-    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_H200, dense=False) == "gemm"
-    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_A100) == "gemm"
+    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_H200, dense=False) == "tiles"
+    assert plan_path(1024, 4096, 8192, "fp16", "fold_gamma", NVIDIA_A100) == "tiles"
     assert plan_path(5, 1040, 1024, "fp16", "fold_gamma", cpu) == "decode"
 
 
 def test_an_autotuned_step_remembers_the_candidate_its_tuner_chose() -> None:
-    from kernels.fused_rmsnorm_matmul import plan_forward
+    from kernels.fused_rmsnorm_matmul.plans import plan_forward
     from kernels.plan import NVIDIA_H200, chosen_candidate
 
     (_, tuned) = plan_forward(16, 8192, 8192, "fp16", "rstd_prepass", False, NVIDIA_H200)

@@ -27,8 +27,8 @@ def dev():
 
 
 def test_the_shipped_kernels_are_imported_not_copied(dev) -> None:
-    rms = importlib.import_module("kernels.fused_rmsnorm_matmul")  # the package's own names shadow its modules
-    smx = importlib.import_module("kernels.scaled_masked_softmax")
+    rms = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
+    smx = importlib.import_module("kernels.scaled_masked_softmax.kernel")
 
     assert dev._softmax_fwd_heads_kernel is smx._softmax_fwd_heads_kernel
     assert dev._rms_gemm_tma_kernel is rms._rms_gemm_tma_kernel and dev._rstd_kernel is rms._rstd_kernel

@@ -41,9 +41,10 @@ from kernels.plan import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = kernels.discover()
-MSE = importlib.import_module("kernels.mse_loss")
-SMX = importlib.import_module("kernels.scaled_masked_softmax")
-FRM = importlib.import_module("kernels.fused_rmsnorm_matmul")
+MSE = importlib.import_module("kernels.mse_loss.plans")
+SMX = importlib.import_module("kernels.scaled_masked_softmax.plans")
+FRM = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
+NORM_GEMM = importlib.import_module("kernels.norm_gemm")
 CPU = torch.device("cpu")
 
 
@@ -103,7 +104,7 @@ def test_the_footprint_estimate_flags_the_tiles_issue_12_suspected() -> None:
     """Softmax sk=1 with ROWS=4096, BLOCK_N=1 (each row padded to 32 B) and the 128x256x64 cube+vector
     tile of the fused kernel overflow 192 KB; the same numbers with 32 B alignment would not explain it."""
     assert SMX._fwd_footprint(4096, 1, "fp32", False, False).bytes > UB_BYTES
-    assert FRM._matmul_footprint(128, 256, 64, "fp16", False, False, False).bytes > UB_BYTES
+    assert FRM.matmul_footprint(128, 256, 64, "fp16", False, False, False).bytes > UB_BYTES
 
 
 def test_tile_bytes_pads_the_last_axis() -> None:
@@ -262,9 +263,9 @@ def test_the_autotuner_prunes_to_the_planned_candidates() -> None:
     for m in (16, 64, 1024, 2048):
         configs = [
             triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
-            for bm, bn, bk, s, w in FRM.CUDA_TILES
+            for bm, bn, bk, s, w in NORM_GEMM.CUDA_TILES
         ]
-        kept = FRM._prune(configs, {"M": m})
+        kept = NORM_GEMM.prune(configs, {"M": m})
         planned = FRM.plan_forward(m, 4096, 4096, "fp16", "prologue_gamma", False, NVIDIA_H200)[0]
         assert [(c.kwargs["BM"], c.kwargs["BN"], c.kwargs["BK"], c.num_warps, c.num_stages) for c in kept] == [
             (s.constexprs["BM"], s.constexprs["BN"], s.constexprs["BK"], s.num_warps, s.num_stages)

@@ -17,7 +17,7 @@ import pytest
 
 from collector.perf import finish as finish_rows
 from collector.perf import summarise
-from kernels.mse_loss import SPEC as MSE
+from kernels.mse_loss.spec import SPEC as MSE
 from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target
 
 PEAKS = {"peak_gbps": 4000.0, "peak_tflops": 700.0}
@@ -70,7 +70,7 @@ def test_bandwidth_and_percent_of_peak_use_the_specs_bytes() -> None:
 
 def test_percent_of_peak_takes_the_larger_floor_for_compute_bound_cases() -> None:
     """roofline floor = max(bytes / peak GB/s, FLOPs / peak FLOP/s)."""
-    from kernels.fused_rmsnorm_matmul import SPEC as RMS
+    from kernels.fused_rmsnorm_matmul.spec import SPEC as RMS
 
     case = next(c for c in RMS.perf_cases() if c.p["shape"] == (4096, 4096) and c.dtype == "fp16")
     flops, nbytes = RMS.flops(case), RMS.bytes_moved(case)

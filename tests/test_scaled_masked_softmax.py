@@ -11,17 +11,14 @@ import pytest
 import torch
 
 from collector.accuracy import check_case, compare
-from kernels.scaled_masked_softmax import (
+from kernels.scaled_masked_softmax.api import (
     LOG2E,
-    SPEC,
-    TOLERANCES,
-    _plan,
-    reference_backward,
-    reference_forward,
     scaled_masked_softmax,
     scaled_upper_triang_masked_softmax,
     softmax_backward,
 )
+from kernels.scaled_masked_softmax.plans import _plan
+from kernels.scaled_masked_softmax.spec import SPEC, TOLERANCES, reference_backward, reference_forward
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
