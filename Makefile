@@ -18,7 +18,7 @@ PORT ?= 8501
 # pytest-xdist processes for make test, one per core (0: the tests in one process, in order)
 TEST_WORKERS ?= auto
 BIN := $(VENV)/bin
-# The real H200 run the SYNTHETIC demo branch is derived from (db/synthetic.py: demo_branch, DEMO_CHANGES).
+# The real H200 run the SYNTHETIC demo branch is derived from (kernelwatch/store/synthetic.py: demo_branch, DEMO_CHANGES).
 DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz
 # A reduced CPU accuracy run: the 139 fp32 cases (~1.5 minutes on 2 cores); the full 400-case run stays in CI.
 DEMO_CPU ?= --match /fp32/
@@ -54,7 +54,7 @@ $(ASCEND_VENV)/.installed: Makefile
 
 compile-check: install $(ASCEND_VENV)/.installed
 	@mkdir -p $(dir $(COMPILE_REPORT))
-	$(BIN)/python -m collector.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
+	$(BIN)/python -m kernelwatch.collect.compile_check --ascend-python $(ASCEND_VENV)/bin/python --report $(COMPILE_REPORT)
 
 demo: install-demo
 	$(BIN)/kernelwatch ingest --db $(DB) ci/history/*.json.gz

@@ -3,7 +3,7 @@
     python benchmarks/accuracy_margin.py --device cpu [--seeds 20] [--kernels NAME] [--match TEXT]
         [--jsonl margin.jsonl] [--limit 0.8]
 
-Seed 0 of a case is its gating seed (``collector.accuracy.case_seed``); seeds 1..S-1 are exploration
+Seed 0 of a case is its gating seed (``kernelwatch.collect.accuracy.case_seed``); seeds 1..S-1 are exploration
 seeds under ``--base`` (``explore_seed``), so the table is reproducible. Each seed runs the case's
 own trials, exactly as ``kernelwatch collect`` does. The gate's inputs are one draw of many: a case
 whose budget over fresh draws reaches 1 will fail some day on an unrelated commit, so its worst
@@ -81,9 +81,9 @@ def main() -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from collector.accuracy import case_seed, check_case, explore_seed
-    from collector.backends import Backend
-    from kernels import discover
+    from kernelwatch.collect.accuracy import case_seed, check_case, explore_seed
+    from kernelwatch.collect.backends import Backend
+    from kernelwatch.kernels import discover
 
     backend = Backend(torch.device(args.device))
     backend.activate()

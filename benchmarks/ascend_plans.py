@@ -17,13 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import kernels
-from kernels.plan import ASCEND_910B, GRID_LIMIT, UB_BYTES, launches
-from kernels.spec import numel
+from kernelwatch import kernels
+from kernelwatch.kernels.plan import ASCEND_910B, GRID_LIMIT, UB_BYTES, launches
+from kernelwatch.kernels.spec import numel
 
-MSE_plans = importlib.import_module("kernels.mse_loss.plans")
-SMX_plans = importlib.import_module("kernels.scaled_masked_softmax.plans")
-FRM_plans = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
+MSE_plans = importlib.import_module("kernelwatch.kernels.mse_loss.plans")
+SMX_plans = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.plans")
+FRM_plans = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.plans")
 
 
 def cdiv(a: int, b: int) -> int:

@@ -1,12 +1,13 @@
 """How far a stored error budget sits below the ceiling its errors allow, per case across ci/history runs: the spread
-behind ci.budget.BUDGET_RATIO_SPREAD.
+behind kernelwatch.gate.budget.BUDGET_RATIO_SPREAD.
 
     python benchmarks/budget_ratio.py
 
-For every gating accuracy row with errors and a positive budget, ratio = budget / ci.budget.budget_ceiling(max abs,
-max rel, rtol, atol). The gating inputs of a case are fixed (collector.accuracy.case_seed), so the ratio says where
-on one reference the errors fall. Printed: per case with two or more such rows, the largest over the smallest
-ratio: how many cases, median, p90, p99, max, and the five largest.
+For every gating accuracy row with errors and a positive budget, ratio = budget /
+kernelwatch.gate.budget.budget_ceiling(max abs, max rel, rtol, atol). The gating inputs of a case are fixed
+(kernelwatch.collect.accuracy.case_seed), so the ratio says where on one reference the errors fall. Printed: per case
+with two or more such rows, the largest over the smallest ratio: how many cases, median, p90, p99, max, and the five
+largest.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.budget import budget_ceiling
-from db.artifact import load_artifact
+from kernelwatch.gate.budget import budget_ceiling
+from kernelwatch.store.artifact import load_artifact
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 

@@ -4,7 +4,7 @@
 
 Each run is ``python -m kernelwatch collect --out DIR/<run>.json.gz --no-progress COLLECT ARGS`` with
 ``KERNELWATCH_CACHE_DIR`` set to the cache folder (Triton's and TorchInductor's caches both in it:
-``collector.precompile.cache_dirs``; default a fresh temporary folder, never inside DIR). ``cold`` needs
+``kernelwatch.collect.precompile.cache_dirs``; default a fresh temporary folder, never inside DIR). ``cold`` needs
 that folder empty or absent (it is never emptied here); ``warm`` reuses what the previous run left. The runs
 can be split over two invocations with the same ``--cache-dir`` (each under a 10-minute limit); ``--runs warm``
 alone needs ``--cache-dir``. For each run: the

@@ -7,7 +7,7 @@
 The code is the same in every run, so every FAIL between them is a false alarm caused by the machine. A
 run's perf results are split by the physical device that measured them (``device_uuid``; a two-GPU run
 gives two devices, and results without a UUID are left out), giving one *device run* per (run, GPU). Every
-ordered pair of device runs on different GPUs is gated with ``ci.gate.decide`` as it is: a fresh SQLite
+ordered pair of device runs on different GPUs is gated with ``kernelwatch.gate.judge.decide`` as it is: a fresh SQLite
 database per pair holding the baseline device run (plus the ``--history`` runs, for the gate's between-run
 noise), candidate and baseline both cut to the perf cases they share (a case one of them lacks is no
 question about the machine).
@@ -99,7 +99,7 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
     gate's minimum effect either way; a case the two machines already tell apart (the atomic MSELoss at
     268M elements differs by ~10% between the two GPUs of the x2 host) would test the machines, not the
     planted step: faster on the candidate's GPU, it hides the step."""
-    from ci.detect import ATOMIC_VARIANTS
+    from kernelwatch.gate.detect import ATOMIC_VARIANTS
 
     chosen: list[str] = []
     for family in (MEMORY_BOUND, MATMUL, MEMORY_BOUND):
@@ -121,11 +121,12 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
 
 
 def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[str, Any]]):
-    """``ci.gate.decide`` of ``cand`` against ``base`` in a fresh database holding ``base`` and ``history``."""
-    from ci.gate import decide
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.schema import RunDocument
+    """``kernelwatch.gate.judge.decide`` of ``cand`` against ``base`` in a fresh database holding ``base`` and
+    ``history``."""
+    from kernelwatch.gate.judge import decide
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import RunDocument
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = open_database(f"sqlite:///{tmp}/pair.db")
@@ -139,9 +140,9 @@ def gate_pair(cand: dict[str, Any], base: dict[str, Any], history: list[tuple[st
 @contextlib.contextmanager
 def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):
     """A fresh SQLite database holding ``base`` and ``history``, for many gates against ``base``."""
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.schema import RunDocument
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import RunDocument
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = open_database(f"sqlite:///{tmp}/pair.db")
@@ -154,7 +155,7 @@ def pair_database(base: dict[str, Any], history: list[tuple[str, Any]]):
 
 def sent(result) -> tuple[set[str], set[str]]:
     """(perf cases the gate sends to confirm, cases it fails on that confirmation cannot settle)."""
-    from ci.statuses import CONFIRMABLE
+    from kernelwatch.gate.statuses import CONFIRMABLE
 
     confirm = {v.case for v in result.verdicts if v.suite == "perf" and v.status in CONFIRMABLE}
     return confirm, {v.case for v in result.failed} - confirm
@@ -164,8 +165,8 @@ def confirm_table(
     pairs: list, devs: dict, history: list, kernel_of: dict[str, str], every: int, steps: list[float]
 ) -> None:
     """The confirm table: A/A cases sent to confirm, planted cases sent to confirm or failed (see the docstring)."""
-    from ci.gate import decide
-    from db.schema import RunDocument
+    from kernelwatch.gate.judge import decide
+    from kernelwatch.store.schema import RunDocument
 
     print(
         "| candidate (run/GPU) | baseline (run/GPU) | shared | A/A sent to confirm | A/A other fails | "
@@ -242,9 +243,9 @@ def main() -> int:
     )
     ap.add_argument("--steps", type=float, nargs="+", default=[0.05, 0.10, 0.20], help="planted steps for --every")
     args = ap.parse_args()
-    from ci.statuses import PASS
-    from db.ingest import load_files
-    from db.schema import ArtifactError, to_data
+    from kernelwatch.gate.statuses import PASS
+    from kernelwatch.store.ingest import load_files
+    from kernelwatch.store.schema import ArtifactError, to_data
 
     try:
         docs = [to_data(d) for _, d in load_files(args.runs)]

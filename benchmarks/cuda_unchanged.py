@@ -97,7 +97,7 @@ def main() -> int:
         jobs = json.loads(args.worker.read_text())
         print(json.dumps(compile_jobs(jobs, args.capability)))
         return 0
-    from collector.compile_check import enumerate_jobs
+    from kernelwatch.collect.compile_check import enumerate_jobs
 
     target = "cuda-sm80" if args.capability == 80 else "cuda-sm90"
     found, steps = enumerate_jobs([target], tuple(k for k in args.kernels.split(",") if k))

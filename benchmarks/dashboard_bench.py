@@ -22,7 +22,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-VIEWS = Path(__file__).resolve().parents[1] / "dashboard" / "views"
+VIEWS = Path(__file__).resolve().parents[1] / "kernelwatch" / "dashboard" / "views"
 PAGES = ("triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
 
 
@@ -30,8 +30,8 @@ def _query(url: str, page: str) -> dict[str, str]:
     """A view worth timing: the case page on a case with 1,333 runs of history."""
     if page != "case":
         return {}
-    from db.engine import open_database
-    from db.queries import latest_runs, perf_rows
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.queries import latest_runs, perf_rows
 
     engine = open_database(url, readonly=True)
     run = latest_runs(engine)[0]
@@ -76,8 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     targets = [("sqlite", args.db)] + ([("postgresql", args.pg)] if args.pg else [])
     results = {name: render_times(url) for name, url in targets}
-    from db.engine import open_database
-    from db.models import PerfResult
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.models import PerfResult
 
     with open_database(args.db, readonly=True).connect() as conn:
         from sqlalchemy import func, select

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from db.artifact import dumps, parse_artifact
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.models import PerfResult
-from db.queries import case_history, latest_complete_runs
-from db.synthetic import SyntheticHistory
+from kernelwatch.store.artifact import dumps, parse_artifact
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.models import PerfResult
+from kernelwatch.store.queries import case_history, latest_complete_runs
+from kernelwatch.store.synthetic import SyntheticHistory
 
 
 def _timed(fn, repeat: int = 15) -> float:

@@ -5,7 +5,7 @@
 Noise: each artifact is one repetition of the same commit's perf suite on the same H200. A
 synthetic "run" of a case draws one of those real runs and takes the median of a bootstrap resample
 of its real timing samples, so both the between-run and the within-run spread are the measured
-ones. Launch-bound cases (median under ``ci.detect.LAUNCH_BOUND_MS``, the gate's own rule) also get
+ones. Launch-bound cases (median under ``kernelwatch.gate.detect.LAUNCH_BOUND_MS``, the gate's own rule) also get
 the heavy tail docs/design.md documents from a 30-process study on the H200 (about 2 in 30 runs 2-6x
 slower), which four repetitions cannot show. (The first version called a case launch-bound below
 4 MB moved: the 1M-element fp16 MSELoss case, 7.9 us, moves 4 MB + 2 bytes and escaped the tail.)
@@ -15,7 +15,7 @@ the other half carry none. A detection within WINDOW points of the step, either 
 positive; any other detection is a false alarm. (The first version accepted 2 points late and none
 early: a split estimated one run early is the same size of error as one run late, and both point
 ``kernelwatch bisect`` at a commit range next to the real one; ``--late-only`` restores that rule.)
-Detectors: ours (``ci.detect.change_points``), Apache Otava's ``compute_change_points`` (defaults),
+Detectors: ours (``kernelwatch.gate.detect.change_points``), Apache Otava's ``compute_change_points`` (defaults),
 and a fixed 10% threshold on consecutive medians.
 
 A/A: every ordered pair of the real repeats (one commit) is also put through the gate's own test,
@@ -31,8 +31,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from ci.detect import DEFAULT_FDR, DEFAULT_MIN_EFFECT, LAUNCH_BOUND_MS, change_points, compare_case, regressions
-from db.artifact import load_artifact, to_data
+from kernelwatch.gate.detect import (
+    DEFAULT_FDR,
+    DEFAULT_MIN_EFFECT,
+    LAUNCH_BOUND_MS,
+    change_points,
+    compare_case,
+    regressions,
+)
+from kernelwatch.store.artifact import load_artifact, to_data
 
 STEPS = (0.02, 0.05, 0.10, 0.20)
 TAIL_RATE, TAIL_FACTORS = 2 / 30, (2.0, 6.0)

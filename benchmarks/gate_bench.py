@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from ci.gate import decide
-from ci.statuses import REGRESSION
-from db.artifact import dumps, parse_artifact
-from db.engine import open_database
-from db.synthetic import Step, SyntheticHistory
+from kernelwatch.gate.judge import decide
+from kernelwatch.gate.statuses import REGRESSION
+from kernelwatch.store.artifact import dumps, parse_artifact
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.synthetic import Step, SyntheticHistory
 
 
 def main() -> None:

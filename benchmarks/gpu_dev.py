@@ -1,9 +1,9 @@
-"""Kernel development on a GPU: candidate kernels checked and timed beside what `kernels/` ships.
+"""Kernel development on a GPU: candidate kernels checked and timed beside what `kernelwatch/kernels/` ships.
 
     python benchmarks/gpu_dev.py [--only softmax,rmsnorm,decode,percall] [--out results.json]
 
-Only the studies kernels/NOTES.md cites ("second push" softmax and RMSNorm+MatMul tables, the
-cost-per-call pieces). What shipped is imported from `kernels/` and launched with the study's
+Only the studies kernelwatch/kernels/NOTES.md cites ("second push" softmax and RMSNorm+MatMul tables, the
+cost-per-call pieces). What shipped is imported from `kernelwatch/kernels/` and launched with the study's
 configurations; only the candidates NOTES.md records as rejected (the sum of squares inside the TMA
 loop, a second read of the A tile, a phase before the GEMM, split K with a second adding kernel) are
 defined here. Every candidate is checked against a float32 PyTorch reference on the same inputs, then
@@ -29,9 +29,9 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # What shipped, launched by the studies below with their own configurations (jit kernels resolve these globals).
-from kernels.fused_rmsnorm_matmul.kernel import _decode_splitk_kernel, _rms_gemm_tma_kernel, _rstd_kernel
-from kernels.norm_gemm import gemm_tile_ids
-from kernels.scaled_masked_softmax.kernel import _softmax_fwd_heads_kernel
+from kernelwatch.kernels.fused_rmsnorm_matmul.kernel import _decode_splitk_kernel, _rms_gemm_tma_kernel, _rstd_kernel
+from kernelwatch.kernels.norm_gemm import gemm_tile_ids
+from kernelwatch.kernels.scaled_masked_softmax.kernel import _softmax_fwd_heads_kernel
 
 RESULTS: list[dict] = []
 FLUSH: torch.Tensor | None = None
@@ -134,7 +134,7 @@ def softmax_heads(x, mask_u8, scale, rows, warps, stages):
 
 
 def study_softmax(dtypes: tuple[str, ...]) -> None:
-    from kernels.scaled_masked_softmax.api import scaled_masked_softmax_forward
+    from kernelwatch.kernels.scaled_masked_softmax.api import scaled_masked_softmax_forward
 
     peak = PEAKS["copy_gbps"]
     shapes = ((32, 16, 512, 512), (32, 16, 1024, 1024), (32, 16, 2048, 2048), (8, 16, 4096, 4096))
@@ -158,7 +158,7 @@ def study_softmax(dtypes: tuple[str, ...]) -> None:
             attempt(
                 "softmax",
                 case,
-                "shipped kernels.scaled_masked_softmax",
+                "shipped kernelwatch.kernels.scaled_masked_softmax",
                 lambda: scaled_masked_softmax_forward(x, mask, 0.125),
                 check,
                 floor,
@@ -660,7 +660,7 @@ def rms_splitk_tma(x, w, cfg):
 
 
 def study_rmsnorm(dtypes: tuple[str, ...], which: str) -> None:
-    from kernels.fused_rmsnorm_matmul.api import fused_rmsnorm_matmul_forward
+    from kernelwatch.kernels.fused_rmsnorm_matmul.api import fused_rmsnorm_matmul_forward
 
     shapes = [(1024, 8192, 4096), (4096, 4096, 4096)] if which == "rmsnorm" else [(16, 8192, 8192)]
     for dname in dtypes:
@@ -971,8 +971,8 @@ def study_rmsnorm3(dtypes: tuple[str, ...]) -> None:
 # Cost per call: calls back to back, one sync at the end
 # =============================================================================================
 def study_percall() -> None:
-    from kernels import mse_loss as kw_mse
-    from kernels.mse_loss.api import mse_loss_forward
+    from kernelwatch.kernels import mse_loss as kw_mse
+    from kernelwatch.kernels.mse_loss.api import mse_loss_forward
 
     for n in (4096, 1 << 20):
         for dname, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
@@ -981,7 +981,7 @@ def study_percall() -> None:
             case = f"mse {dname} n={n}"
             for name, fn in (
                 ("F.mse_loss", lambda: torch.nn.functional.mse_loss(x, y)),
-                ("kernels.mse_loss (public)", lambda: kw_mse(x, y)),
+                ("kernelwatch.kernels.mse_loss (public)", lambda: kw_mse(x, y)),
                 ("mse_loss_forward", lambda: mse_loss_forward(x, y, "mean", "persistent")),
                 ("empty()+empty() only", lambda: (torch.empty((), device="cuda"), torch.empty(528, device="cuda"))),
             ):
@@ -1002,21 +1002,21 @@ def study_percall2() -> None:
     """Where the host time of one MSELoss call goes (interleaved, best of several rounds)."""
     import importlib
 
-    km_api = importlib.import_module("kernels.mse_loss.api")
-    km_plans = importlib.import_module("kernels.mse_loss.plans")
-    km_kernel = importlib.import_module("kernels.mse_loss.kernel")
+    km_api = importlib.import_module("kernelwatch.kernels.mse_loss.api")
+    km_plans = importlib.import_module("kernelwatch.kernels.mse_loss.plans")
+    km_kernel = importlib.import_module("kernelwatch.kernels.mse_loss.kernel")
 
     out = torch.empty((), device="cuda")
     for n in (4096, 1 << 20):
         x = torch.randn(n, device="cuda")
         y = torch.randn(n, device="cuda")
-        from kernels.device import describe
+        from kernelwatch.kernels.device import describe
 
         step = km_plans.forward_plan(n, "mean", "persistent", "fp32", describe(x.device))[0]
         grid, block, warps = step.grid[0], step.constexprs["BLOCK"], step.num_warps
         candidates = {
             "F.mse_loss": lambda: torch.nn.functional.mse_loss(x, y),
-            "kernels.mse_loss": lambda: km_api.mse_loss(x, y),
+            "kernelwatch.kernels.mse_loss": lambda: km_api.mse_loss(x, y),
             "mse_loss_forward": lambda: km_api.mse_loss_forward(x, y, "mean", "persistent"),
             "torch.empty(())": lambda: torch.empty((), device="cuda"),
             "noop triton launch (1 arg)": lambda: _noop_kernel[(1,)](x),

@@ -14,7 +14,7 @@
 #                                               sharded over 4 processes per GPU, stopped after SECS
 #
 # The machine has no git history: KERNELWATCH_GIT_META names a JSON file with the commit (see
-# collector/metadata.py). Every artifact is written by `kernelwatch collect --out`, never edited.
+# kernelwatch/collect/metadata.py). Every artifact is written by `kernelwatch collect --out`, never edited.
 set -uo pipefail
 mode=$1
 out=$2

@@ -15,14 +15,14 @@ import sys
 
 import torch
 
-from collector.backends import Backend
+from kernelwatch.collect.backends import Backend
 
-smx_api = importlib.import_module("kernels.scaled_masked_softmax.api")
-smx_plans = importlib.import_module("kernels.scaled_masked_softmax.plans")
-smx_spec = importlib.import_module("kernels.scaled_masked_softmax.spec")
-frm_api = importlib.import_module("kernels.fused_rmsnorm_matmul.api")
-frm_plans = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
-frm_spec = importlib.import_module("kernels.fused_rmsnorm_matmul.spec")
+smx_api = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.api")
+smx_plans = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.plans")
+smx_spec = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.spec")
+frm_api = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.api")
+frm_plans = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.plans")
+frm_spec = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.spec")
 
 
 def med(backend: Backend, fn) -> float:

@@ -64,7 +64,7 @@ def old_time_samples(
     max_reps: int = 300,
 ) -> list[float]:
     """``Backend.time_samples`` as it was at d78e329 (events behind a spin hold sized from host time)."""
-    from collector.backends import SAMPLE_CHUNK
+    from kernelwatch.collect.backends import SAMPLE_CHUNK
 
     flush = backend.flush_buffer()
     fn()
@@ -105,7 +105,7 @@ def stall(rng: random.Random) -> None:
 
 
 def quantile(sorted_samples: list[float], q: float) -> float:
-    from collector.perf import _quantile
+    from kernelwatch.collect.perf import _quantile
 
     return _quantile(sorted_samples, q)
 
@@ -127,7 +127,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from collector.backends import Backend
+    from kernelwatch.collect.backends import Backend
 
     class Stalling(Backend):
         """Host stalls between samples: ``flush`` runs before every sample's start event in every method."""

@@ -1,14 +1,14 @@
 """Kernel study on one GPU (the peers goals of docs/kernels.md): candidates checked against float64 and timed
-beside what `kernels/` ships.
+beside what `kernelwatch/kernels/` ships.
 
     python benchmarks/kernel_study.py [--only causal,decode,gemm,masked] [--budget-s 220]
 
 Every candidate runs on fresh random inputs into NaN-poisoned outputs: no NaN may be left anywhere, and a
 slice of the output (whole rows) is compared with a float64 reference (error budget <= 1 with the spec's
-tolerance). Timing is the collector's own: ``collector.backends.Backend.time_samples`` (L2 flushed by a
+tolerance). Timing is the collector's own: ``kernelwatch.collect.backends.Backend.time_samples`` (L2 flushed by a
 read before each sample, samples behind a spin kernel, CUDA events, median). Floors use the copy and read
 ceilings measured at the start of the same run (``Backend.measure_peaks``). Prints one compact table at the
-end; kernels/NOTES.md quotes it. Sections stop starting new candidates once ``--budget-s`` has passed.
+end; kernelwatch/kernels/NOTES.md quotes it. Sections stop starting new candidates once ``--budget-s`` has passed.
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ def pct(nbytes: float, gbps_key: str = "peak_gbps"):
 
 
 def poisoned(fn):
-    """``fn()`` with the kernels' outputs allocated NaN-filled (kernels.poison), as the accuracy suite runs them."""
-    from kernels.poison import poisoned_outputs
+    """``fn()`` with the kernels' outputs allocated NaN-filled (kernelwatch.kernels.poison), as the accuracy suite runs
+    them."""
+    from kernelwatch.kernels.poison import poisoned_outputs
 
     def run():
         with poisoned_outputs():
@@ -195,10 +196,10 @@ def _causal_persistent(
 
 
 def study_causal() -> None:
-    smx_api = importlib.import_module("kernels.scaled_masked_softmax.api")
-    smx_kernel = importlib.import_module("kernels.scaled_masked_softmax.kernel")
-    smx_plans = importlib.import_module("kernels.scaled_masked_softmax.plans")
-    smx_spec = importlib.import_module("kernels.scaled_masked_softmax.spec")
+    smx_api = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.api")
+    smx_kernel = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.kernel")
+    smx_plans = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.plans")
+    smx_spec = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.spec")
 
     dev = DEV
     for shape in ((4, 64, 64), (2, 128, 128)) if SMOKE else ((512, 512, 512), (512, 2048, 2048)):
@@ -422,9 +423,9 @@ def _heads_prefetch(
 
 
 def study_masked() -> None:
-    smx_api = importlib.import_module("kernels.scaled_masked_softmax.api")
-    smx_kernel = importlib.import_module("kernels.scaled_masked_softmax.kernel")
-    smx_spec = importlib.import_module("kernels.scaled_masked_softmax.spec")
+    smx_api = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.api")
+    smx_kernel = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.kernel")
+    smx_spec = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.spec")
 
     dev = DEV
     for shape in ((2, 3, 16, 16), (1, 2, 8, 64)) if SMOKE else smx_spec.PERF_SHAPES:
@@ -606,10 +607,10 @@ def _gemm_pdl_kernel(
 def study_gemm() -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    frm_api = importlib.import_module("kernels.fused_rmsnorm_matmul.api")
-    frm_kernel = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
-    frm_plans = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
-    frm_spec = importlib.import_module("kernels.fused_rmsnorm_matmul.spec")
+    frm_api = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.api")
+    frm_kernel = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.kernel")
+    frm_plans = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.plans")
+    frm_spec = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.spec")
 
     dev = DEV
     sms = torch.cuda.get_device_properties(dev).multi_processor_count if not SMOKE else 2
@@ -807,9 +808,9 @@ def _decode_swap_kernel(
 def study_decode() -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    frm_api = importlib.import_module("kernels.fused_rmsnorm_matmul.api")
-    frm_kernel = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
-    frm_spec = importlib.import_module("kernels.fused_rmsnorm_matmul.spec")
+    frm_api = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.api")
+    frm_kernel = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.kernel")
+    frm_spec = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.spec")
 
     dev = DEV
     m, k, n = (4, 256, 128) if SMOKE else (16, 8192, 8192)
@@ -1004,7 +1005,7 @@ def main() -> int:
         print("kernel_study: needs a CUDA GPU (none visible); --smoke runs tiny shapes on the CPU", file=sys.stderr)
         return 2
     BUDGET_S = args.budget_s
-    from collector.backends import Backend
+    from kernelwatch.collect.backends import Backend
 
     BACKEND = Backend(DEV, time_on_cpu=SMOKE)
     BACKEND.activate()

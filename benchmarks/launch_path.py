@@ -61,8 +61,8 @@ def cases() -> list[tuple[str, Callable, Callable, Callable, float]]:
     import torch
     import torch.nn.functional as F
 
-    import kernels
-    from kernels.scaled_masked_softmax.spec import reference_forward
+    from kernelwatch import kernels
+    from kernelwatch.kernels.scaled_masked_softmax.spec import reference_forward
 
     def randn(seed: int, *shape: int, dtype=torch.float32) -> torch.Tensor:
         g = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -139,7 +139,7 @@ def measure() -> dict:
     import torch
     import triton
 
-    from kernels import fastlaunch
+    from kernelwatch.kernels import fastlaunch
 
     rows = []
     eager = {}

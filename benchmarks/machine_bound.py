@@ -1,17 +1,19 @@
-"""How much slower one H200 ran than another in ci/history: the bounds on a "machine" shift (ci.detect.MACHINE_BOUND,
-MACHINE_RUN_BOUND).
+"""How much slower one H200 ran than another in ci/history: the bounds on a "machine" shift
+(kernelwatch.gate.detect.MACHINE_BOUND, MACHINE_RUN_BOUND).
 
     python benchmarks/machine_bound.py
 
 Every implementation's time (kernel, eager, torch.compile, cuBLAS, peers) is grouped by commit and physical GPU (its
 UUID where the run records it, else the run's machine tag, device label and commit, as benchmarks/machine_spread.py
-does); the time is the p20 of the samples, which host delay leaves in place (ci.detect.contamination), and a GPU's
-time of a case is the median over its runs of that commit. Printed:
+does); the time is the p20 of the samples, which host delay leaves in place (kernelwatch.gate.detect.contamination), and
+a GPU's time of a case is the median over its runs of that commit. Printed:
 
-* per bound class (ci.detect.bound_class: launch-bound below LAUNCH_BOUND_MS, else memory / atomic / GEMM), the
+* per bound class (kernelwatch.gate.detect.bound_class: launch-bound below LAUNCH_BOUND_MS, else memory / atomic /
+GEMM), the
   ratio of the slowest to the fastest GPU of each (commit, case, implementation) measured on two or more GPUs
-  (ci.detect.between_machine_ratio): count, median, p99, max and the largest;
-* per class and commit, the whole-run ratio (ci.detect.run_ratio: for two GPUs, the median over the class's shared
+  (kernelwatch.gate.detect.between_machine_ratio): count, median, p99, max and the largest;
+* per class and commit, the whole-run ratio (kernelwatch.gate.detect.run_ratio: for two GPUs, the median over the
+class's shared
   cases of the log ratio).
 """
 
@@ -25,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.detect import between_machine_ratio, bound_class, case_class, run_ratio
-from db.artifact import load_artifact
+from kernelwatch.gate.detect import between_machine_ratio, bound_class, case_class, run_ratio
+from kernelwatch.store.artifact import load_artifact
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 

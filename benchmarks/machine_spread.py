@@ -5,10 +5,10 @@
 For each commit and case, the kernel's per-run medians are grouped by the physical GPU that measured
 them: its UUID where the run records it, else the run's machine (the file name's tag, ``h200`` or
 ``h200x2``), its device label and the commit (a session: no two sessions are assumed to share a GPU).
-``ci.detect.between_machine_sigma`` (the gate's estimator: the random-effect standard deviation of log
-medians) gives each (commit, case) with two or more GPUs one value. Printed per class (``ci.detect.
+``kernelwatch.gate.detect.between_machine_sigma`` (the gate's estimator: the random-effect standard deviation of log
+medians) gives each (commit, case) with two or more GPUs one value. Printed per class (``kernelwatch.gate.detect.
 case_class``: GEMM by arithmetic intensity, else atomic or memory-bound): the number of estimates, their median,
-90th percentile and maximum, and the five largest. ``ci.detect.MACHINE_SIGMA`` cites this output.
+90th percentile and maximum, and the five largest. ``kernelwatch.gate.detect.MACHINE_SIGMA`` cites this output.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ci.detect import between_machine_sigma, case_class
-from db.artifact import load_artifact
-from kernels.names import KERNEL_IMPL
+from kernelwatch.gate.detect import between_machine_sigma, case_class
+from kernelwatch.kernels.names import KERNEL_IMPL
+from kernelwatch.store.artifact import load_artifact
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 

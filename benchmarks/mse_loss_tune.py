@@ -3,7 +3,8 @@
     python benchmarks/mse_loss_tune.py            # on a CUDA machine
 
 Timing is the collector's (device events, L2 flushed between repetitions, median). The chosen
-configuration goes into ``kernels/mse_loss/plans.py`` (CUDA_PERSISTENT); the table into kernels/NOTES.md.
+configuration goes into ``kernelwatch/kernels/mse_loss/plans.py`` (CUDA_PERSISTENT); the table into
+kernelwatch/kernels/NOTES.md.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import sys
 import torch
 import triton
 
-from collector.backends import Backend
+from kernelwatch.collect.backends import Backend
 
-m_api = importlib.import_module("kernels.mse_loss.api")
-m_kernel = importlib.import_module("kernels.mse_loss.kernel")
+m_api = importlib.import_module("kernelwatch.kernels.mse_loss.api")
+m_kernel = importlib.import_module("kernelwatch.kernels.mse_loss.kernel")
 
 
 CONFIGS = [tuple(int(v) for v in c.split(",")) for c in sys.argv[1:]]  # e.g. 8192,8,4 to time just these

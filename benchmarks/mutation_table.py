@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ("tests/test_detect.py", "tests/test_perf.py")
-COPY = ("ci", "collector", "db", "kernels", "tests", "pyproject.toml")
+COPY = ("kernelwatch", "tests", "pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -38,52 +38,67 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "drop Benjamini-Hochberg",
-        "ci/detect.py",
+        "kernelwatch/gate/detect.py",
         "return [bool(a <= q) for a in adjusted]",
         "return [bool(p <= q) for p in pvalues]",
     ),
-    Mutation("ignore the history", "ci/detect.py", "hist = [h for h in (history or []) if h and h > 0]", "hist = []"),
+    Mutation(
+        "ignore the history",
+        "kernelwatch/gate/detect.py",
+        "hist = [h for h in (history or []) if h and h > 0]",
+        "hist = []",
+    ),
     Mutation(
         "min instead of max p-value",
-        "ci/detect.py",
+        "kernelwatch/gate/detect.py",
         "p_between,\n        max(p_within, p_between),",
         "p_between,\n        min(p_within, p_between),",
     ),
-    Mutation("no outlier clipping", "ci/detect.py", "c1 = np.cumsum(_clip_outliers(seg))", "c1 = np.cumsum(seg)"),
+    Mutation(
+        "no outlier clipping",
+        "kernelwatch/gate/detect.py",
+        "c1 = np.cumsum(_clip_outliers(seg))",
+        "c1 = np.cumsum(seg)",
+    ),
     Mutation(
         "within-run p forced to 0",
-        "ci/detect.py",
+        "kernelwatch/gate/detect.py",
         'p_within = float(stats.mannwhitneyu(cand, base, alternative="greater").pvalue)',
         "p_within = 0.0",
     ),
-    Mutation("ratio inverted", "ci/detect.py", "ratio = t_cand / t_base", "ratio = t_base / t_cand"),
+    Mutation("ratio inverted", "kernelwatch/gate/detect.py", "ratio = t_cand / t_base", "ratio = t_base / t_cand"),
     Mutation(
         "no between-GPU term",
-        "ci/detect.py",
+        "kernelwatch/gate/detect.py",
         "p_between = max(p_between, float(stats.norm.sf(d / math.hypot(sigma, machine))))",
         "pass",
     ),
-    Mutation("contamination ignores p20", "ci/detect.py", "math.log(p20_c / p20_b) < STAY_SHARE * m", "True"),
+    Mutation(
+        "contamination ignores p20", "kernelwatch/gate/detect.py", "math.log(p20_c / p20_b) < STAY_SHARE * m", "True"
+    ),
     Mutation(
         "quantile off by one",
-        "collector/perf.py",
+        "kernelwatch/collect/perf.py",
         "pos = q * (len(sorted_samples) - 1)",
         "pos = q * len(sorted_samples)",
     ),
     Mutation(
         "% of peak from the wrong byte count",
-        "collector/perf.py",
+        "kernelwatch/collect/perf.py",
         "floor_s = max(\n        nbytes / (peak_gbps * 1e9)",
         "floor_s = max(\n        nbytes / 2 / (peak_gbps * 1e9)",
     ),
     Mutation(
         "speedup inverted",
-        "collector/perf.py",
+        "kernelwatch/collect/perf.py",
         'row["speedup_vs_eager"] = eager / t if eager',
         'row["speedup_vs_eager"] = t / eager if eager',
     ),
     Mutation(
-        "target ratio inverted", "kernels/spec.py", "else other / kernel >= factor", "else kernel / other >= factor"
+        "target ratio inverted",
+        "kernelwatch/kernels/spec.py",
+        "else other / kernel >= factor",
+        "else kernel / other >= factor",
     ),
 )
 
@@ -147,7 +162,7 @@ def main() -> int:
     root = scratch_copy()
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", "import ci.detect; print(ci.detect.__file__)"],
+            [sys.executable, "-c", "import kernelwatch.gate.detect; print(kernelwatch.gate.detect.__file__)"],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
             capture_output=True,

@@ -13,10 +13,10 @@ Peers, each timed only where it is importable (none is required):
   ``mse_loss``): installed packages (for example wheels unpacked onto ``PYTHONPATH``).
 
 The implementations are the collector's own (each kernel spec's ``implementations``, which add the peers
-that load, kernels/peers.py), on the spec's perf inputs; timing is the collector's (``Backend.time_samples``:
-L2 flushed by a read before each sample, samples behind a spin kernel, CUDA events, median) and for decode
-also the cost per call (``Backend.call_samples``, calls back to back). Each peer's output is compared with
-the kernel's on the same inputs first (max |difference|, printed). Prints the peers table: per case
+that load, kernelwatch/kernels/peers.py), on the spec's perf inputs; timing is the collector's
+(``Backend.time_samples``: L2 flushed by a read before each sample, samples behind a spin kernel, CUDA events, median)
+and for decode also the cost per call (``Backend.call_samples``, calls back to back). Each peer's output is compared
+with the kernel's on the same inputs first (max |difference|, printed). Prints the peers table: per case
 KernelWatch, cuBLAS alone where it applies, every peer, the best peer and KernelWatch's speedup over it.
 """
 
@@ -49,7 +49,7 @@ def build_apex(src: Path) -> tuple[list[str], str]:
     """Build (or load from ``src/build``) apex's two softmax extensions; (built module names, a note)."""
     from torch.utils.cpp_extension import load
 
-    from kernels.peers import APEX_COMMIT_FILE
+    from kernelwatch.kernels.peers import APEX_COMMIT_FILE
 
     megatron = src / "csrc" / "megatron"
     if not megatron.is_dir():
@@ -75,7 +75,9 @@ def build_apex(src: Path) -> tuple[list[str], str]:
             notes.append(f"{name}: build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}")
             continue
         (out / APEX_COMMIT_FILE).write_text(commit + "\n")
-        sys.path.insert(0, str(out))  # where a later `import scaled_masked_softmax_cuda` (kernels/peers.py) looks
+        sys.path.insert(
+            0, str(out)
+        )  # where a later `import scaled_masked_softmax_cuda` (kernelwatch/kernels/peers.py) looks
         sys.modules[name] = module
         built.append(name)
         notes.append(f"{name}: {time.perf_counter() - t0:.0f} s")
@@ -103,10 +105,10 @@ def main() -> int:
         _, note = build_apex(Path(args.apex_src))
     import triton
 
-    import kernels
-    from collector.backends import Backend
-    from kernels.peers import versions
-    from kernels.spec import KERNEL_IMPL, PEER_IMPLS
+    from kernelwatch import kernels
+    from kernelwatch.collect.backends import Backend
+    from kernelwatch.kernels.peers import versions
+    from kernelwatch.kernels.spec import KERNEL_IMPL, PEER_IMPLS
 
     backend = Backend(torch.device("cuda"))
     backend.activate()

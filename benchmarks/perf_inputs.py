@@ -1,5 +1,6 @@
 """Where a perf suite's input time goes: bytes each perf case's ``make_inputs`` draws and computes on the host
-and copies to the device, as the kernels write it, and with ``collector.inputs.drawn_on`` (draws on the device).
+and copies to the device, as the kernels write it, and with ``kernelwatch.collect.inputs.drawn_on`` (draws on the
+device).
 
     python benchmarks/perf_inputs.py [--device cuda]
 
@@ -17,8 +18,8 @@ import time
 import torch
 from torch.overrides import TorchFunctionMode
 
-from collector.inputs import DRAWS, drawn_on
-from kernels import discover
+from kernelwatch.collect.inputs import DRAWS, drawn_on
+from kernelwatch.kernels import discover
 
 
 class HostBytes(TorchFunctionMode):
@@ -52,7 +53,7 @@ def count_on_cpu() -> None:
         count, copied, cases = HostBytes(), 0, 0
         for case in spec.perf_cases():
             if name == "scaled_masked_softmax" and math.prod(case.p["shape"]) > 1 << 24:
-                continue  # already drawn on the device (kernels/scaled_masked_softmax/spec.py, `big`)
+                continue  # already drawn on the device (kernelwatch/kernels/scaled_masked_softmax/spec.py, `big`)
             cases += 1
             with FakeTensorMode(allow_non_fake_inputs=True), count:
                 copied += _tensor_bytes(spec.make_inputs(case, torch.device("cpu"), 0))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from db.artifact import load_artifact, to_data
+from kernelwatch.store.artifact import load_artifact, to_data
 
 
 def main() -> None:

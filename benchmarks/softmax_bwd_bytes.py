@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from collector.backends import Backend
-from kernels.scaled_masked_softmax.spec import SPEC
+from kernelwatch.collect.backends import Backend
+from kernelwatch.kernels.scaled_masked_softmax.spec import SPEC
 
 WANTED = (  # (variant, dtype, direction, shape)
     ("masked", "fp16", "bwd", (32, 16, 1024, 1024)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-PROJECT_PACKAGES = ("kernels", "collector", "db", "dashboard", "ci", "kernelwatch", "tests", "benchmarks")
+PROJECT_PACKAGES = ("kernelwatch", "tests", "benchmarks")
 
 # Module name -> (what pip calls it, the install that brings it: pyproject.toml's dependencies or an extra).
 PACKAGES = {

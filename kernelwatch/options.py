@@ -55,7 +55,7 @@ def fail(message: str, exit_code: int = USAGE) -> NoReturn:
 def expected_message(exc: BaseException) -> str | None:
     """The one line for an exception the project raises on purpose (bad input, a database that cannot be read,
     a damaged stored value), or None for anything else (a bug: its traceback is the answer)."""
-    from db.artifact import ArtifactError
+    from kernelwatch.store.artifact import ArtifactError
 
     if isinstance(exc, click.ClickException):
         return exc.format_message()
@@ -65,8 +65,8 @@ def expected_message(exc: BaseException) -> str | None:
     try:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from db.engine import DatabaseError, unreadable
-        from db.ingest import IngestError
+        from kernelwatch.store.engine import DatabaseError, unreadable
+        from kernelwatch.store.ingest import IngestError
     except ModuleNotFoundError:  # a collector-only host without SQLAlchemy: no database to fail
         return str(exc) if isinstance(exc, expected) else None
     if isinstance(exc, SQLAlchemyError):  # a dropped table, corrupted pages, a lost server: never its SQL
@@ -102,7 +102,7 @@ def open_readonly(db_url: str | None):
 
     A missing, unmigrated, unreachable or damaged database is refused with one line and exit status 2.
     """
-    from db.engine import DatabaseError, open_database
+    from kernelwatch.store.engine import DatabaseError, open_database
 
     try:
         return open_database(db_url, readonly=True)
@@ -119,7 +119,7 @@ def closest(name: str, known: list[str], n: int = 3) -> list[str]:
 
 def check_case(engine, key: str) -> None:
     """Stop with "unknown case" and the closest stored keys when ``key`` is no case of the database."""
-    from db.queries import case_info, case_keys, kernel_names
+    from kernelwatch.store.queries import case_info, case_keys, kernel_names
 
     if case_info(engine, key) is not None:
         return
@@ -135,13 +135,13 @@ def check_case(engine, key: str) -> None:
 
 def output_file(ctx: click.Context, param: click.Parameter, value: str | None):
     """The callback of an artifact path to write (``--out``, ``-o``): checked as given, before anything
-    runs (:func:`db.artifact.artifact_target`). A path ending in ``/`` names a folder and is refused in
+    runs (:func:`kernelwatch.store.artifact.artifact_target`). A path ending in ``/`` names a folder and is refused in
     one line, never written as a file named like the folder (``Path`` would drop the ``/``); ``-`` passes."""
     from pathlib import Path
 
     if value is None or value == "-":
         return None if value is None else Path(value)
-    from db.artifact import ArtifactError, artifact_target
+    from kernelwatch.store.artifact import ArtifactError, artifact_target
 
     try:
         artifact_target(value)

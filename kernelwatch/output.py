@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from db.schema import printable
+from kernelwatch.store.schema import printable
 
 
 def tolerant_streams() -> None:

@@ -67,8 +67,8 @@ def cli() -> CliRunner:
 @pytest.fixture
 def make_doc():
     """A valid synthetic run document; keyword arguments go to SyntheticHistory."""
-    from db.schema import to_data
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.schema import to_data
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     def make(index: int = 0, **kwargs) -> dict:
         history = SyntheticHistory(runs=index + 1, **kwargs)

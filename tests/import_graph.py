@@ -10,12 +10,19 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kernels", "collector", "db", "ci", "dashboard", "kernelwatch")
+PACKAGES = (
+    "kernelwatch.kernels",
+    "kernelwatch.collect",
+    "kernelwatch.store",
+    "kernelwatch.gate",
+    "kernelwatch.dashboard",
+    "kernelwatch",
+)
 
 
 def modules() -> dict[str, Path]:
     out = {}
-    for package in PACKAGES:
+    for package in PACKAGES[-1:]:  # the command line's package holds every other one
         for path in sorted((ROOT / package).rglob("*.py")):
             if "migrations" in path.parts:
                 continue
@@ -51,13 +58,14 @@ def module_edges() -> dict[str, set[str]]:
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
             for target in targets:
                 hit = _resolve(target, known)
-                if hit and hit != name:
+                if hit and hit != name and hit != PACKAGES[-1]:  # the namespace, not the command line
                     edges[name].add(hit)
     return edges
 
 
 def package_of(module: str) -> str:
-    return module.split(".")[0]
+    """The innermost of PACKAGES that holds ``module`` (the command line's ``kernelwatch`` last)."""
+    return next(p for p in PACKAGES if module == p or module.startswith(p + "."))
 
 
 def package_edges(ignore: set[str] = frozenset()) -> dict[str, set[str]]:
@@ -110,7 +118,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def main() -> None:
     print("between packages:")
     for src, dsts in sorted(package_edges().items()):
-        print(f"  {src:<12} -> {', '.join(sorted(dsts))}")
+        print(f"  {src:<22} -> {', '.join(sorted(dsts))}")
     print("inside packages:")
     for package in PACKAGES:
         inner = {
@@ -119,7 +127,7 @@ def main() -> None:
             if package_of(s) == package
         }
         n = sum(len(v) for v in inner.values())
-        print(f"  {package:<12} {n} edges, cycles: {cycles(inner) or 'none'}")
+        print(f"  {package:<22} {n} edges, cycles: {cycles(inner) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.poison import new_output
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
+from kernelwatch.kernels.poison import new_output
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
 
 TOL = Tolerance(1e-5, 1e-5)
 

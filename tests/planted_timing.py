@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
 from tests.planted_kernels import square_diff
 
 TOL = Tolerance(1e-5, 1e-5)

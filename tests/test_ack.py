@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from ci.gate import decide
-from ci.reports import markdown
-from db.ack import AckError, add_ack
-from db.artifact import dumps, parse_artifact, to_data
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.queries import acks, list_runs
-from db.schema import RunDocument
-from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.gate.judge import decide
+from kernelwatch.gate.reports import markdown
+from kernelwatch.store.ack import AckError, add_ack
+from kernelwatch.store.artifact import dumps, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.queries import acks, list_runs
+from kernelwatch.store.schema import RunDocument
+from kernelwatch.store.synthetic import Step, SyntheticHistory
 
 RUNS = 24  # H200 history 0..23 and an Ascend run at commit 24; the H200 candidate is commit 25
 HISTORY = SyntheticHistory(runs=RUNS + 2, cases=6, hardware=2, samples=30, steps=[Step(RUNS, 1.2, "mse_loss")])

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.schema import MAX_ARTIFACT_BYTES, SCHEMA, parse_artifact, printable, to_data
-from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import MAX_ARTIFACT_BYTES, SCHEMA, parse_artifact, printable, to_data
+from kernelwatch.store.synthetic import SyntheticHistory
 from tests.pgserver import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -674,7 +674,7 @@ def test_sqlite_would_store_what_postgres_rejects(name: str, sqlite_db: Database
     PostgreSQL rejects it (the corpus entry of the same name is refused alike on both)."""
     from sqlalchemy import Column, Integer, MetaData, Table, insert, select
 
-    from db.models import Base
+    from kernelwatch.store.models import Base
 
     table, column, value = DIVERGENT[name]
     probe = Table(
@@ -824,8 +824,8 @@ def test_every_limit_of_the_model_fits_its_column() -> None:
     its column: what the model lets through, PostgreSQL stores (and SQLite stores the same)."""
     from sqlalchemy import BigInteger, Integer, String
 
-    from db.models import Base
-    from db.schema import json_schema
+    from kernelwatch.store.models import Base
+    from kernelwatch.store.schema import json_schema
 
     defs = json_schema()["$defs"]
     checked = 0

@@ -1,5 +1,5 @@
-"""`kernelwatch collect --changed-since REF` (collector.changes) and the gate's carry-over of the kernels it
-skipped (ci.gate.carry_over): on a throw-away git copy of the repository, with planted changes."""
+"""`kernelwatch collect --changed-since REF` (kernelwatch.collect.changes) and the gate's carry-over of the kernels it
+skipped (kernelwatch.gate.judge.carry_over): on a throw-away git copy of the repository, with planted changes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.changes import ChangeError, changed_kernels, kernel_modules, resolve_ref, sources
-from db.artifact import dumps, load_artifact, to_data
-from db.schema import skipped_from_notes, skipped_note
 from kernelwatch.cli import main
+from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules, resolve_ref, sources
+from kernelwatch.store.artifact import dumps, load_artifact, to_data
+from kernelwatch.store.schema import skipped_from_notes, skipped_note
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ("fused_layernorm_matmul", "fused_rmsnorm_matmul", "mse_loss", "scaled_masked_softmax")
@@ -30,7 +30,7 @@ def repo(tmp_path_factory) -> Path:
     """The project's Python packages and pyproject.toml, committed in a fresh repository."""
     repo = tmp_path_factory.mktemp("repo")
     ignore = shutil.ignore_patterns("__pycache__", "history", "*.pyc")
-    for package in ("kernels", "collector", "db", "kernelwatch", "ci", "dashboard"):
+    for package in ("kernelwatch",):
         shutil.copytree(ROOT / package, repo / package, ignore=ignore)
     (repo / "tests").mkdir()
     shutil.copy(ROOT / "tests" / "planted_kernels.py", repo / "tests")
@@ -55,7 +55,7 @@ def clean(repo: Path) -> Iterator[Path]:
 
 def _modules() -> dict[str, str]:
     modules = kernel_modules()
-    assert sorted(modules) == list(KERNELS) and modules["mse_loss"] == "kernels.mse_loss"
+    assert sorted(modules) == list(KERNELS) and modules["mse_loss"] == "kernelwatch.kernels.mse_loss"
     return modules
 
 
@@ -64,18 +64,27 @@ def _modules() -> dict[str, str]:
     [
         (None, {}),
         ("README.md", {}),  # documentation moves no number
-        ("kernels/mse_loss/kernel.py", {"mse_loss": ["kernels/mse_loss/kernel.py"]}),
-        ("kernels/fused_rmsnorm_matmul/plans.py", {"fused_rmsnorm_matmul": ["kernels/fused_rmsnorm_matmul/plans.py"]}),
+        ("kernelwatch/kernels/mse_loss/kernel.py", {"mse_loss": ["kernelwatch/kernels/mse_loss/kernel.py"]}),
+        (
+            "kernelwatch/kernels/fused_rmsnorm_matmul/plans.py",
+            {"fused_rmsnorm_matmul": ["kernelwatch/kernels/fused_rmsnorm_matmul/plans.py"]},
+        ),
         # both fused kernels are built on the shared norm + GEMM module: a change there runs both
-        ("kernels/norm_gemm.py", {k: ["kernels/norm_gemm.py"] for k in KERNELS[:2]}),
-        ("kernels/plan.py", {k: ["kernels/plan.py"] for k in KERNELS}),  # every kernel plans through it
-        ("collector/backends.py", {k: ["collector/backends.py"] for k in KERNELS}),  # how every kernel is timed
+        ("kernelwatch/kernels/norm_gemm.py", {k: ["kernelwatch/kernels/norm_gemm.py"] for k in KERNELS[:2]}),
+        (
+            "kernelwatch/kernels/plan.py",
+            {k: ["kernelwatch/kernels/plan.py"] for k in KERNELS},
+        ),  # every kernel plans through it
+        (
+            "kernelwatch/collect/backends.py",
+            {k: ["kernelwatch/collect/backends.py"] for k in KERNELS},
+        ),  # how every kernel is timed
         ("pyproject.toml", {k: ["pyproject.toml"] for k in KERNELS}),
-        ("collector/gone.py", {}),  # an untracked file nothing imports
+        ("kernelwatch/collect/gone.py", {}),  # an untracked file nothing imports
     ],
 )
 def test_which_kernels_run_and_which_are_skipped(clean: Path, planted: str | None, run: dict) -> None:
-    if planted == "collector/gone.py":
+    if planted == "kernelwatch/collect/gone.py":
         (clean / planted).write_text("x = 1\n")
     elif planted is not None:
         _touch(clean / planted)
@@ -87,14 +96,20 @@ def test_which_kernels_run_and_which_are_skipped(clean: Path, planted: str | Non
 
 
 def test_the_sources_of_a_kernel_follow_its_imports_and_no_further() -> None:
-    mse = sources(["kernels.mse_loss"])
-    package = {f"kernels/mse_loss/{m}.py" for m in ("__init__", "kernel", "plans", "api", "spec")}
-    assert package | {"kernels/plan.py", "kernels/spec.py", "kernels/__init__.py"} <= mse
-    assert not any(f.startswith("collector/") for f in mse)
-    layernorm, rmsnorm = sources(["kernels.fused_layernorm_matmul"]), sources(["kernels.fused_rmsnorm_matmul"])
-    assert "kernels/norm_gemm.py" in layernorm and "kernels/norm_gemm.py" in rmsnorm
-    assert not any(f.startswith("kernels/fused_rmsnorm_matmul/") for f in layernorm)
-    assert not any(f.startswith("kernels/fused_layernorm_matmul/") for f in rmsnorm)
+    mse = sources(["kernelwatch.kernels.mse_loss"])
+    package = {f"kernelwatch/kernels/mse_loss/{m}.py" for m in ("__init__", "kernel", "plans", "api", "spec")}
+    assert (
+        package | {"kernelwatch/kernels/plan.py", "kernelwatch/kernels/spec.py", "kernelwatch/kernels/__init__.py"}
+        <= mse
+    )
+    assert not any(f.startswith("kernelwatch/collect/") for f in mse)
+    layernorm, rmsnorm = (
+        sources(["kernelwatch.kernels.fused_layernorm_matmul"]),
+        sources(["kernelwatch.kernels.fused_rmsnorm_matmul"]),
+    )
+    assert "kernelwatch/kernels/norm_gemm.py" in layernorm and "kernelwatch/kernels/norm_gemm.py" in rmsnorm
+    assert not any(f.startswith("kernelwatch/kernels/fused_rmsnorm_matmul/") for f in layernorm)
+    assert not any(f.startswith("kernelwatch/kernels/fused_layernorm_matmul/") for f in rmsnorm)
 
 
 @pytest.mark.parametrize(
@@ -184,10 +199,10 @@ def test_collect_runs_only_the_changed_kernel_and_names_the_skipped(clean: Path,
 # The gate: skipped kernels are carried over from the baseline, never missing
 # ---------------------------------------------------------------------------------------------
 def _history(db: str) -> dict:
-    from db.artifact import parse_artifact
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.artifact import parse_artifact
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     docs = list(SyntheticHistory(runs=7, cases=10, samples=30, seed=0, base_ms=0.1).documents())
     ingest_documents(open_database(db), [(str(i), parse_artifact(dumps(d))) for i, d in enumerate(docs[:-1])])

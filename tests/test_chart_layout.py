@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.screenshots import CHROMIUM_ARGS, settle
-from db.engine import open_database
+from kernelwatch.dashboard.screenshots import CHROMIUM_ARGS, settle
+from kernelwatch.store.engine import open_database
 from tests.conftest import IN_CI
 from tests.test_verdict_agreement import SOFTMAX, build_demo, demo_commits
 
@@ -83,7 +83,7 @@ def server():
             "-m",
             "streamlit",
             "run",
-            str(ROOT / "dashboard" / "app.py"),
+            str(ROOT / "kernelwatch" / "dashboard" / "app.py"),
             "--server.port",
             str(port),
             "--server.address",
@@ -171,7 +171,7 @@ def test_nothing_is_wider_than_the_window_and_there_is_no_deploy_button(layouts,
 
 def test_triage_key_columns_fit_without_horizontal_scroll(layouts) -> None:
     """The Triage table needed ~1,315 px of columns in 1,120: only the columns after its key ones may scroll."""
-    from dashboard.common import TRIAGE_WIDTHS
+    from kernelwatch.dashboard.common import TRIAGE_WIDTHS
 
     grid = layouts("triage")["grids"][0]
     may_scroll = sum(TRIAGE_WIDTHS[c] for c in TRIAGE_SCROLLS)

@@ -206,11 +206,11 @@ def test_a_missing_module_of_kernelwatch_itself_stays_a_traceback() -> None:
 # ---------------------------------------------------------------------------------------------
 def test_runs_fits_100_columns_and_wide_keeps_everything(tmp_path: Path, cli) -> None:
     """The shipped history and the demo branch made `runs` 179 columns wide (the issue saw 194)."""
-    from db.artifact import dumps, parse_artifact
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.schema import to_data
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.artifact import dumps, parse_artifact
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import to_data
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=6, samples=5).documents()]
     docs[-1]["run"]["commit"]["branch"] = "feature/" + "a-branch-name-longer-than-any-column-should-be" * 2
@@ -269,11 +269,11 @@ def test_bisect_at_the_edge_prints_the_range_and_the_commands_to_narrow_it(
 ) -> None:
     """9 runs, the last 30% slower: 'too few runs after it' named the first slow commit but not the range or
     what to run. Runs at commits 0-5 and 8 of a real repository: the two commits between are printed too."""
-    from db.artifact import dumps, parse_artifact
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.schema import to_data
-    from db.synthetic import Step, SyntheticHistory
+    from kernelwatch.store.artifact import dumps, parse_artifact
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import to_data
+    from kernelwatch.store.synthetic import Step, SyntheticHistory
 
     shas = _repo(tmp_path / "repo", 9)
     history = SyntheticHistory(runs=7, cases=1, samples=10, noise=0.002, steps=[Step(6, 1.3)])

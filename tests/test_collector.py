@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ci.reports import LABELS
-from collector.backends import CALL_BATCHES
-from collector.metadata import host_name
-from collector.perf import summarise
-from collector.schedule import Dispatcher, plan
-from db.artifact import load_artifact, to_data
 from kernelwatch.cli import main
+from kernelwatch.collect.backends import CALL_BATCHES
+from kernelwatch.collect.metadata import host_name
+from kernelwatch.collect.perf import summarise
+from kernelwatch.collect.schedule import Dispatcher, plan
+from kernelwatch.gate.reports import LABELS
+from kernelwatch.store.artifact import load_artifact, to_data
 
 PLANTED = [
     "collect",
@@ -123,9 +123,9 @@ def test_devices_all_shards_over_workers_into_one_run(tmp_path: Path, cli, monke
 def test_devices_all_deals_every_item_once_over_any_number_of_devices(devices: int, monkeypatch) -> None:
     """One worker per device, whatever their number (8 GPUs: cuda:0..cuda:7), and the dealing loop gives each
     item to exactly one of them, the items of a group to one worker, every worker some work."""
-    from collector.pool import worker_devices
+    from kernelwatch.collect.pool import worker_devices
 
-    monkeypatch.setattr("collector.backends.device_count", lambda kind: devices)
+    monkeypatch.setattr("kernelwatch.collect.backends.device_count", lambda kind: devices)
     labels = [label for _, label in worker_devices("cuda", True)]
     assert labels == [f"cuda:{i}" for i in range(devices)]
     assert worker_devices("cuda", False) == [("cuda:0", "cuda:0")]
@@ -149,19 +149,19 @@ def test_devices_all_deals_every_item_once_over_any_number_of_devices(devices: i
 
 
 def test_perf_inputs_are_drawn_on_the_device_with_the_host_stream_untouched() -> None:
-    """collector.inputs on the CPU with ``force`` (no GPU here): each draw of make_inputs' CPU generator went to
-    the stream made for the device (it advanced, the host generator did not), and the inputs keep their shapes,
+    """kernelwatch.collect.inputs on the CPU with ``force`` (no GPU here): each draw of make_inputs' CPU generator went
+    to the stream made for the device (it advanced, the host generator did not), and the inputs keep their shapes,
     dtypes and strides (strided and transposed layouts included). Without ``force`` the CPU is left alone, and
     the accuracy suite never enters it: its gating inputs stay the host's, bit for bit."""
     import inspect
 
     import torch
 
-    import collector.accuracy
-    from collector.inputs import drawn_on
-    from kernels import discover
+    import kernelwatch.collect.accuracy
+    from kernelwatch.collect.inputs import drawn_on
+    from kernelwatch.kernels import discover
 
-    assert "drawn_on" not in inspect.getsource(collector.accuracy)
+    assert "drawn_on" not in inspect.getsource(kernelwatch.collect.accuracy)
     with drawn_on(torch.device("cpu")) as mode:
         assert mode is None
     for spec in discover().values():
@@ -260,7 +260,7 @@ def test_an_empty_journal_holds_nothing_and_does_not_block_the_next_run(tmp_path
 
 
 def _accuracy_keys() -> list[str]:
-    from kernels import discover
+    from kernelwatch.kernels import discover
 
     return [c.key for c in discover()["mse_loss"].accuracy_cases()]
 
@@ -295,7 +295,7 @@ def test_dispatcher_refuses_duplicates_and_reports_missing() -> None:
 
 @pytest.mark.slow
 def test_every_mse_loss_accuracy_case_passes_on_the_interpreter(tmp_path: Path, cli) -> None:
-    from kernels.mse_loss.spec import SPEC
+    from kernelwatch.kernels.mse_loss.spec import SPEC
 
     out = tmp_path / "mse.json"
     result = cli.invoke(
@@ -353,8 +353,8 @@ def _collect_aa(cli, out: Path, *extra: str):
 def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Path, cli) -> None:
     """A/A on the CPU interpreter: two collector runs of the same code draw the same inputs (seeds from the
     case keys, whatever --seed says), so every budget is bit-identical and the gate passes."""
-    from collector.accuracy import case_seed
-    from kernels.fused_rmsnorm_matmul.spec import SPEC
+    from kernelwatch.collect.accuracy import case_seed
+    from kernelwatch.kernels.fused_rmsnorm_matmul.spec import SPEC
 
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     assert _collect_aa(cli, first, "--seed", "1").exit_code == 0
@@ -559,7 +559,7 @@ def test_per_call_cost_fills_a_batch_and_reports_the_median() -> None:
 
     import torch
 
-    from collector.backends import CALL_BATCHES, Backend
+    from kernelwatch.collect.backends import CALL_BATCHES, Backend
 
     calls = []
 
@@ -586,7 +586,7 @@ def test_summary_is_computed_from_exactly_the_stored_samples() -> None:
 def test_progress_is_a_line_per_n_items_in_a_log() -> None:
     import io
 
-    from collector.progress import Progress
+    from kernelwatch.collect.progress import Progress
 
     stream = io.StringIO()
     progress = Progress(100, stream=stream)
@@ -608,7 +608,7 @@ def test_progress_is_a_bar_on_a_terminal() -> None:
     import struct
     import termios
 
-    from collector.progress import Progress
+    from kernelwatch.collect.progress import Progress
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
@@ -759,7 +759,7 @@ def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> 
     import io
     import re
 
-    from collector.progress import Progress
+    from kernelwatch.collect.progress import Progress
 
     items = [("acc/heavy", 10.0, 40.0)] * 10 + [("acc/light", 1.0, 0.25)] * 90
     now = [0.0]
@@ -791,7 +791,7 @@ def test_progress_estimate_is_sane_when_kernels_differ_in_seconds_per_cost() -> 
 
 def test_progress_estimate_ignores_a_workers_warm_up() -> None:
     """On the CPU a worker's first case also pays the interpreter's warm-up (49 s, then ~2 s per case)."""
-    from collector.progress import Progress
+    from kernelwatch.collect.progress import Progress
 
     progress = Progress(
         14, enabled=False, total_cost=14.0, group_costs={"accuracy/k": 14.0}, workers=2, clock=lambda: 0.0
@@ -804,7 +804,7 @@ def test_progress_estimate_ignores_a_workers_warm_up() -> None:
 QUIET_PROBE = """
 import sys, warnings
 import torch, triton, triton.language as tl
-from collector.worker import quiet_interpreter
+from kernelwatch.collect.worker import quiet_interpreter
 
 @triton.jit
 def _div(x, y, out, n, BLOCK: tl.constexpr):

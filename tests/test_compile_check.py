@@ -17,8 +17,8 @@ SCRIPT = textwrap.dedent("""
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
     import triton
     import triton.language as tl
-    from collector import compile_check as cc
-    from kernels.plan import Footprint, Launch
+    from kernelwatch.collect import compile_check as cc
+    from kernelwatch.kernels.plan import Footprint, Launch
 
     @triton.jit
     def planted_broken_kernel(x_ptr, n, BLOCK: tl.constexpr):

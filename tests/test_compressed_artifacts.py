@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import load_artifact, write_artifact
-from db.schema import MAX_ARTIFACT_BYTES, ArtifactError, content_hash
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import load_artifact, write_artifact
+from kernelwatch.store.schema import MAX_ARTIFACT_BYTES, ArtifactError, content_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "ci" / "history"
@@ -136,7 +136,7 @@ def test_broken_gzip_is_one_line(tmp_path: Path, cli) -> None:
 
 def test_a_bomb_inflating_inside_one_member_is_stopped_too(tmp_path: Path, monkeypatch) -> None:
     """One deflate stream past the limit (no member boundary to stop at): refused, not read to the end."""
-    from db import artifact
+    from kernelwatch.store import artifact
 
     comp = zlib.compressobj(9, zlib.DEFLATED, 31)
     path = tmp_path / "one.json.gz"

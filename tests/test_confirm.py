@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.confirm import MIN_ROUNDS, ConfirmError, judge, median_interval, resolve_commit, run_rounds
 from kernelwatch.cli import main
+from kernelwatch.collect.confirm import MIN_ROUNDS, ConfirmError, judge, median_interval, resolve_commit, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ import time
 
 import torch
 
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
 
 WORK_US = {work}
 TOL = Tolerance(1e-5, 1e-5)
@@ -247,8 +247,8 @@ def _run_doc(sha: str, ms: float, uuid: str, hour: int) -> dict:
     30 samples around ``ms``, measured on the device ``uuid``, committed and started at ``hour``."""
     import numpy as np
 
-    from collector.metadata import hardware_info
-    from db.schema import SCHEMA
+    from kernelwatch.collect.metadata import hardware_info
+    from kernelwatch.store.schema import SCHEMA
 
     samples = [ms * (1 + 0.002 * ((i % 7) - 3)) for i in range(30)]
     q = {k: float(np.quantile(samples, v)) for k, v in (("p20_ms", 0.2), ("median_ms", 0.5), ("p80_ms", 0.8))}
@@ -298,7 +298,7 @@ def _run_doc(sha: str, ms: float, uuid: str, hour: int) -> dict:
 
 def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_path: Path):
     """Ingest ``base``; gate ``cand`` (an artifact) against main; confirm what it sends; gate again."""
-    from db.artifact import dumps
+    from kernelwatch.store.artifact import dumps
 
     path = tmp_path / "candidate.json"
     path.write_text(dumps(cand))
@@ -344,9 +344,9 @@ def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scra
     assert after.exit_code == 1, after.output
     line = next(x for x in after.output.splitlines() if x.startswith(f"| `{CASE}`"))
     assert "| slower |" in line and "confirmed SLOWER on cpu: ×1." in line and "rounds" in line, line
-    from db.engine import open_database
-    from db.queries import confirmations
-    from db.schema import Confirmation, hardware_fingerprint
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.queries import confirmations
+    from kernelwatch.store.schema import Confirmation, hardware_fingerprint
 
     fingerprint = hardware_fingerprint(_run_doc(c1, 1.0, "x", 8)["hardware"])
     rows = confirmations(open_database(url, readonly=True), fingerprint, [CASE])
@@ -373,10 +373,10 @@ def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path
 def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Path) -> None:
     """--dry-run must work on a CPU-only host with the database and the artifact alone: no torch imported (so no
     device code path), no worker, no worktree. Defect: resolving the device first imports torch."""
-    from db.artifact import dumps
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.schema import RunDocument
+    from kernelwatch.store.artifact import dumps
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import RunDocument
 
     repo, (c1, c2, _) = scratch
     url = f"sqlite:///{tmp_path / 'kw.db'}"

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from db.artifact import dumps, parse_artifact
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.schema import to_data
-from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import dumps, parse_artifact
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import to_data
+from kernelwatch.store.synthetic import SyntheticHistory
 from tests.test_readonly import _env
 
 HISTORY = SyntheticHistory(runs=8, cases=2, samples=10)
@@ -241,8 +241,8 @@ def test_the_dashboard_refuses_a_damaged_database_before_serving(
 def test_the_dashboards_check_finds_one_damaged_value_among_many(sqlite_source: Path, tmp_path: Path) -> None:
     """The check asks SQLite for suspects (typeof, json_valid) and decodes only those: each kind of damage in one
     row of one run is still found and named; the whole database is not (no false positive)."""
-    from db.engine import StoredValueError
-    from db.stored import check_database
+    from kernelwatch.store.engine import StoredValueError
+    from kernelwatch.store.stored import check_database
 
     engine = open_database(str(sqlite_source), readonly=True)
     check_database(engine)  # whole

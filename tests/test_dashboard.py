@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ci.reports import LABELS
-from collector.ceilings import fill_missing
-from dashboard.data import NOT_RECORDED, point_label, short_gpu
-from db.artifact import dumps, load_artifact, parse_artifact, to_data
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.synthetic import Step, SyntheticHistory, stepped_copies
+from kernelwatch.collect.ceilings import fill_missing
+from kernelwatch.dashboard.data import NOT_RECORDED, point_label, short_gpu
+from kernelwatch.gate.reports import LABELS
+from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.synthetic import Step, SyntheticHistory, stepped_copies
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ROOT / "dashboard" / "views"
+PAGES = ROOT / "kernelwatch" / "dashboard" / "views"
 VIEWS = ("triage", "case", "overview", "performance", "accuracy", "compare", "roofline", "profiler")
 # The H200 history these tests were written against. Later runs in ci/history would change which run is each
 # hardware's newest, and so what the pages show; they are covered by `make demo` and the benchmarks.
@@ -147,7 +147,7 @@ def specs(at: AppTest) -> list[dict]:
 
 
 def fingerprint(url: str, name: str, synthetic: bool | None = None) -> str:
-    from db.queries import list_hardware
+    from kernelwatch.store.queries import list_hardware
 
     return next(h["fingerprint"] for h in list_hardware(open_database(url, readonly=True)) if h["device_name"] == name)
 
@@ -300,7 +300,7 @@ def test_case_page_shows_wall_time_per_call_where_recorded(page, dash_db) -> Non
 
 
 def test_floor_ceiling_uses_a_measured_read_ceiling_for_read_only_streams() -> None:
-    from dashboard.data import floor_ceiling
+    from kernelwatch.dashboard.data import floor_ceiling
 
     factor, text = floor_ceiling({"peak_gbps": 4250.0, "peak_read_gbps": 4600.0}, "read")
     assert factor == pytest.approx(4250 / 4600) and "read ceiling" in text  # 108% of copy -> 99.8% of read
@@ -330,7 +330,7 @@ def test_case_page_marks_change_points_and_shows_profiler_counters(page, dash_db
 
 
 def test_case_page_marks_an_acknowledged_change(tmp_path, monkeypatch) -> None:
-    from db.ack import add_ack
+    from kernelwatch.store.ack import add_ack
 
     url = f"sqlite:///{tmp_path / 'ack.db'}"
     build(url)
@@ -454,7 +454,7 @@ def test_accuracy_drill_down_lists_every_case_per_hardware(page) -> None:
 # Defaults that show something
 # ---------------------------------------------------------------------------------------------
 def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) -> None:
-    from db.queries import list_runs
+    from kernelwatch.store.queries import list_runs
 
     at = page("compare")
     a, b = at.selectbox(key="a"), at.selectbox(key="b")
@@ -472,7 +472,7 @@ def test_compare_opens_on_two_comparable_runs_with_unique_labels(page, dash_db) 
 
 
 def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:
-    from db.queries import list_runs
+    from kernelwatch.store.queries import list_runs
 
     runs = [r for r in list_runs(open_database(dash_db, readonly=True)) if r["hardware"] == "NVIDIA H200 (synthetic)"]
     at = page("compare", a=runs[10]["id"][:8], b=runs[0]["id"][:8])
@@ -481,16 +481,16 @@ def test_compare_significance_on_the_synthetic_step(page, dash_db) -> None:
     assert (slowed["B/A time"] > 1.15).all()
     # the gate's verdicts and p-values, not a statistic of its own (it once coloured red, p=4e-49, a case the
     # gate called noise): launch-bound cases stay "noisy", the others are regressions
-    from ci.gate import decide
-    from db.export import export_run
+    from kernelwatch.gate.judge import decide
+    from kernelwatch.store.export import export_run
 
     engine = open_database(dash_db, readonly=True)
     gate = {v.case: v for v in decide(engine, export_run(engine, runs[0]["id"]), runs[10]["id"]).verdicts}
-    from dashboard.data import case_labels
+    from kernelwatch.dashboard.data import case_labels
 
     by_label = dict(zip(case_labels(list(gate), [v.kernel for v in gate.values()]), gate.values()))
     triton = frame[frame["impl"] == "kernel (Triton)"]
-    from dashboard.verdicts import triage
+    from kernelwatch.dashboard.verdicts import triage
 
     judged = {r["case"]: r["verdict"] for r in triage(engine, runs[0]["id"], runs[10]["id"]).rows}
     assert list(triton["gate"]) == [judged[by_label[c].case] for c in triton["case"]]  # Triage's words
@@ -685,8 +685,8 @@ def test_a_demo_built_right_after_a_real_run_is_dated_between_it_and_now() -> No
     takes a baseline from, and the demo's slowed cases read "suspect" against another branch's run."""
     import datetime as dt
 
-    from db.schema import parse_time
-    from db.synthetic import demo_branch
+    from kernelwatch.store.schema import parse_time
+    from kernelwatch.store.synthetic import demo_branch
 
     now = dt.datetime(2026, 12, 2, 17, 20, tzinfo=dt.timezone.utc)
     for ago in (dt.timedelta(minutes=3), dt.timedelta(days=2)):

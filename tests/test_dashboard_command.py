@@ -11,9 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from db.artifact import load_artifact
-from db.engine import open_database
-from db.ingest import ingest_documents
+from kernelwatch.store.artifact import load_artifact
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 

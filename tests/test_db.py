@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-from db.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact, to_data
-from db.engine import DatabaseError, current_revision, head_revision, open_database
-from db.export import export_run
-from db.ingest import IngestError, ingest_documents
-from db.models import AccuracyResult, Base, Case, Hardware, PerfResult, ProfilerMetric, Run
-from db.queries import case_history, latest_complete_runs, list_runs, run_results
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import SCHEMA, ArtifactError, content_hash, dumps, parse_artifact, to_data
+from kernelwatch.store.engine import DatabaseError, current_revision, head_revision, open_database
+from kernelwatch.store.export import export_run
+from kernelwatch.store.ingest import IngestError, ingest_documents
+from kernelwatch.store.models import AccuracyResult, Base, Case, Hardware, PerfResult, ProfilerMetric, Run
+from kernelwatch.store.queries import case_history, latest_complete_runs, list_runs, run_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = (Hardware, Run, Case, AccuracyResult, PerfResult, ProfilerMetric)
@@ -115,8 +115,8 @@ def test_artifact_round_trip_gives_equal_content(db_url: str, tmp_path: Path, ma
 def test_the_sm_clock_is_stored_exported_and_queried(db_url: str, make_doc) -> None:
     """A field added to the schema reaches its column, the export and the run queries with no list spelled again;
     a run from before it (no such key) keeps its hash."""
-    from db.queries import run_info
-    from db.schema import validate
+    from kernelwatch.store.queries import run_info
+    from kernelwatch.store.schema import validate
 
     doc = make_doc()
     before = content_hash(validate(doc))
@@ -176,7 +176,7 @@ def _ingest_many(url: str, docs: list[str], error_file: str) -> None:
 
 
 def test_four_processes_ingesting_fifty_runs_each_lose_nothing(db_url: str, tmp_path: Path) -> None:
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     docs = [dumps(d) for d in SyntheticHistory(runs=200, cases=6, samples=5).documents()]
     ctx = mp.get_context("spawn")
@@ -218,7 +218,7 @@ def _writer_is_inside_its_transaction(db_url: str, engine) -> bool:
 
 
 def test_sigkill_during_ingest_leaves_no_partial_run(db_url: str, tmp_path: Path) -> None:
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     doc = to_data(next(SyntheticHistory(runs=1, cases=6000, samples=40).documents()))
     path = tmp_path / "big.json"
@@ -375,7 +375,7 @@ def test_unreachable_database_is_one_clear_message(tmp_path: Path, make_doc, cli
 
 def test_artifact_errors_name_nested_fields() -> None:
     with pytest.raises(ArtifactError, match=r"run\.commit\.dirty: expected true or false"):
-        from db.synthetic import SyntheticHistory
+        from kernelwatch.store.synthetic import SyntheticHistory
 
         doc = to_data(next(SyntheticHistory(runs=1, cases=1).documents()))
         doc["run"]["commit"]["dirty"] = "yes"
@@ -383,7 +383,7 @@ def test_artifact_errors_name_nested_fields() -> None:
 
 
 def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) -> None:
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     engine = open_database(db_url)
     docs = [to_data(d) for d in SyntheticHistory(runs=3, cases=4, hardware=2).documents()]
@@ -458,7 +458,7 @@ def test_runs_and_show_print_the_documented_records(db_url: str, make_doc, cli) 
 
 
 def test_history_and_latest_queries(db_url: str) -> None:
-    from db.synthetic import SyntheticHistory
+    from kernelwatch.store.synthetic import SyntheticHistory
 
     engine = open_database(db_url)
     history = SyntheticHistory(runs=6, cases=3, hardware=2)
@@ -482,7 +482,7 @@ def test_history_and_latest_queries(db_url: str) -> None:
 
 def test_concurrent_first_open_does_not_race(db_url: str) -> None:
     url = db_url
-    code = f"from db.engine import open_database; open_database({url!r})"
+    code = f"from kernelwatch.store.engine import open_database; open_database({url!r})"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for _ in range(4)]
     errs = [p.communicate(timeout=120)[1].decode() for p in procs]

@@ -1,4 +1,4 @@
-"""The statistics of ci/detect.py, each test naming the defect it catches.
+"""The statistics of kernelwatch/gate/detect.py, each test naming the defect it catches.
 
 benchmarks/mutation_table.py breaks the code on purpose (dropping FDR control, ignoring the history,
 min instead of max p, no outlier clipping, p_within forced to 0, the ratio inverted) and checks that
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from ci.detect import (
+from kernelwatch.gate.detect import (
     JITTER_MS,
     LAUNCH_BOUND_MS,
     MACHINE_SIGMA,
@@ -371,7 +371,7 @@ def test_gpus_are_compared_within_the_last_segment_of_the_history() -> None:
 # How far a machine may explain a shift
 # ---------------------------------------------------------------------------------------------
 def test_between_machine_ratio_is_the_slowest_gpu_over_the_fastest() -> None:
-    from ci.detect import between_machine_ratio
+    from kernelwatch.gate.detect import between_machine_ratio
 
     assert between_machine_ratio({"a": [1.0, 1.0, 5.0], "b": [1.2, 1.2]}) == pytest.approx(1.2)  # medians, not means
     assert between_machine_ratio({"a": [1.0]}) is None
@@ -380,7 +380,7 @@ def test_between_machine_ratio_is_the_slowest_gpu_over_the_fastest() -> None:
 
 def test_run_ratio_takes_the_median_over_shared_cases_of_each_gpu_pair() -> None:
     """One case 40% apart among four 1% apart is a case's noise, not the machine: the whole run is 1.01x."""
-    from ci.detect import run_ratio
+    from kernelwatch.gate.detect import run_ratio
 
     cases = [
         {"a": [1.0], "b": [1.01]},
@@ -394,7 +394,7 @@ def test_run_ratio_takes_the_median_over_shared_cases_of_each_gpu_pair() -> None
 
 
 def test_machine_bound_takes_the_larger_of_the_measured_default_and_the_history() -> None:
-    from ci.detect import MACHINE_BOUND, bound_class, machine_bound
+    from kernelwatch.gate.detect import MACHINE_BOUND, bound_class, machine_bound
 
     assert machine_bound(None, "memory")[0] == MACHINE_BOUND["memory"]
     assert machine_bound(1.01, "gemm")[0] == MACHINE_BOUND["gemm"]

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from collector.doctor import check_cann, check_compiler, check_database, check_profiler, check_versions, diagnose
+from kernelwatch.collect.doctor import (
+    check_cann,
+    check_compiler,
+    check_database,
+    check_profiler,
+    check_versions,
+    diagnose,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import triton
 
-from kernels import fastlaunch
+from kernelwatch.kernels import fastlaunch
 
 
 def test_on_unless_turned_off_and_never_under_the_interpreter(monkeypatch) -> None:
@@ -73,8 +73,8 @@ def test_every_planned_launch_carries_its_constexprs_in_parameter_order() -> Non
     """The short path hands Triton's launcher the runtime arguments, then the plan's constexpr values in
     parameter order: that holds only if every kernel declares its runtime parameters first and every
     constexpr is planned. Checked for every launch of every case on the H200 and the A100."""
-    from kernels import discover
-    from kernels.plan import NVIDIA_A100, NVIDIA_H200, Launch, kernel_params
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.plan import NVIDIA_A100, NVIDIA_H200, Launch, kernel_params
 
     checked = 0
     for spec in discover().values():

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import load_artifact
-from db.journal import Journal
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import load_artifact
+from kernelwatch.store.journal import Journal
 
 PLANTED = [
     "collect",

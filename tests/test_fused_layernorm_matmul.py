@@ -10,17 +10,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from collector.accuracy import compare
-from kernels.device import simulated
-from kernels.fused_layernorm_matmul.api import (
+from kernelwatch.collect.accuracy import compare
+from kernelwatch.kernels.device import simulated
+from kernelwatch.kernels.fused_layernorm_matmul.api import (
     PREPARED,
     FusedLayerNormLinear,
     FusedLayerNormMatmulFunction,
     fused_layernorm_matmul,
 )
-from kernels.fused_layernorm_matmul.plans import VARIANTS, plan_forward
-from kernels.fused_layernorm_matmul.spec import SPEC, tolerance
-from kernels.plan import ASCEND_910B, NVIDIA_A100, NVIDIA_H200, Autotuned, recording
+from kernelwatch.kernels.fused_layernorm_matmul.plans import VARIANTS, plan_forward
+from kernelwatch.kernels.fused_layernorm_matmul.spec import SPEC, tolerance
+from kernelwatch.kernels.plan import ASCEND_910B, NVIDIA_A100, NVIDIA_H200, Autotuned, recording
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 

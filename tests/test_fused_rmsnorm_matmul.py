@@ -12,11 +12,11 @@ import torch
 import triton
 import triton.language as tl
 
-from collector.accuracy import compare
-from kernels.fused_rmsnorm_matmul.api import FOLDED, FusedRMSLinear, fused_rmsnorm_matmul
-from kernels.fused_rmsnorm_matmul.plans import VARIANTS
-from kernels.fused_rmsnorm_matmul.spec import SPEC, tolerance
-from kernels.norm_gemm import round_to_bf16
+from kernelwatch.collect.accuracy import compare
+from kernelwatch.kernels.fused_rmsnorm_matmul.api import FOLDED, FusedRMSLinear, fused_rmsnorm_matmul
+from kernelwatch.kernels.fused_rmsnorm_matmul.plans import VARIANTS
+from kernelwatch.kernels.fused_rmsnorm_matmul.spec import SPEC, tolerance
+from kernelwatch.kernels.norm_gemm import round_to_bf16
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
@@ -151,8 +151,8 @@ def test_folded_weight_keeps_its_descriptors_until_it_changes() -> None:
 
 
 def test_plan_paths_are_tagged_not_guessed_from_the_kernel() -> None:
-    from kernels.fused_rmsnorm_matmul.plans import plan_path
-    from kernels.plan import NVIDIA_A100, NVIDIA_H200, DeviceInfo
+    from kernelwatch.kernels.fused_rmsnorm_matmul.plans import plan_path
+    from kernelwatch.kernels.plan import NVIDIA_A100, NVIDIA_H200, DeviceInfo
 
     cpu = DeviceInfo("cpu", 2, interpreter=True)
     assert plan_path(16, 8192, 8192, "bf16", "fold_gamma", NVIDIA_H200) == "decode"
@@ -164,8 +164,8 @@ def test_plan_paths_are_tagged_not_guessed_from_the_kernel() -> None:
 
 
 def test_an_autotuned_step_remembers_the_candidate_its_tuner_chose() -> None:
-    from kernels.fused_rmsnorm_matmul.plans import plan_forward
-    from kernels.plan import NVIDIA_H200, chosen_candidate
+    from kernelwatch.kernels.fused_rmsnorm_matmul.plans import plan_forward
+    from kernelwatch.kernels.plan import NVIDIA_H200, chosen_candidate
 
     (_, tuned) = plan_forward(16, 8192, 8192, "fp16", "rstd_prepass", False, NVIDIA_H200)
     want = tuned.candidates[1]

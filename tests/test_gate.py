@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import dumps, load_artifact, parse_artifact, to_data
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.schema import format_time, parse_time
-from db.synthetic import Step, SyntheticHistory, stepped_copies
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import format_time, parse_time
+from kernelwatch.store.synthetic import Step, SyntheticHistory, stepped_copies
 
 RUNS = 24
 BASE_MS = 0.1  # 0.1-0.7 ms: past the launch-bound range, where one run's slowdown can be significant
@@ -198,9 +198,9 @@ def test_html_report_opens_in_chromium_with_its_chart(db_url, tmp_path, cli) -> 
         assert "FAIL" in page.inner_text("h1")
         assert page.locator("a[href*='evil']").count() == 0 and page.locator("b").count() == 0
         assert '<a href="http://evil.example/">' in page.locator("body").text_content()  # in a closed <details>
-        from ci.detect import compare_case
-        from ci.gate import CaseVerdict, GateResult
-        from ci.reports import html_report
+        from kernelwatch.gate.detect import compare_case
+        from kernelwatch.gate.judge import CaseVerdict, GateResult
+        from kernelwatch.gate.reports import html_report
 
         run = {"id": "0" * 36, "commit": {"sha": "0" * 40, "branch": "b"}, "status": "complete"}
         chart_only = GateResult(
@@ -533,7 +533,7 @@ def test_an_empty_report_dir_is_refused(db_url, tmp_path, cli, monkeypatch) -> N
 
 
 def test_markdown_helpers() -> None:
-    from ci.reports import md_code, md_text
+    from kernelwatch.gate.reports import md_code, md_text
 
     assert md_code("a`b") == "`` a`b ``" and md_code("plain") == "`plain`" and md_code("x|y") == "`x\\|y`"
     assert md_text("*a* _b_ <i> [l](u) $x$ ~s~ & |") == r"\*a\* \_b\_ \<i> \[l\](u) \$x\$ \~s\~ \& \|"

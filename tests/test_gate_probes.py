@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from db.artifact import dumps, load_artifact, parse_artifact, to_data
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.schema import format_time, parse_time
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import format_time, parse_time
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 # Three full runs of one commit on the x2 host (62 kernel timings, 234 perf rows, 358 gating accuracy rows each)
@@ -102,7 +102,7 @@ def gate(cli, db_url: str, doc: dict | None, tmp_path: Path, *extra: str):
 
 
 def statuses(output: str) -> dict[str, int]:
-    """{verdict label (ci.reports.LABELS): rows} of the gate's report tables."""
+    """{verdict label (kernelwatch.gate.reports.LABELS): rows} of the gate's report tables."""
     counts: dict[str, int] = {}
     for status in re.findall(r"^\| `[^`]+` \| ([^|]+?) \|", output, flags=re.M):
         counts[status] = counts.get(status, 0) + 1

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ci.detect import contamination
-from ci.gate import choose_baseline, decide
-from db.artifact import dumps, load_artifact, parse_artifact, to_data
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.queries import find_hardware, list_runs, match_hardware
-from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.gate.detect import contamination
+from kernelwatch.gate.judge import choose_baseline, decide
+from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.queries import find_hardware, list_runs, match_hardware
+from kernelwatch.store.synthetic import SyntheticHistory
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 FULL = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"  # aad199d7: 62 perf + 358 accuracy cases
@@ -70,7 +70,7 @@ def _later(doc: dict, minutes: int = 30) -> dict:
     import datetime as dt
     import uuid
 
-    from db.schema import format_time, parse_time
+    from kernelwatch.store.schema import format_time, parse_time
 
     doc = copy.deepcopy(doc)
     doc["run"]["id"] = str(uuid.uuid4())
@@ -344,17 +344,17 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# The error budget against the errors it comes from (ci.budget)
+# The error budget against the errors it comes from (kernelwatch.gate.budget)
 # ---------------------------------------------------------------------------------------------
 def _errors(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, float]:
-    """(max abs, max rel, budget) by collector.accuracy.compare's formulas."""
+    """(max abs, max rel, budget) by kernelwatch.collect.accuracy.compare's formulas."""
     diff, mag = np.abs(out - ref), np.abs(ref)
     nz = mag > 0
     return float(diff.max()), float((diff[nz] / mag[nz]).max()), float((diff / (atol + rtol * mag)).max())
 
 
 def test_the_ceiling_bounds_every_budget_and_is_reached_where_both_errors_meet() -> None:
-    from ci.budget import budget_ceiling
+    from kernelwatch.gate.budget import budget_ceiling
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -372,7 +372,7 @@ def test_a_budget_that_disagrees_with_its_errors_is_named() -> None:
     """Errors x1000 on the same gating inputs under a budget that barely moved imply far more than the budget."""
     from types import SimpleNamespace
 
-    from ci.budget import BUDGET_RATIO_SPREAD, disagreements, implied_budget, recomputed_pass
+    from kernelwatch.gate.budget import BUDGET_RATIO_SPREAD, disagreements, implied_budget, recomputed_pass
 
     def row(scale: float, budget: float, **kw) -> SimpleNamespace:
         return SimpleNamespace(

@@ -1,6 +1,6 @@
-"""The gate's perf rules one at a time (``ci.gate.INPUT_RULES``, ``ci.gate.PERF_RULES``): each answers its own case
-and stays silent on the others; the lists' order decides which answers first. End-to-end behaviour is
-tests/test_gate.py's and tests/test_gate_rules.py's."""
+"""The gate's perf rules one at a time (``kernelwatch.gate.judge.INPUT_RULES``, ``kernelwatch.gate.judge.PERF_RULES``):
+each answers its own case and stays silent on the others; the lists' order decides which answers first. End-to-end
+behaviour is tests/test_gate.py's and tests/test_gate_rules.py's."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from ci import gate
-from ci.detect import Comparison, Contamination, Shift
-from ci.gate import INPUT_RULES, PERF_RULES, Judged, PerfFacts, PerfInput, first_answer
-from ci.statuses import ERROR, MACHINE, NEW, NOISY, PASS, REGRESSION, UNMEASURED, UNRELIABLE
-from db.schema import PerfResult
+from kernelwatch.gate import judge as gate
+from kernelwatch.gate.detect import Comparison, Contamination, Shift
+from kernelwatch.gate.judge import INPUT_RULES, PERF_RULES, Judged, PerfFacts, PerfInput, first_answer
+from kernelwatch.gate.statuses import ERROR, MACHINE, NEW, NOISY, PASS, REGRESSION, UNMEASURED, UNRELIABLE
+from kernelwatch.store.schema import PerfResult
 
 BASE_MS = 0.1
 

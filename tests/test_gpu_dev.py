@@ -1,6 +1,6 @@
-"""benchmarks/gpu_dev.py: the studies kernels/NOTES.md cites launch what `kernels/` ships (no copies) and the
-rejected candidates beside it; each computes y = diag(1/rms) x W^T (or the softmax) right in the interpreter,
-and on a host without CUDA the script stops in one line."""
+"""benchmarks/gpu_dev.py: the studies kernelwatch/kernels/NOTES.md cites launch what `kernelwatch/kernels/` ships (no
+copies) and the rejected candidates beside it; each computes y = diag(1/rms) x W^T (or the softmax) right in the
+interpreter, and on a host without CUDA the script stops in one line."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def dev():
 
 
 def test_the_shipped_kernels_are_imported_not_copied(dev) -> None:
-    rms = importlib.import_module("kernels.fused_rmsnorm_matmul.kernel")
-    smx = importlib.import_module("kernels.scaled_masked_softmax.kernel")
+    rms = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.kernel")
+    smx = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.kernel")
 
     assert dev._softmax_fwd_heads_kernel is smx._softmax_fwd_heads_kernel
     assert dev._rms_gemm_tma_kernel is rms._rms_gemm_tma_kernel and dev._rstd_kernel is rms._rstd_kernel

@@ -26,11 +26,11 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from db.engine import open_database
-from db.ingest import ingest_documents
-from db.schema import dumps, parse_artifact, to_data
-from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import dumps, parse_artifact, to_data
+from kernelwatch.store.synthetic import Step, SyntheticHistory
 from tests.pgserver import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_a_run_outside_a_checkout_is_ingested_but_never_offered_to_git(tmp_path:
     path = tmp_path / "run.json"
     path.write_text(json.dumps(doc))
     assert cli.invoke(main, ["ingest", "--db", str(tmp_path / "kw.db"), str(path)]).exit_code == 0
-    from ci.bisect import commits_between, rerun_command
+    from kernelwatch.gate.bisect import commits_between, rerun_command
 
     assert rerun_command("unknown", "mse_loss/x") is None
     assert commits_between("unknown", "abc1234") == [] and commits_between("--output=/x/", "abc1234") == []
@@ -119,7 +119,7 @@ def test_a_run_outside_a_checkout_is_ingested_but_never_offered_to_git(tmp_path:
 
 def test_a_reproduce_command_can_never_discard_an_edit(tmp_path: Path) -> None:
     """`git checkout .` (a stored sha of '.') discarded uncommitted edits; `git checkout X` takes a path X too."""
-    from ci.bisect import rerun_command
+    from kernelwatch.gate.bisect import rerun_command
 
     repo = _git_repo(tmp_path / "repo")
     head = subprocess.run(
@@ -731,14 +731,14 @@ def test_a_change_with_too_few_runs_on_one_side_says_so(db_url: str, cli) -> Non
     assert result.exit_code == 0, result.output
     assert result.output.startswith("a change of -31% after 2 runs") and "too few runs before it" in result.output
     assert "(3 needed)" in result.output and "no change" not in result.output
-    from ci.bisect import edge_change
+    from kernelwatch.gate.bisect import edge_change
 
     assert edge_change([1.0] * 9, 0.05) is None
 
 
 def test_a_cpu_accuracy_case_is_reproduced_with_the_accuracy_suite(tmp_path: Path) -> None:
     """Triage offered `collect ... --suite perf` for a CPU case, which exits 2 ('the perf suite is skipped on cpu')."""
-    from dashboard.verdicts import triage
+    from kernelwatch.dashboard.verdicts import triage
 
     url = f"sqlite:///{tmp_path / 'cpu.db'}"
     docs = []

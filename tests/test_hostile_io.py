@@ -24,14 +24,14 @@ import pytest
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.pool import NullPool
 
-from db.artifact import load_artifact
-from db.engine import open_database
-from db.files import NotReplaced, write_atomic
-from db.ingest import ingest_documents
-from db.journal import Journal, load_run
-from db.schema import ArtifactError, dumps, parse_artifact, to_data
-from db.synthetic import SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.store.artifact import load_artifact
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.files import NotReplaced, write_atomic
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.journal import Journal, load_run
+from kernelwatch.store.schema import ArtifactError, dumps, parse_artifact, to_data
+from kernelwatch.store.synthetic import SyntheticHistory
 from tests.test_confirm import scratch  # noqa: F401 - the module-scoped repository fixture
 
 ROOT = Path(__file__).resolve().parents[1]

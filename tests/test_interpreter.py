@@ -1,4 +1,4 @@
-"""kernels/interpreter.py: Triton's interpreter re-patches its language once per helper and launch, not per
+"""kernelwatch/kernels/interpreter.py: Triton's interpreter re-patches its language once per helper and launch, not per
 call, and the kernels compute the same bits as with Triton's own interpreter."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import triton
 import triton.language as tl
 from triton.runtime import interpreter as triton_interpreter
 
-from kernels import interpreter
-from kernels.plan import Launch, launch
+from kernelwatch.kernels import interpreter
+from kernelwatch.kernels.plan import Launch, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = r"""
 import json, sys
 import torch
-import kernels
-from kernels import interpreter
+from kernelwatch import kernels
+from kernelwatch.kernels import interpreter
 
 picked = []
 for name, spec in sorted(kernels.discover().items()):
-    cases = [c for c in spec.accuracy_cases() if kernels.spec.numel(c.p.get("shape") or (1,)) <= 70_000]
+    cases = [c for c in spec.accuracy_cases() if kernelwatch.kernels.spec.numel(c.p.get("shape") or (1,)) <= 70_000]
     picked += [(spec, c) for c in cases[:: max(1, len(cases) // 5)]]
 out = {}
 for spec, case in picked:

@@ -1,4 +1,5 @@
-"""The collector's journal (db/journal.py): written line by line, read back after a kill, torn lines and all."""
+"""The collector's journal (kernelwatch/store/journal.py): written line by line, read back after a kill, torn lines and
+all."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from db.journal import JOURNAL_DIR, Journal, JournalWriter, journal_path, load_run, recover
-from db.schema import ArtifactError, Hardware, RunInfo, to_data
+from kernelwatch.store.journal import JOURNAL_DIR, Journal, JournalWriter, journal_path, load_run, recover
+from kernelwatch.store.schema import ArtifactError, Hardware, RunInfo, to_data
 
 
 def _records(doc: dict) -> list[dict]:

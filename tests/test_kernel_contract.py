@@ -25,10 +25,10 @@ PLANTED = textwrap.dedent('''
     import triton
     import triton.language as tl
 
-    from kernels.device import describe
-    from kernels.names import COPY_CEILING, EAGER_IMPL, KERNEL_IMPL, READ_CEILING
-    from kernels.plan import Footprint, Launch, launch, load, pointer, work
-    from kernels.spec import Case, KernelSpec, Tolerance
+    from kernelwatch.kernels.device import describe
+    from kernelwatch.kernels.names import COPY_CEILING, EAGER_IMPL, KERNEL_IMPL, READ_CEILING
+    from kernelwatch.kernels.plan import Footprint, Launch, launch, load, pointer, work
+    from kernelwatch.kernels.spec import Case, KernelSpec, Tolerance
 
     VARIANTS = ("one_pass", "rows")
 
@@ -106,7 +106,7 @@ def _kernelwatch(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -> None:
-    import kernels
+    from kernelwatch import kernels
 
     specs = kernels.discover((MODULE,))
     assert NAME in specs and specs[NAME].variants == ("one_pass", "rows")
@@ -117,11 +117,11 @@ def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -
 
 @pytest.mark.slow
 def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_path) -> None:
-    from collector.ceilings import fill_missing
-    from dashboard import data
-    from db import queries
-    from db.engine import open_database
-    from db.ingest import ingest_documents, load_files
+    from kernelwatch.collect.ceilings import fill_missing
+    from kernelwatch.dashboard import data
+    from kernelwatch.store import queries
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents, load_files
 
     artifact = tmp_path / "run.json"
     _kernelwatch(
@@ -161,8 +161,8 @@ def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_p
 
 @pytest.mark.slow
 def test_the_launch_plan_checks_take_it(planted) -> None:
-    import kernels
-    from kernels.plan import ASCEND_910B, NVIDIA_H200
+    from kernelwatch import kernels
+    from kernelwatch.kernels.plan import ASCEND_910B, NVIDIA_H200
     from tests import test_launch_plans as plans
 
     specs = {NAME: kernels.discover((MODULE,))[NAME]}
@@ -179,7 +179,7 @@ def test_the_compile_checks_listing_takes_it(planted) -> None:
         [
             sys.executable,
             "-m",
-            "collector.compile_check",
+            "kernelwatch.collect.compile_check",
             "--list",
             "--targets",
             "cuda-sm80,cuda-sm90",
@@ -201,8 +201,8 @@ def test_the_compile_checks_listing_takes_it(planted) -> None:
 
 
 def test_synth_draws_its_cases_from_the_specs(planted, tmp_path) -> None:
-    from db import queries
-    from db.engine import open_database
+    from kernelwatch.store import queries
+    from kernelwatch.store.engine import open_database
 
     url = f"sqlite:///{tmp_path / 'synth.db'}"
     _kernelwatch(planted["env"], "synth", "--runs", "1", "--cases", "10", "--extra-kernels", MODULE, "--db", url)
@@ -212,9 +212,9 @@ def test_synth_draws_its_cases_from_the_specs(planted, tmp_path) -> None:
 
 
 def test_the_synthetic_stand_ins_are_the_real_kernels_and_variants() -> None:
-    """db.synthetic's default kernels (for tests that import no torch) must not drift from the specs."""
-    import kernels
-    from db.synthetic import STAND_INS
+    """kernelwatch.store.synthetic's default kernels (for tests that import no torch) must not drift from the specs."""
+    from kernelwatch import kernels
+    from kernelwatch.store.synthetic import STAND_INS
 
     specs = kernels.discover()
     assert {name: variants for name, variants in STAND_INS} == {name: specs[name].variants for name, _ in STAND_INS}

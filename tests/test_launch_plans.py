@@ -19,10 +19,10 @@ import pytest
 import torch
 import triton
 
-import kernels
-from collector.accuracy import check_case
-from kernels.device import describe, simulated
-from kernels.plan import (
+from kernelwatch import kernels
+from kernelwatch.collect.accuracy import check_case
+from kernelwatch.kernels.device import describe, simulated
+from kernelwatch.kernels.plan import (
     ASCEND_910B,
     GRID_LIMIT,
     NVIDIA_A100,
@@ -41,10 +41,10 @@ from kernels.plan import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = kernels.discover()
-MSE = importlib.import_module("kernels.mse_loss.plans")
-SMX = importlib.import_module("kernels.scaled_masked_softmax.plans")
-FRM = importlib.import_module("kernels.fused_rmsnorm_matmul.plans")
-NORM_GEMM = importlib.import_module("kernels.norm_gemm")
+MSE = importlib.import_module("kernelwatch.kernels.mse_loss.plans")
+SMX = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax.plans")
+FRM = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul.plans")
+NORM_GEMM = importlib.import_module("kernelwatch.kernels.norm_gemm")
 CPU = torch.device("cpu")
 
 
@@ -143,7 +143,7 @@ def _config(step: Launch) -> tuple:
 
 
 def test_nvidia_plans_keep_the_cuda_launches_measured_on_the_h200() -> None:
-    """The CUDA grids, constexprs and warps are those of the H200 measurements (kernels/NOTES.md)."""
+    """The CUDA grids, constexprs and warps are those of the H200 measurements (kernelwatch/kernels/NOTES.md)."""
     h200 = NVIDIA_H200
     assert [_config(s) for s in MSE.plan_forward(33_554_432, "mean", "persistent", "fp32", h200)] == [
         (

@@ -1,4 +1,5 @@
-"""Every arrow points down: kernels -> collector -> db -> dashboard / ci, the command line on top."""
+"""Every arrow points down: kernelwatch.kernels -> .collect -> .store -> .dashboard / .gate, the command line
+(kernelwatch.cli, .commands) on top."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import sys
 from tests.import_graph import PACKAGES, ROOT, cycles, module_edges, package_edges, package_of
 
 ALLOWED = {  # package -> project packages it may import
-    "kernels": set(),
-    "db": set(),
-    "collector": {"kernels", "db"},
-    "ci": {"db"},
-    "dashboard": {"db", "ci"},
+    "kernelwatch.kernels": set(),
+    "kernelwatch.store": set(),
+    "kernelwatch.collect": {"kernelwatch.kernels", "kernelwatch.store"},
+    "kernelwatch.gate": {"kernelwatch.store"},
+    "kernelwatch.dashboard": {"kernelwatch.store", "kernelwatch.gate"},
     "kernelwatch": set(PACKAGES) - {"kernelwatch"},
 }
 # Facts every layer shares (implementation names and labels, the vendor map, ceilings): one torch-free
 # module that imports nothing, which any package may import.
-SHARED = {"kernels.names"}
+SHARED = {"kernelwatch.kernels.names"}
 
 
 def test_packages_import_only_downwards() -> None:
@@ -43,8 +44,8 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    for package in ("dashboard", "db", "ci"):
-        for path in (root / package).rglob("*.py"):
+    for package in ("dashboard", "store", "gate"):
+        for path in (root / "kernelwatch" / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 names = (
                     [a.name for a in node.names]
@@ -55,19 +56,22 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
 
 
 def test_the_shared_names_module_imports_nothing() -> None:
-    """kernels.names is what db, ci and the dashboard may import from kernels: no project module, no torch."""
+    """kernelwatch.kernels.names is what db, ci and the dashboard may import from kernels: no project module, no
+    torch."""
     import ast
 
-    assert module_edges().get("kernels.names", set()) == set()
-    tree = ast.parse((ROOT / "kernels" / "names.py").read_text())
+    assert module_edges().get("kernelwatch.kernels.names", set()) == set()
+    tree = ast.parse((ROOT / "kernelwatch" / "kernels" / "names.py").read_text())
     imported = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert [getattr(n, "module", None) for n in imported] == ["__future__"]
 
 
 def test_the_database_gate_and_dashboard_load_without_torch() -> None:
-    """Importing them (and with them kernels.names, through kernels/__init__.py) must not load torch."""
+    """Importing them (and with them kernelwatch.kernels.names, through kernelwatch/kernels/__init__.py) must not load
+    torch."""
     code = (
-        "import sys, db.queries, db.synthetic, ci.gate, dashboard.data, dashboard.charts\n"
+        "import sys, kernelwatch.store.queries, kernelwatch.store.synthetic, kernelwatch.gate.judge\n"
+        "import kernelwatch.dashboard.data, kernelwatch.dashboard.charts\n"
         "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -77,7 +81,7 @@ def test_the_database_gate_and_dashboard_load_without_torch() -> None:
 
 def test_the_public_kernel_api_is_at_package_level_with_its_docstrings() -> None:
     """Every name a kernel's spec lists in ``public`` is ``kernels.<name>``, documented."""
-    import kernels
+    from kernelwatch import kernels
 
     specs = kernels.discover()
     names = [name for spec in specs.values() for name in spec.public]

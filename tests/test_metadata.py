@@ -6,8 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from collector.metadata import UNKNOWN, git_info, hardware_info, sm_clock_mhz, software_versions
-from db.artifact import hardware_fingerprint
+from kernelwatch.collect.metadata import UNKNOWN, git_info, hardware_info, sm_clock_mhz, software_versions
+from kernelwatch.store.artifact import hardware_fingerprint
 
 
 def test_outside_a_git_checkout_everything_is_unknown_not_a_crash(tmp_path: Path, monkeypatch) -> None:
@@ -51,10 +51,10 @@ def test_versions_and_cpu_fingerprint() -> None:
 
 
 def test_compute_units_are_the_ones_the_grids_size_from() -> None:
-    """One definition: what run metadata records is what kernels.device.describe gives the plans."""
+    """One definition: what run metadata records is what kernelwatch.kernels.device.describe gives the plans."""
     import torch
 
-    from kernels.device import describe
+    from kernelwatch.kernels.device import describe
 
     assert hardware_info("cpu")["compute_units"] == describe(torch.device("cpu")).compute_units
 
@@ -63,7 +63,7 @@ def test_the_physical_device_is_named_by_uuid() -> None:
     """cuda:0 is another GPU under each CUDA_VISIBLE_DEVICES; a result names the physical GPU by its UUID."""
     from types import SimpleNamespace
 
-    from collector.metadata import device_uuid
+    from kernelwatch.collect.metadata import device_uuid
 
     props = SimpleNamespace(
         uuid="8c1e0f6a-0000-1111-2222-333344445555", pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from sqlalchemy import MetaData, Table, create_engine, func, select, text
 
-from db.engine import current_revision, head_revision, open_database
-from db.export import export_run
-from db.ingest import ingest_files
-from db.models import AccuracyResult, Hardware, PerfResult, ProfilerMetric, Run
-from db.schema import content_hash
+from kernelwatch.store.engine import current_revision, head_revision, open_database
+from kernelwatch.store.export import export_run
+from kernelwatch.store.ingest import ingest_files
+from kernelwatch.store.models import AccuracyResult, Hardware, PerfResult, ProfilerMetric, Run
+from kernelwatch.store.schema import content_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "release-0.1.0.db.gz"
@@ -36,7 +36,7 @@ def _old_database(tmp_path: Path, url: str | None = None) -> str:
     path = _fixture_file(tmp_path)
     if url is None or url.startswith("sqlite"):
         return f"sqlite:///{path}"
-    from db.engine import create_db_engine, upgrade
+    from kernelwatch.store.engine import create_db_engine, upgrade
 
     target = create_db_engine(url)
     upgrade(target, "0001")

@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
-from collector.accuracy import check_case, compare
-from kernels.mse_loss.api import mse_loss_backward
-from kernels.mse_loss.spec import SPEC, TOLERANCES
-from kernels.poison import poisoned_outputs
+from kernelwatch import kernels
+from kernelwatch.collect.accuracy import check_case, compare
+from kernelwatch.kernels.mse_loss.api import mse_loss_backward
+from kernelwatch.kernels.mse_loss.spec import SPEC, TOLERANCES
+from kernelwatch.kernels.poison import poisoned_outputs
 
 CPU = torch.device("cpu")
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]

@@ -9,10 +9,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pandas as pd
 import torch
 
-import kernels
-from dashboard import charts, data
-from kernels import peers
-from kernels.spec import PEER_IMPLS
+from kernelwatch import kernels
+from kernelwatch.dashboard import charts, data
+from kernelwatch.kernels import peers
+from kernelwatch.kernels.spec import PEER_IMPLS
 
 
 def test_peer_names_are_one_list_and_no_target_names_a_peer() -> None:
@@ -74,10 +74,10 @@ def test_case_page_draws_a_peer_as_a_dashed_named_line() -> None:
 
 def _peer_db(tmp_path) -> str:
     """The stepped MSELoss copies of test_dashboard, each run with an ``apex`` row 1.25x the kernel's time."""
-    from db.artifact import dumps, load_artifact, parse_artifact, to_data
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.synthetic import stepped_copies
+    from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.synthetic import stepped_copies
     from tests.test_dashboard import REPEAT, STEP, STEP_CASE
 
     docs = []

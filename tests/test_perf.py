@@ -1,4 +1,4 @@
-"""collector/perf.py's derived numbers: quantiles, GB/s, % of the roofline, speedup, targets.
+"""kernelwatch/collect/perf.py's derived numbers: quantiles, GB/s, % of the roofline, speedup, targets.
 
 No device: ``finish`` and ``summarise`` are pure functions of the timings, the spec and the peaks.
 benchmarks/mutation_table.py checks that a quantile off by one, % of peak from the wrong byte count,
@@ -15,10 +15,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are importe
 import numpy as np
 import pytest
 
-from collector.perf import finish as finish_rows
-from collector.perf import summarise
-from kernels.mse_loss.spec import SPEC as MSE
-from kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target
+from kernelwatch.collect.perf import finish as finish_rows
+from kernelwatch.collect.perf import summarise
+from kernelwatch.kernels.mse_loss.spec import SPEC as MSE
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Target
 
 PEAKS = {"peak_gbps": 4000.0, "peak_tflops": 700.0}
 
@@ -70,7 +70,7 @@ def test_bandwidth_and_percent_of_peak_use_the_specs_bytes() -> None:
 
 def test_percent_of_peak_takes_the_larger_floor_for_compute_bound_cases() -> None:
     """roofline floor = max(bytes / peak GB/s, FLOPs / peak FLOP/s)."""
-    from kernels.fused_rmsnorm_matmul.spec import SPEC as RMS
+    from kernelwatch.kernels.fused_rmsnorm_matmul.spec import SPEC as RMS
 
     case = next(c for c in RMS.perf_cases() if c.p["shape"] == (4096, 4096) and c.dtype == "fp16")
     flops, nbytes = RMS.flops(case), RMS.bytes_moved(case)
@@ -133,7 +133,7 @@ def test_samples_are_enqueued_in_held_chunks_and_none_is_lost() -> None:
     of the chunk comes back, each measured; on the CPU the hold is a no-op."""
     import torch
 
-    from collector.backends import SAMPLE_CHUNK, Backend
+    from kernelwatch.collect.backends import SAMPLE_CHUNK, Backend
 
     backend = Backend(torch.device("cpu"), time_on_cpu=True)
     reps = 2 * SAMPLE_CHUNK + 3
@@ -178,7 +178,7 @@ class _Capture:
 def _graph_backend(**kw):
     import torch
 
-    from collector.backends import Backend
+    from kernelwatch.collect.backends import Backend
 
     class GraphOnHost(Backend):
         def _graph_api(self):
@@ -213,7 +213,7 @@ def test_the_cpu_takes_the_events_path_and_says_so() -> None:
     ``graph`` is an error rather than a silent fallback (benchmarks/host_delay.py forces methods)."""
     import torch
 
-    from collector.backends import TIMING_EVENTS, Backend
+    from kernelwatch.collect.backends import TIMING_EVENTS, Backend
 
     backend = Backend(torch.device("cpu"), time_on_cpu=True)
     samples, timing = backend.device_samples(lambda: _sleep_us(200), min_reps=12, max_reps=12)
@@ -227,7 +227,7 @@ def test_the_cpu_takes_the_events_path_and_says_so() -> None:
 
 def test_a_call_that_cannot_be_captured_is_timed_with_events() -> None:
     """Defect: a capture failure (a call that synchronises, say) propagating, or a graph kept anyway."""
-    from collector.backends import TIMING_EVENTS
+    from kernelwatch.collect.backends import TIMING_EVENTS
 
     def synchronising() -> None:
         if _HostGraph.capturing:
@@ -241,7 +241,7 @@ def test_a_call_that_cannot_be_captured_is_timed_with_events() -> None:
 def test_a_graph_that_did_not_capture_the_work_is_not_believed() -> None:
     """Defect: a call launching on a stream other than the capturing one leaves an (almost) empty graph,
     whose replay times in microseconds: kept, every such case would look 100x faster."""
-    from collector.backends import TIMING_EVENTS, TIMING_GRAPH
+    from kernelwatch.collect.backends import TIMING_EVENTS, TIMING_GRAPH
 
     backend = _graph_backend(replays=None)  # the graph holds nothing
     samples, timing = backend.device_samples(lambda: _sleep_us(300), min_reps=10, max_reps=10)
@@ -253,7 +253,7 @@ def test_a_graph_that_did_not_capture_the_work_is_not_believed() -> None:
 def test_a_graph_that_did_the_work_is_used_and_excludes_the_calls_host_side() -> None:
     """The host side (here 0.4 ms before 0.6 ms of 'device' work) runs at capture only; replay is the work.
     Defect: the graph path timing the direct call (its median would be >= 1 ms)."""
-    from collector.backends import TIMING_GRAPH
+    from kernelwatch.collect.backends import TIMING_GRAPH
 
     def call() -> None:
         _sleep_us(400)  # host side: argument checks, descriptors, the launch
@@ -267,7 +267,7 @@ def test_a_graph_that_did_the_work_is_used_and_excludes_the_calls_host_side() ->
 def test_a_graph_slower_than_the_direct_call_is_not_believed() -> None:
     """A graph can replay other work than the call: on an H200 a 1 GiB ``copy_`` captured as a memcpy node
     moved 2.77 TB/s against 4.28 called directly, so every ceiling read 35% low. Defect: such a graph kept."""
-    from collector.backends import TIMING_EVENTS
+    from kernelwatch.collect.backends import TIMING_EVENTS
 
     samples, timing = _graph_backend(replays=lambda: _sleep_us(900)).device_samples(
         lambda: _sleep_us(600), min_reps=10, max_reps=10
@@ -279,7 +279,7 @@ def test_the_ceilings_are_measured_with_events() -> None:
     """Defect: the copy ceiling taken from a graph replay (a memcpy node on the copy engines, see above)."""
     import torch
 
-    from collector.backends import Backend
+    from kernelwatch.collect.backends import Backend
 
     methods = []
 
@@ -297,7 +297,7 @@ def test_a_chunk_whose_hold_ran_out_is_taken_again_with_a_longer_hold() -> None:
     samples of a chunk the device may have idled in kept, or retaken without a longer hold."""
     import torch
 
-    from collector.backends import MAX_RETAKES, SAMPLE_CHUNK, Backend, HostEvent
+    from kernelwatch.collect.backends import MAX_RETAKES, SAMPLE_CHUNK, Backend, HostEvent
 
     outcomes = iter([True, True, False] + [False] * 10)  # query(): the hold had ended twice, then held
 
@@ -329,8 +329,8 @@ def test_time_implementation_records_the_method() -> None:
     """``timing`` is part of every perf result: the method on success, None on an error."""
     import torch
 
-    from collector.backends import Backend
-    from collector.perf import time_implementation
+    from kernelwatch.collect.backends import Backend
+    from kernelwatch.collect.perf import time_implementation
 
     backend = Backend(torch.device("cpu"), time_on_cpu=True)
     ok = time_implementation(backend, KERNEL_IMPL, lambda: _sleep_us(50))

@@ -10,12 +10,12 @@ from pathlib import Path
 from alembic import command
 from sqlalchemy import select, text
 
-from db.artifact import load_artifact as load_run
-from db.engine import _alembic_config, create_db_engine, open_database, upgrade
-from db.export import export_run
-from db.ingest import ingest_documents, ingest_files
-from db.models import PerfResult
-from db.schema import (
+from kernelwatch.store.artifact import load_artifact as load_run
+from kernelwatch.store.engine import _alembic_config, create_db_engine, open_database, upgrade
+from kernelwatch.store.export import export_run
+from kernelwatch.store.ingest import ingest_documents, ingest_files
+from kernelwatch.store.models import PerfResult
+from kernelwatch.store.schema import (
     RunDocument,
     canonical,
     content_hash,
@@ -120,7 +120,9 @@ def test_migration_0003_takes_the_uuid_from_the_notes(tmp_path: Path) -> None:
     engine = create_db_engine(url)
     cfg = _alembic_config()
     with engine.connect() as conn:  # back to 0002: the columns go, as in a database of the last release
-        conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")  # as db.engine.upgrade does
+        conn.connection.dbapi_connection.execute(
+            "PRAGMA foreign_keys = OFF"
+        )  # as kernelwatch.store.engine.upgrade does
         with conn.begin():
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0002")

@@ -1,5 +1,5 @@
-"""Compiling a run's launches ahead of its suites (collector.precompile), on the CPU: real Triton compiling for
-sm_90 offline into a temporary cache, as `make compile-check` does; no GPU. A few small launches only."""
+"""Compiling a run's launches ahead of its suites (kernelwatch.collect.precompile), on the CPU: real Triton compiling
+for sm_90 offline into a temporary cache, as `make compile-check` does; no GPU. A few small launches only."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.precompile import CacheDirs, cache_dirs, precompile, spare_processes, target_of
-from kernels.plan import ASCEND_910B, NVIDIA_H200, DeviceInfo
+from kernelwatch.collect.precompile import CacheDirs, cache_dirs, precompile, spare_processes, target_of
+from kernelwatch.kernels.plan import ASCEND_910B, NVIDIA_H200, DeviceInfo
 
 MSE = "mse_loss/persistent/fp32/direction=fwd,reduction="
 
@@ -34,7 +34,7 @@ def test_only_cuda_devices_are_precompiled_and_the_pool_leaves_a_core_per_worker
 
 
 def _mse_items() -> list[tuple[str, str]]:
-    from kernels import discover
+    from kernelwatch.kernels import discover
 
     spec = discover()["mse_loss"]
     perf = [c.key for c in spec.perf_cases() if c.key.startswith(MSE + "mean,shape=")][:2]
@@ -69,9 +69,9 @@ def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch
 
 
 def test_a_case_that_cannot_run_dry_is_left_to_its_worker(tmp_path: Path, monkeypatch) -> None:
-    """The planted kernel that raises, and one that starts its kernel itself (not through kernels.plan.launch):
-    neither launch can be worked out ahead, so both cases are counted as not predicted and nothing compiles
-    (the pool sees no device: the direct launch fails instead of running on fake tensors)."""
+    """The planted kernel that raises, and one that starts its kernel itself (not through
+    kernelwatch.kernels.plan.launch): neither launch can be worked out ahead, so both cases are counted as not predicted
+    and nothing compiles (the pool sees no device: the direct launch fails instead of running on fake tensors)."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("PLANTED_VARIANTS", "correct,raises")
     items = [("accuracy", f"planted/{v}/fp32/shape=1000") for v in ("correct", "raises")]
@@ -88,7 +88,7 @@ def test_the_options_copied_from_knobs_are_those_of_the_installed_triton() -> No
     ``instrumentation_mode`` (3.2 and later) is among them."""
     from triton import knobs
 
-    from collector.precompile import run_knobs
+    from kernelwatch.collect.precompile import run_knobs
 
     pairs = run_knobs()
     assert ("instrumentation_mode", "instrumentation_mode") in pairs

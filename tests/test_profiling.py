@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.profiling import (
+from kernelwatch.collect.profiling import (
     ProfileError,
     ascend_launch,
     ascend_metrics,
@@ -156,7 +156,7 @@ def test_one_report_for_a_kernel_is_attributed_case_by_case_through_its_nvtx_ran
 
 
 def test_without_ncu_every_case_records_why_and_nothing_is_started(tmp_path, monkeypatch) -> None:
-    from collector.profile_phase import Job, profile_events
+    from kernelwatch.collect.profile_phase import Job, profile_events
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
     job = Job("mse_loss", "memory", {}, [("a", "_mse_atomic"), ("b", "_mse_atomic")])
@@ -173,7 +173,7 @@ def test_the_profiling_phase_survives_a_case_that_raises_one_that_kills_its_proc
     """A dry run on the CPU (no profiler: each case runs once in the target) of one kernel's batch: the cases
     after a crash go on in a fresh process, a hang is stopped after the no-progress limit, and each case's
     result says what happened to it."""
-    from collector.profile_phase import Job, profile_events
+    from kernelwatch.collect.profile_phase import Job, profile_events
 
     variants = ("correct", "raises", "crashes", "after", "hangs", "nan")
     monkeypatch.setenv("PLANTED_PERF", "1")
@@ -213,11 +213,11 @@ def test_cube_bound_kernels_are_judged_by_the_cube_ratio_not_by_the_mseloss_idea
 def test_ideals_follow_the_spec_bound_and_its_overrides() -> None:
     import importlib
 
-    from collector.profiling import ideals_for
+    from kernelwatch.collect.profiling import ideals_for
 
-    softmax = importlib.import_module("kernels.scaled_masked_softmax").SPEC
-    matmul = importlib.import_module("kernels.fused_rmsnorm_matmul").SPEC
-    mse = importlib.import_module("kernels.mse_loss").SPEC
+    softmax = importlib.import_module("kernelwatch.kernels.scaled_masked_softmax").SPEC
+    matmul = importlib.import_module("kernelwatch.kernels.fused_rmsnorm_matmul").SPEC
+    mse = importlib.import_module("kernelwatch.kernels.mse_loss").SPEC
     assert ideals_for(mse.bound, mse.profiler_ideals)["aiv_mte3_ratio"] == "<0.01"
     assert ideals_for(softmax.bound, softmax.profiler_ideals)["aiv_mte3_ratio"] is None  # writes what it reads
     assert ideals_for(softmax.bound, softmax.profiler_ideals)["aiv_mte2_ratio"] == ">0.8"
@@ -247,7 +247,7 @@ def test_a_real_h200_report_of_twenty_mse_loss_cases_gives_each_case_its_own_ker
 
 
 def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay(tmp_path, monkeypatch, capsys) -> None:
-    from collector.profile_phase import KEEP_ENV, _keep
+    from kernelwatch.collect.profile_phase import KEEP_ENV, _keep
 
     report = tmp_path / "k.ncu-rep"
     report.write_bytes(b"report")
@@ -266,8 +266,8 @@ def test_a_profile_dir_that_cannot_be_written_is_a_warning_and_the_counters_stay
 
 
 def test_a_failure_of_the_profiling_machinery_is_each_case_s_error_not_the_run_s_end(monkeypatch) -> None:
-    from collector import profile_phase
-    from collector.profile_phase import Job, profile_events
+    from kernelwatch.collect import profile_phase
+    from kernelwatch.collect.profile_phase import Job, profile_events
 
     def broken(self, job, cases, ncu):
         raise OSError(28, "No space left on device")
@@ -286,8 +286,8 @@ def test_the_newest_real_h200_profile_names_each_case_s_launch_and_its_spec_rege
     kernel's counters come from a GEMM, never a statistics prepass."""
     import re
 
-    import kernels
-    from db.artifact import load_artifact
+    from kernelwatch import kernels
+    from kernelwatch.store.artifact import load_artifact
 
     specs = kernels.discover()
     runs = [load_artifact(p) for p in sorted((FIXTURES.parents[1] / "ci" / "history").glob("*.json.gz"))]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from db.engine import head_revision
 from kernelwatch.cli import main
+from kernelwatch.store.engine import head_revision
 from tests.conftest import IN_CI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -351,7 +351,7 @@ def test_a_newer_database_is_refused_by_readers_and_writers(release_db: Path, tm
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.postgres
 def test_postgres_readers_refuse_an_empty_and_an_unmigrated_database(pg_url: str, tmp_path: Path, cli) -> None:
-    from db.engine import create_db_engine, redact, upgrade
+    from kernelwatch.store.engine import create_db_engine, redact, upgrade
     from tests.test_bad_artifacts import postgres_checksum
 
     shown = redact(pg_url)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ci.detect import Comparison
-from ci.gate import CaseVerdict, GateResult
-from ci.reports import html_report, markdown, md_code, md_text
+from kernelwatch.gate.detect import Comparison
+from kernelwatch.gate.judge import CaseVerdict, GateResult
+from kernelwatch.gate.reports import html_report, markdown, md_code, md_text
 
 LINK = "mse_loss/[click here](https://example.com/c) ![t](https://example.com/t.png)"
 HTML = "mse_loss/<a href='https://example.com/a'>a</a><img src=https://example.com/i.png>"

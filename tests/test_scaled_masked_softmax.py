@@ -10,15 +10,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from collector.accuracy import check_case, compare
-from kernels.scaled_masked_softmax.api import (
+from kernelwatch.collect.accuracy import check_case, compare
+from kernelwatch.kernels.scaled_masked_softmax.api import (
     LOG2E,
     scaled_masked_softmax,
     scaled_upper_triang_masked_softmax,
     softmax_backward,
 )
-from kernels.scaled_masked_softmax.plans import _plan
-from kernels.scaled_masked_softmax.spec import SPEC, TOLERANCES, reference_backward, reference_forward
+from kernelwatch.kernels.scaled_masked_softmax.plans import _plan
+from kernelwatch.kernels.scaled_masked_softmax.spec import SPEC, TOLERANCES, reference_backward, reference_forward
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
 
@@ -78,7 +78,8 @@ def test_large_logits_do_not_overflow(scale: float) -> None:
     """fp32 logits of 1e4 stay finite and within the rounding of the scaled logit z = x * scale * log2(e) to fp32:
     the kernel scales before it subtracts the row maximum, so an exponent carries up to half an ulp of max |z|
     (1.35e-3 relative at 1e4, seen in an unseeded run). Subtracting first is exact but cost the causal forward
-    19-22% on an H200 (kernels/NOTES.md). A zero scale is uniform over the kept columns; masked ones stay 0."""
+    19-22% on an H200 (kernelwatch/kernels/NOTES.md). A zero scale is uniform over the kept columns; masked ones stay
+    0."""
     for seed in range(6):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(1, 1, 4, 50, generator=gen) * 1e4

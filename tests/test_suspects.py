@@ -13,14 +13,14 @@ import gzip
 import json
 from pathlib import Path
 
-from ci.gate import SUSPECT, decide
-from db.artifact import dumps, parse_artifact, to_data
-from db.engine import create_db_engine, open_database, upgrade
-from db.export import export_run
-from db.ingest import ingest_documents, store_confirmations
-from db.schema import Confirmation, Hardware, RunDocument, hardware_fingerprint
-from db.synthetic import Step, SyntheticHistory
 from kernelwatch.cli import main
+from kernelwatch.gate.judge import SUSPECT, decide
+from kernelwatch.store.artifact import dumps, parse_artifact, to_data
+from kernelwatch.store.engine import create_db_engine, open_database, upgrade
+from kernelwatch.store.export import export_run
+from kernelwatch.store.ingest import ingest_documents, store_confirmations
+from kernelwatch.store.schema import Confirmation, Hardware, RunDocument, hardware_fingerprint
+from kernelwatch.store.synthetic import Step, SyntheticHistory
 
 RUNS = 12
 BASE_MS = 0.1  # past the launch-bound range: a same-device step here has clear statistics
@@ -146,7 +146,7 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:
     assert "still undecided" in message[unknown]
     assert result.exit_code == 1
     # the dashboard's one line (Triage by commit, the case page by case), newest first
-    from dashboard.confirmations import lines
+    from kernelwatch.dashboard.confirmations import lines
 
     engine, fingerprint = open_database(db_url, readonly=True), hardware_fingerprint(candidate["hardware"])
     b, c = base["run"]["commit"]["sha"][:8], candidate["run"]["commit"]["sha"][:8]

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ci.detect import effect_interval
-from ci.gate import decide
-from ci.reports import counts as gate_counts
-from ci.reports import html_report, markdown
-from dashboard import data, verdicts
-from db import queries
-from db.engine import open_database
-from db.export import export_run
+from kernelwatch.dashboard import data, verdicts
+from kernelwatch.gate.detect import effect_interval
+from kernelwatch.gate.judge import decide
+from kernelwatch.gate.reports import counts as gate_counts
+from kernelwatch.gate.reports import html_report, markdown
+from kernelwatch.store import queries
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.export import export_run
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ROOT / "dashboard" / "views"
+PAGES = ROOT / "kernelwatch" / "dashboard" / "views"
 SOFTMAX = "scaled_masked_softmax/masked/bf16/density=0.1,direction=fwd,mask=batch,scale=0.125,shape=32x16x2048x2048"
 
 
@@ -41,11 +41,11 @@ def demo_source() -> Path:
 def build_demo() -> str:
     """The demo database, once per test process: what `kernelwatch ingest ci/history/*.json.gz` and `kernelwatch
     synth --demo-from DEMO_SOURCE` store (`make demo` without the CPU collect and the server)."""
-    from collector.ceilings import fill_missing
-    from db.artifact import load_artifact
-    from db.ingest import ingest_documents, load_files
-    from db.schema import parse_time
-    from db.synthetic import demo_branch
+    from kernelwatch.collect.ceilings import fill_missing
+    from kernelwatch.store.artifact import load_artifact
+    from kernelwatch.store.ingest import ingest_documents, load_files
+    from kernelwatch.store.schema import parse_time
+    from kernelwatch.store.synthetic import demo_branch
 
     folder = Path(tempfile.mkdtemp(prefix="kw-demo-"))
     atexit.register(shutil.rmtree, folder, True)
@@ -284,7 +284,7 @@ def test_triage_sparklines_are_coloured_by_verdict(page, eng) -> None:
 
 def test_the_readmes_demo_numbers_are_the_demos(eng) -> None:
     """README's quick-start story quotes Triage's counts and the CPU run's size: they are read off the demo here."""
-    import kernels
+    from kernelwatch import kernels
 
     readme = (ROOT / "README.md").read_text()
     h200 = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]

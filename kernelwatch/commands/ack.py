@@ -33,10 +33,10 @@ def command(
 ) -> None:
     """Record that CASE's change in time on HARDWARE from COMMIT on is expected: the gate reports it and no
     longer fails on it; the dashboard marks it. The dashboard itself never writes."""
-    from db.ack import AckError, add_ack, find_hardware
-    from db.engine import open_database
-    from db.queries import acks
     from kernelwatch.output import render, terminal
+    from kernelwatch.store.ack import AckError, add_ack, find_hardware
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.queries import acks
 
     engine = open_readonly(db_url)  # a missing or unmigrated database is refused, never created
     if case is not None:

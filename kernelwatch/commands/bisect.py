@@ -18,7 +18,7 @@ SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
 @clean_errors
 def command(case: str, hardware: str, implementation: str, min_effect: float, db_url: str | None) -> None:
     """Where did a change in CASE's time enter the history on HARDWARE? Prints the commits to re-run."""
-    from ci.bisect import MIN_SEGMENT, find_hardware, steps
+    from kernelwatch.gate.bisect import MIN_SEGMENT, find_hardware, steps
     from kernelwatch.output import terminal
 
     engine = open_readonly(db_url)
@@ -54,7 +54,7 @@ def command(case: str, hardware: str, implementation: str, min_effect: float, db
 
 def _rerun(commits: list[str], case: str, vendor: str, indent: str = "    ") -> None:
     """One re-run command per commit (the first :data:`SHOWN_COMMITS`), each value quoted for the shell."""
-    from ci.bisect import rerun_command
+    from kernelwatch.gate.bisect import rerun_command
     from kernelwatch.output import terminal
 
     for sha in commits[:SHOWN_COMMITS]:

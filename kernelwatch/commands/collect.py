@@ -31,8 +31,8 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> None:
     """Write the run to every destination asked for (an artifact, the database), each tried even when
     another fails; ``written`` gets those that took it. Raises the first failure."""
-    from db.artifact import write_artifact
-    from db.files import replaced_link_note
+    from kernelwatch.store.artifact import write_artifact
+    from kernelwatch.store.files import replaced_link_note
 
     failures: list[Exception] = []
     if out is not None:
@@ -45,8 +45,8 @@ def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> Non
         except Exception as exc:  # the database may still take it; the first failure is raised
             failures.append(exc)
     if out is None or db_url:
-        from db.engine import open_database
-        from db.ingest import ingest_documents
+        from kernelwatch.store.engine import open_database
+        from kernelwatch.store.ingest import ingest_documents
 
         try:
             (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
@@ -73,14 +73,14 @@ def _check_destination(out: Path | None, db_url: str | None, journal: Path | Non
                 "read-only); run from a folder you can write, nothing was created"
             )
     if out is not None:
-        from db.artifact import ArtifactError, artifact_target
+        from kernelwatch.store.artifact import ArtifactError, artifact_target
 
         try:
             artifact_target(out)
         except ArtifactError as exc:
             raise click.BadParameter(str(exc), param_hint="--out") from None
     if out is None or db_url:
-        from db.engine import open_database
+        from kernelwatch.store.engine import open_database
 
         open_database(db_url).dispose()
 
@@ -90,7 +90,7 @@ def _store_keeping_journal(doc, out: Path | None, db_url: str | None, journal: P
 
     When the run cannot be stored (a full disk, a database gone) every finished result is kept where
     something can take it, and stderr says exactly what is where (:func:`_keep`)."""
-    from db.journal import remove_journal
+    from kernelwatch.store.journal import remove_journal
 
     start = time.monotonic()
     written: list[str] = []
@@ -118,8 +118,8 @@ def _results(doc) -> int:
 def _journal_results(journal: Path) -> tuple[int, bool] | None:
     """How many results the journal on disk holds and whether its end line is there (None: no readable
     journal). A full disk stops the writes, so it may hold fewer than the run."""
-    from db.artifact import ArtifactError
-    from db.journal import Journal
+    from kernelwatch.store.artifact import ArtifactError
+    from kernelwatch.store.journal import Journal
 
     if not journal.is_file():
         return None
@@ -150,8 +150,8 @@ def _keep(doc, journal: Path, written: list[str]) -> None:
     """After a failed store: say where every finished result is, writing the run to a fallback folder
     (gzip, :func:`_fallback_folders`) when neither a destination nor the journal holds all of it. Never
     says the journal holds the run when it does not."""
-    from db.artifact import ArtifactError, write_artifact
-    from db.journal import remove_journal
+    from kernelwatch.store.artifact import ArtifactError, write_artifact
+    from kernelwatch.store.journal import remove_journal
 
     total = _results(doc)
     read_back = _journal_results(journal)
@@ -226,11 +226,11 @@ def _summary(doc) -> NoReturn:
 
 
 def _only_changed(opts, ref: str):
-    """``opts`` for the kernels ``--changed-since REF`` keeps (collector.changes), the others named in the run's
-    notes; when none is left, says so and exits 0 (nothing to measure, nothing stored)."""
+    """``opts`` for the kernels ``--changed-since REF`` keeps (kernelwatch.collect.changes), the others named in the
+    run's notes; when none is left, says so and exits 0 (nothing to measure, nothing stored)."""
     from dataclasses import replace
 
-    from collector.changes import ChangeError, changed_kernels, kernel_modules
+    from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules
 
     modules = kernel_modules(opts.extra_modules)
     asked = {k: modules[k] for k in (opts.kernels or modules)}  # names were checked by check_selection
@@ -401,19 +401,19 @@ def command(
         if given:
             flag = max(given[0].opts, key=len)
             raise click.UsageError(f"--resume stores a journal's run as it is; it cannot go with {flag}")
-        from db.journal import recover
+        from kernelwatch.store.journal import recover
 
         doc = recover(resume)
         _store_keeping_journal(doc, out, db_url, resume)
         click.echo(f"recovered {len(doc.accuracy)} accuracy and {len(doc.perf)} perf results from {resume}")
         _summary(doc)
 
-    from collector.collect import reproduce_command, run_collection
-    from collector.progress import format_phases
-    from collector.records import check_run_fields
-    from collector.selection import Options, SelectionError, check_selection
-    from db.journal import journal_path
-    from db.schema import new_run_id
+    from kernelwatch.collect.collect import reproduce_command, run_collection
+    from kernelwatch.collect.progress import format_phases
+    from kernelwatch.collect.records import check_run_fields
+    from kernelwatch.collect.selection import Options, SelectionError, check_selection
+    from kernelwatch.store.journal import journal_path
+    from kernelwatch.store.schema import new_run_id
 
     if cpu_perf and device != "cpu":
         raise click.BadParameter(

@@ -120,7 +120,15 @@ def command(
     FASTER (or nothing to confirm; --dry-run). Exit 1: a case is SLOWER, or the gate fails on something else.
     Exit 2: a case is UNKNOWN, or bad options.
     """
-    from collector.confirm import CaseConfirm, ConfirmError, confirm, exit_code, records, report, resolve_commit
+    from kernelwatch.collect.confirm import (
+        CaseConfirm,
+        ConfirmError,
+        confirm,
+        exit_code,
+        records,
+        report,
+        resolve_commit,
+    )
     from kernelwatch.output import terminal
 
     try:
@@ -189,7 +197,7 @@ def command(
     text = "\n\n".join(texts)
     click.echo(terminal(text))
     if report_file is not None:
-        from db.files import replaced_link_note, write_atomic
+        from kernelwatch.store.files import replaced_link_note, write_atomic
 
         try:
             link = write_atomic(report_file, (text + "\n").encode("utf-8"))
@@ -201,8 +209,8 @@ def command(
         hardware, uuid = _measured_on(device)
         items = [r for base_sha, found in stored for r in records(found, base_sha, cand_sha, min_effect, uuid)]
         try:
-            from db.engine import DatabaseError, open_database, redact, resolve_url
-            from db.ingest import store_confirmations
+            from kernelwatch.store.engine import DatabaseError, open_database, redact, resolve_url
+            from kernelwatch.store.ingest import store_confirmations
 
             store_confirmations(open_database(db_url), hardware, items)
         except DatabaseError as exc:
@@ -217,8 +225,8 @@ def command(
 def _measured_on(device: str):
     """The hardware both commits ran on, as a collector run would record it, and its physical id (the GPU UUID;
     ``cpu`` for the interpreter)."""
-    from collector.metadata import device_uuid, hardware_info
-    from db.schema import Hardware
+    from kernelwatch.collect.metadata import device_uuid, hardware_info
+    from kernelwatch.store.schema import Hardware
 
     info = hardware_info(device)
     uuid = "cpu"
@@ -232,14 +240,14 @@ def _measured_on(device: str):
 
 
 def _head(repo: Path) -> str:
-    from collector.confirm import _git
+    from kernelwatch.collect.confirm import _git
 
     return _git(repo, "rev-parse", "--verify", "HEAD")
 
 
 def _device(device: str) -> str:
-    from collector.backends import check_available, detect_device
-    from collector.confirm import ConfirmError
+    from kernelwatch.collect.backends import check_available, detect_device
+    from kernelwatch.collect.confirm import ConfirmError
 
     resolved = detect_device() if device == "auto" else device
     if device == "auto" and resolved == "cpu":
@@ -257,14 +265,14 @@ def _from_gate(
     """({baseline commit: the perf cases the gate sends to confirm, each against the commit of the run that
     supplied its baseline}, its other failures in words, the candidate run's commit). Reads the database and
     the artifact only: no device, no torch."""
-    from ci.gate import GateUndecided, decide
-    from ci.statuses import CONFIRMABLE
-    from collector.confirm import ConfirmError
-    from db.artifact import load_artifact
-    from db.engine import open_database
-    from db.export import export_run, find_run_id
-    from db.schema import to_data
+    from kernelwatch.collect.confirm import ConfirmError
+    from kernelwatch.gate.judge import GateUndecided, decide
+    from kernelwatch.gate.statuses import CONFIRMABLE
     from kernelwatch.options import expected_message
+    from kernelwatch.store.artifact import load_artifact
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.export import export_run, find_run_id
+    from kernelwatch.store.schema import to_data
 
     if (candidate is None) == (artifact is None):
         raise ConfirmError("give exactly one of --candidate RUN_ID or --artifact FILE (or --case)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-import dashboard
+from kernelwatch import dashboard
 from kernelwatch.options import clean_errors, db_option, fail, open_readonly
 
 APP = Path(dashboard.__file__).with_name("app.py")
@@ -31,8 +31,8 @@ def command(port: int, address: str, headless: bool, db_url: str | None) -> None
 
     The server replaces this process (exec), so stopping this PID stops the server.
     """
-    from db.engine import redact, resolve_url
-    from db.stored import check_database
+    from kernelwatch.store.engine import redact, resolve_url
+    from kernelwatch.store.stored import check_database
 
     url = resolve_url(db_url)
     engine = open_readonly(url)

@@ -17,7 +17,7 @@ def command() -> None:
 @clean_errors
 def upgrade(db_url: str | None) -> None:
     """Create the database or apply the shipped Alembic migrations to it."""
-    from db.engine import current_revision, open_database, redact
+    from kernelwatch.store.engine import current_revision, open_database, redact
 
     engine = open_database(db_url)
     click.echo(f"{redact(engine.url)} is at revision {current_revision(engine)}")
@@ -32,7 +32,7 @@ def current(db_url: str | None) -> None:
     Like every command that only reads, it refuses (exit 2) a missing database, one that is not a
     KernelWatch database, and one at another revision than this KernelWatch's (the message names it).
     """
-    from db.engine import current_revision
+    from kernelwatch.store.engine import current_revision
 
     engine = open_readonly(db_url)
     click.echo(f"{current_revision(engine)} (head)")

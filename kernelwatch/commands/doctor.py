@@ -28,7 +28,7 @@ def command(device: str, profile: bool, no_db: bool, fmt: str, db_url: str | Non
 
     Exits 0 when everything required is there, 1 otherwise, with one line on stderr per missing piece.
     """
-    from collector.doctor import diagnose
+    from kernelwatch.collect.doctor import diagnose
 
     checks = diagnose(device=device, profile=profile, db_url=db_url, check_db=not no_db)
     if fmt == "json":

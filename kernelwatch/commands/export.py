@@ -23,9 +23,9 @@ from kernelwatch.options import clean_errors, db_option, open_readonly, output_f
 @clean_errors
 def command(run_id: str, output: Path, db_url: str | None) -> None:
     """Write one stored run (id or unique id prefix) as a kernelwatch.run/1 artifact."""
-    from db.artifact import dumps, write_artifact
-    from db.export import export_run, find_run_id
-    from db.files import replaced_link_note
+    from kernelwatch.store.artifact import dumps, write_artifact
+    from kernelwatch.store.export import export_run, find_run_id
+    from kernelwatch.store.files import replaced_link_note
 
     engine = open_readonly(db_url)
     doc = export_run(engine, find_run_id(engine, run_id))

@@ -77,14 +77,14 @@ def command(
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
-    from ci.gate import GateUndecided, check_values, decide
-    from ci.reports import markdown, publish
-    from db.artifact import load_artifact
-    from db.engine import open_database
-    from db.export import export_run, find_run_id
-    from kernels import discover
-    from kernels.spec import tolerances as spec_tolerances
+    from kernelwatch.gate.judge import GateUndecided, check_values, decide
+    from kernelwatch.gate.reports import markdown, publish
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
+    from kernelwatch.store.artifact import load_artifact
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.export import export_run, find_run_id
 
     try:
         if (candidate is None) == (artifact is None):

@@ -24,10 +24,10 @@ def command(files: tuple[Path, ...], db_url: str | None) -> None:
     written in one transaction: either every run is stored or none is. Re-ingesting a run already
     stored changes nothing; the same run id with different content is an error.
     """
-    from collector.ceilings import fill_missing
-    from db.engine import open_database
-    from db.ingest import ingest_documents, load_files
+    from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.output import terminal
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents, load_files
 
     docs = load_files(files)
     engine = open_database(db_url)

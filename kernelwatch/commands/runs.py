@@ -39,8 +39,8 @@ JSON_COLUMNS = (
 def command(hardware: str | None, limit: int | None, fmt: str, wide: bool, db_url: str | None) -> None:
     """List stored runs, newest first, with what each holds: kernel timings (perf), gating accuracy cases
     (acc), profiler metrics (prof); with --wide, its kernels and devices."""
-    from db.queries import contents_text, list_runs, run_contents
     from kernelwatch.output import render
+    from kernelwatch.store.queries import contents_text, list_runs, run_contents
 
     engine = open_readonly(db_url)
     records = list_runs(engine, hardware=hardware, limit=limit)

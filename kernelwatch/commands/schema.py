@@ -18,6 +18,6 @@ def command() -> None:
     Schema cannot state (unique case keys, references to listed cases, finished_at after
     started_at, no NUL in text, duplicate JSON keys) are checked by `kernelwatch ingest` too.
     """
-    from db.schema import json_schema
+    from kernelwatch.store.schema import json_schema
 
     click.echo(json.dumps(json_schema(), indent=1, sort_keys=True))

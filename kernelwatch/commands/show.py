@@ -38,9 +38,9 @@ def command(run_id: str, kernels: tuple[str, ...], match: str | None, fmt: str, 
     The table starts with the run (commit, branch, hardware, status, what it holds) and groups the cases by
     kernel, each case on its own line and its implementations under it, times in µs (as on the dashboard).
     JSON and CSV keep the stored fields (times in ms). --kernel and --match keep the cases asked for."""
-    from db.export import find_run_id
-    from db.queries import RESULT_FIELDS, contents_text, run_contents, run_info, run_results
     from kernelwatch.output import render, terminal
+    from kernelwatch.store.export import find_run_id
+    from kernelwatch.store.queries import RESULT_FIELDS, contents_text, run_contents, run_info, run_results
 
     engine = open_readonly(db_url)
     rid = find_run_id(engine, run_id)

@@ -32,7 +32,7 @@ from kernelwatch.options import clean_errors, db_option
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     help="Instead: the demo branch (synthetic/demo) derived from this real run artifact, two runs whose "
-    "second has a regression, an improvement and an accuracy drift (db/synthetic.py: DEMO_CHANGES).",
+    "second has a regression, an improvement and an accuracy drift (kernelwatch/store/synthetic.py: DEMO_CHANGES).",
 )
 @db_option
 @clean_errors
@@ -51,14 +51,14 @@ def command(
     Its cases are drawn from every kernel this checkout has, with the variants its spec names."""
     import math
 
-    from db.engine import open_database
-    from db.ingest import ingest_documents
-    from db.synthetic import DEMO_CHANGES, Step, SyntheticError, SyntheticHistory, demo_branch
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.synthetic import DEMO_CHANGES, Step, SyntheticError, SyntheticHistory, demo_branch
 
     if demo_from is not None:
-        from db.artifact import load_artifact
-        from db.queries import list_runs
-        from db.schema import parse_time
+        from kernelwatch.store.artifact import load_artifact
+        from kernelwatch.store.queries import list_runs
+        from kernelwatch.store.schema import parse_time
 
         source = load_artifact(demo_from)  # read and derived from before the database is created
         try:
@@ -76,7 +76,7 @@ def command(
         for change in DEMO_CHANGES:
             click.echo(f"  {change.story}")
         return
-    from kernels import discover
+    from kernelwatch.kernels import discover
 
     parsed = []
     for s in steps:

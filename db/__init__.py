@@ -1,5 +1,0 @@
-"""KernelWatch's results store: SQLAlchemy models, Alembic migrations, ingest/export, queries.
-
-Import submodules directly (``db.artifact`` needs no SQLAlchemy; the collector writes artifacts
-on machines that lack it).
-"""

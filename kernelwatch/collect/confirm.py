@@ -1,0 +1,416 @@
+"""Paired confirmation on one device (docs/design.md): is the candidate commit slower than the baseline commit?
+
+A gate compares two runs that may come from two machines; this compares two commits on *one* device,
+interleaved, so the machine's own speed cannot decide the verdict (Chromium's Pinpoint does the same).
+
+Method. The baseline commit is checked out into a temporary ``git worktree`` (so is the candidate).
+One worker process per commit (``kernelwatch/collect/confirm_worker.py``, ``PYTHONPATH`` and working directory set
+to that commit's tree, timing code from this checkout) builds each case's inputs from the collector's
+seed (``case_seed``: the same inputs on both sides) and compiles its kernel once. Then rounds: in each,
+every undecided case is timed by both workers back to back, baseline first in even rounds and candidate
+first in odd ones; a measurement is the median of ``Backend.device_samples`` (L2 flushed, graph replay
+where the call can be captured) over about ``round_ms``. Round ``i`` gives one paired log ratio
+``d_i = ln(candidate_i / baseline_i)``.
+
+Decision (:func:`judge`), a group-sequential sign test: at looks ``n = MIN_ROUNDS, MIN_ROUNDS +
+LOOK_EVERY, ... <= max_rounds`` the distribution-free confidence interval of the median of ``d`` is
+``[d_(k), d_(n+1-k)]`` (order statistics) with the largest ``k`` such that ``2 P(Bin(n, 1/2) <= k-1) <=
+alpha_look``, and ``alpha_look = alpha / (cases x looks)`` (Bonferroni over every look of every case).
+With ``e = ln(1 + min_effect / 2)`` (half the gate's minimum effect: 2.5% by default):
+
+* SLOWER when the interval lies above ``+e``: slower by more than half the minimum effect, with confidence;
+* FASTER when it lies below ``-e``;
+* SAME when it lies inside ``(-e, +e)``;
+* otherwise another round; UNKNOWN when ``max_rounds`` pass undecided.
+
+False alarms: if the two commits are equally fast (median ratio 1), a SLOWER needs an interval whose lower
+end exceeds the true median, which happens with probability at most ``alpha_look / 2`` per look, so at
+most ``alpha / 2`` (2.5% at the default alpha 0.05) for the whole confirmation, all cases and looks
+together, whatever the noise's distribution, provided the rounds are independent given the commits.
+tests/test_confirm.py checks this bound by simulation. Power: with 1% noise per measurement a 10%
+slowdown is SLOWER at the first look (8 rounds).
+
+Exit codes of ``kernelwatch confirm``: 0 every case SAME or FASTER, 1 a case SLOWER, 2 a case UNKNOWN
+(or a usage error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, format_time
+
+MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
+LOOK_EVERY = 4
+MAX_ROUNDS = 24
+ALPHA = 0.05
+ROUND_MS = 20.0  # device time sampled per measurement
+SETUP_TIMEOUT_S = 600.0  # importing torch, building inputs and compiling every case, per worker
+MEASURE_TIMEOUT_S = 120.0
+SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+VERDICTS = CONFIRM_VERDICTS
+WORKER = Path(__file__).with_name("confirm_worker.py")
+BACKENDS = Path(__file__).with_name("backends.py")
+REPLY = "KWCONFIRM "
+
+
+class ConfirmError(RuntimeError):
+    """Confirmation cannot start or go on (exit 2); the message says why."""
+
+
+@dataclass
+class CaseConfirm:
+    """One case's confirmation: the verdict, the rounds it took, the paired medians (ms) per round,
+    the estimated ratio candidate / baseline (exp of the median log ratio) and its interval at the last look."""
+
+    case: str
+    verdict: str = "UNKNOWN"
+    rounds: int = 0
+    baseline_ms: list[float] = field(default_factory=list)
+    candidate_ms: list[float] = field(default_factory=list)
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    note: str = ""
+    timing: str | None = None
+    seconds: float = 0.0  # wall time of this case's measurements, both commits, every round
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision rule
+# ---------------------------------------------------------------------------------------------
+def looks(max_rounds: int) -> list[int]:
+    return list(range(MIN_ROUNDS, max_rounds + 1, LOOK_EVERY))
+
+
+def _binom_cdf_half(k: int, n: int) -> float:
+    """P(Bin(n, 1/2) <= k)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def median_interval(d: list[float], level: float) -> tuple[float, float] | None:
+    """The sign-test interval of the median of ``d`` with two-sided error at most ``level``; None when
+    ``n`` is too small for any interval at that level."""
+    n = len(d)
+    k = 0
+    while k + 1 <= n // 2 and 2 * _binom_cdf_half(k, n) <= level:
+        k += 1
+    if k == 0:
+        return None
+    s = sorted(d)
+    return s[k - 1], s[n - k]
+
+
+def judge(d: list[float], min_effect: float, alpha_look: float) -> str | None:
+    """The verdict at a look from the paired log ratios so far, or None (go on); see the module docstring."""
+    ci = median_interval(d, alpha_look)
+    if ci is None:
+        return None
+    e = math.log1p(min_effect / 2)
+    low, high = ci
+    if low > e:
+        return "SLOWER"
+    if high < -e:
+        return "FASTER"
+    if -e < low and high < e:
+        return "SAME"
+    return None
+
+
+def summarise(result: CaseConfirm, alpha_look: float) -> None:
+    d = [math.log(c / b) for b, c in zip(result.baseline_ms, result.candidate_ms)]
+    if not d:
+        return
+    s = sorted(d)
+    mid = (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+    result.ratio = math.exp(mid)
+    ci = median_interval(d, alpha_look)
+    if ci is not None:
+        result.low, result.high = math.exp(ci[0]), math.exp(ci[1])
+
+
+def run_rounds(
+    cases: list[str],
+    measure: Callable[[str, str], float],
+    min_effect: float = 0.05,
+    alpha: float = ALPHA,
+    max_rounds: int = MAX_ROUNDS,
+    results: dict[str, CaseConfirm] | None = None,
+) -> dict[str, CaseConfirm]:
+    """Alternating paired rounds until every case has a verdict or ``max_rounds`` pass.
+
+    ``measure(side, case)`` times one case on ``"baseline"`` or ``"candidate"`` and returns milliseconds.
+    """
+    if max_rounds < MIN_ROUNDS:
+        raise ConfirmError(f"--max-rounds {max_rounds}: at least {MIN_ROUNDS} rounds are needed for a first look")
+    results = results if results is not None else {c: CaseConfirm(c) for c in cases}
+    active = [c for c in cases if results[c].verdict == "UNKNOWN" and not results[c].note]
+    planned = looks(max_rounds)
+    alpha_look = alpha / max(1, len(active)) / len(planned)
+    for r in range(max_rounds):
+        if not active:
+            break
+        for case in active:
+            order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+            got = {side: measure(side, case) for side in order}
+            res = results[case]
+            res.baseline_ms.append(got["baseline"])
+            res.candidate_ms.append(got["candidate"])
+            res.rounds = r + 1
+        if r + 1 in planned:
+            for case in list(active):
+                res = results[case]
+                d = [math.log(c / b) for b, c in zip(res.baseline_ms, res.candidate_ms)]
+                verdict = judge(d, min_effect, alpha_look)
+                if verdict is not None:
+                    res.verdict = verdict
+                    active.remove(case)
+    for res in results.values():
+        summarise(res, alpha_look)
+    return results
+
+
+def exit_code(results: dict[str, CaseConfirm]) -> int:
+    verdicts = {r.verdict for r in results.values()}
+    return 1 if "SLOWER" in verdicts else 2 if "UNKNOWN" in verdicts or not results else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Commits and worktrees
+# ---------------------------------------------------------------------------------------------
+def _git(repo: Path, *args: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfirmError(f"git {args[0]}: {exc}") from None
+    if out.returncode != 0:
+        first = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[0]
+        raise ConfirmError(f"git {args[0]} in {repo}: {first}")
+    return out.stdout.strip()
+
+
+def resolve_commit(repo: Path, sha: str, what: str) -> str:
+    """The full sha of ``sha`` (7-40 hex digits) in ``repo``; ConfirmError when it is no commit there."""
+    if not isinstance(sha, str) or not SHA.fullmatch(sha):
+        raise ConfirmError(f"{what} {sha!r} is not a commit sha (7 to 40 hex digits)")
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^{{commit}}")
+    except ConfirmError:
+        raise ConfirmError(f"{what} {sha} is not a commit of the repository {repo}") from None
+
+
+@contextlib.contextmanager
+def worktree(repo: Path, sha: str, parent: Path) -> Iterator[Path]:
+    """``sha`` checked out (detached) under ``parent``, removed again afterwards."""
+    path = parent / sha[:12]
+    _git(repo, "worktree", "add", "--detach", "--quiet", "--end-of-options", str(path), sha)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(ConfirmError):
+            _git(repo, "worktree", "remove", "--force", "--", str(path))
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(ConfirmError):
+            _git(repo, "worktree", "prune")
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------------------------
+class Worker:
+    """A ``confirm_worker.py`` process importing ``tree``'s kernels."""
+
+    def __init__(self, side: str, tree: Path, device: str, extra_modules: tuple[str, ...]) -> None:
+        self.side, self.tree = side, tree
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = str(tree)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if device.startswith("cpu"):
+            env["TRITON_INTERPRET"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), str(BACKENDS), device, *extra_modules],
+            cwd=tree,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+
+    def ask(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.send(msg)
+        return self.receive(timeout_s)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ConfirmError(self._died()) from None
+
+    def receive(self, timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise ConfirmError(self._died())
+            if line.startswith(REPLY):
+                return json.loads(line[len(REPLY) :])
+        raise ConfirmError(f"the {self.side} worker did not answer within {timeout_s:.0f} s")
+
+    def _died(self) -> str:
+        self.proc.wait(timeout=30)
+        err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+        return f"the {self.side} worker ({self.tree}) exited {self.proc.returncode}: {err[-1] if err else ''}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def confirm(
+    repo: Path,
+    baseline_sha: str,
+    candidate_sha: str,
+    cases: list[str],
+    device: str = "cuda",
+    extra_modules: tuple[str, ...] = (),
+    min_effect: float = 0.05,
+    alpha: float = ALPHA,
+    max_rounds: int = MAX_ROUNDS,
+    round_ms: float = ROUND_MS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, CaseConfirm]:
+    """Check both commits out, start a worker for each, and run :func:`run_rounds` on ``cases``."""
+    from kernelwatch.collect.accuracy import case_seed
+
+    if not cases:
+        raise ConfirmError("no case to confirm")
+    if max_rounds < MIN_ROUNDS:
+        raise ConfirmError(f"--max-rounds {max_rounds}: at least {MIN_ROUNDS} rounds are needed for a first look")
+    base = resolve_commit(repo, baseline_sha, "the baseline commit")
+    cand = resolve_commit(repo, candidate_sha, "the candidate commit")
+    say = progress or (lambda _line: None)
+    seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
+    with (
+        tempfile.TemporaryDirectory(prefix="kw-confirm-") as tmp,
+        worktree(repo, base, Path(tmp) / "baseline") as base_tree,
+        worktree(repo, cand, Path(tmp) / "candidate") as cand_tree,
+    ):
+        workers = {
+            "baseline": Worker("baseline", base_tree, device, extra_modules),
+            "candidate": Worker("candidate", cand_tree, device, extra_modules),
+        }
+        try:
+            results = {c: CaseConfirm(c) for c in cases}
+            say(f"baseline {base[:12]} and candidate {cand[:12]}: importing, building inputs, compiling")
+            for w in workers.values():  # both set up at once: compiling is most of the time
+                w.send({"op": "setup", "cases": seeds})
+            for side, w in workers.items():
+                setup = w.receive(SETUP_TIMEOUT_S)
+                if not Path(setup["tree"]).resolve().is_relative_to(w.tree.resolve()):
+                    raise ConfirmError(f"the {side} worker imported kernels from {setup['tree']}, not from {w.tree}")
+                for key in setup["missing"]:
+                    results[key].note = results[key].note or f"the {side} commit has no perf case {key}"
+                for key, err in setup["errors"].items():
+                    results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
+
+            def measure(side: str, case: str) -> float:
+                start = time.perf_counter()
+                reply = workers[side].ask({"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S)
+                results[case].timing = reply["timing"]
+                results[case].seconds += time.perf_counter() - start
+                return float(reply["median_ms"])
+
+            return run_rounds(cases, measure, min_effect, alpha, max_rounds, results)
+        finally:
+            for w in workers.values():
+                w.close()
+
+
+class _Key:
+    """What ``case_seed`` reads of a case: its key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def records(
+    results: dict[str, CaseConfirm],
+    baseline_sha: str,
+    candidate_sha: str,
+    min_effect: float,
+    device_uuid: str | None,
+    when: float | None = None,
+) -> list[Confirmation]:
+    """The verdicts as stored data (``kernelwatch.store.schema.Confirmation``), one per case that was measured (a case
+    one of the commits lacks, or whose kernel raised, has no measurement to keep)."""
+    import datetime as dt
+
+    at = format_time(dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc))
+    return [
+        Confirmation(
+            case=r.case,
+            baseline_commit=baseline_sha,
+            candidate_commit=candidate_sha,
+            verdict=r.verdict,
+            rounds=r.rounds,
+            ratio=r.ratio,
+            low=r.low,
+            high=r.high,
+            min_effect=min_effect,
+            device_uuid=device_uuid,
+            seconds=round(r.seconds, 3),
+            confirmed_at=at,
+        )
+        for r in results.values()
+        if r.rounds and not r.note
+    ]
+
+
+def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str) -> str:
+    """The Markdown table of the verdicts, one row per case with its rounds."""
+    lines = [
+        f"## Paired confirmation: {candidate_sha[:12]} (candidate) vs {baseline_sha[:12]} (baseline), one device",
+        "",
+        "| case | verdict | rounds | candidate / baseline | interval | baseline ms (median) | "
+        "candidate ms (median) | timing |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+
+    def med(v: list[float]) -> str:
+        return f"{sorted(v)[len(v) // 2]:.4f}" if v else "-"
+
+    for r in results.values():
+        interval = f"{r.low:.3f}-{r.high:.3f}" if r.low is not None else "-"
+        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        case = r.case.replace("|", "\\|")
+        verdict = r.verdict + (f" ({r.note})" if r.note else "")
+        lines.append(
+            f"| `{case}` | {verdict.replace('|', '/')} | {r.rounds} | {ratio} | {interval} | "
+            f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""The perf suite for one case: the kernel, eager PyTorch and torch.compile, measured on one device.
+
+Per implementation, in this order:
+
+1. warm-up: the first call compiles and autotunes (charged to the ``perf.warmup`` phase, never sampled);
+2. GPU time per call: ``Backend.device_samples``, L2 flushed before each sample (``median_ms`` etc.), by
+   graph replay or, where the call cannot be captured, events (``timing``: ``graph`` / ``events``);
+3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
+4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
+
+The inputs are made once per case and shared by its implementations; on a GPU or NPU their random values
+are drawn there, from the case's seed (:mod:`kernelwatch.collect.inputs`: not the accuracy suite's host-drawn values).
+PyTorch baselines are measured once per baseline key (cases that differ only in the kernel variant
+share them); the collector deals the cases of one key to the same worker so the cache holds.
+% of peak is the achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
+which for a memory-bound kernel is its share of the measured copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import torch
+
+from kernelwatch.collect.backends import Backend
+from kernelwatch.collect.inputs import drawn_on
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
+from kernelwatch.store.schema import PerfResult
+
+
+def _quantile(sorted_samples: list[float], q: float) -> float:
+    pos = q * (len(sorted_samples) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+def summarise(samples: list[float]) -> dict[str, Any]:
+    """Median, p20, p80 (linear interpolation between order statistics) and min of the samples.
+
+    Every sample is stored as measured (no rounding, no truncation), so whoever recomputes a
+    statistic from ``samples_ms`` gets the stored one.
+    """
+    if not samples:
+        raise ValueError("no samples to summarise")
+    stored = [float(v) for v in samples]
+    s = sorted(stored)
+    return {
+        "median_ms": statistics.median(s),
+        "p20_ms": _quantile(s, 0.2),
+        "p80_ms": _quantile(s, 0.8),
+        "min_ms": s[0],
+        "samples_ms": stored,
+    }
+
+
+def origin(backend: Backend) -> dict[str, str | None]:
+    """Where a result was measured, as every perf result states it: device label, physical device, host."""
+    return {"device": backend.label, "device_uuid": backend.device_uuid, "host": backend.host}
+
+
+def _empty(impl: str, error: str | None, where: dict[str, str | None] | None = None) -> dict[str, Any]:
+    return {
+        "implementation": impl,
+        "median_ms": None,
+        "p20_ms": None,
+        "p80_ms": None,
+        "min_ms": None,
+        "samples_ms": [],
+        "error": error,
+        "call_ms": None,
+        "call_samples_ms": [],
+        "peak_mem_bytes": None,
+        "timing": None,
+        **(where or {}),
+    }
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
+    """GPU time, cost per call and peak memory of one implementation (see the module docstring): the measured
+    fields of its :class:`~kernelwatch.store.schema.PerfResult`, which :func:`finish` completes for each case sharing
+    them."""
+    try:
+        with backend.phase("perf.warmup"):
+            fn()
+            backend.synchronize()
+        with backend.phase("perf.timing"):
+            samples, timing = backend.device_samples(fn)
+        with backend.phase("perf.call"):
+            calls = backend.call_samples(fn)
+    except Exception as exc:
+        return _empty(impl, _one_line(exc), origin(backend))
+    with backend.phase("perf.memory"):
+        try:
+            peak = backend.peak_memory(fn)
+        except Exception:
+            peak = None
+    return {
+        "implementation": impl,
+        **summarise(samples),
+        "error": None,
+        "call_ms": statistics.median(calls),
+        "call_samples_ms": calls,
+        "peak_mem_bytes": peak,
+        "timing": timing,
+        **origin(backend),
+    }
+
+
+class BaselineCache:
+    """PyTorch baselines by baseline key, so kernel variants of one case share their numbers."""
+
+    def __init__(self) -> None:
+        self._store: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def get(self, key: str) -> dict[str, dict[str, Any]] | None:
+        return self._store.get(key)
+
+    def put(self, key: str, results: dict[str, dict[str, Any]]) -> None:
+        self._store[key] = results
+
+
+def perf_case(
+    spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None], baselines: BaselineCache, seed: int
+) -> list[PerfResult]:
+    """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
+    with backend.phase("perf.inputs"):
+        with drawn_on(backend.device):  # random inputs born on the device: kernelwatch.collect.inputs
+            inputs = spec.make_inputs(case, backend.device, seed)
+        impls = spec.implementations(case, inputs)
+    results: dict[str, dict[str, Any]] = {KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL])}
+    bkey = spec.baseline_key(case)
+    cached = baselines.get(bkey)
+    if cached is None:
+        if hasattr(torch, "_dynamo"):
+            torch._dynamo.reset()  # a fresh compile per case: past the recompile limit dynamo falls back to eager
+        cached = {name: time_implementation(backend, name, fn) for name, fn in impls.items() if name != KERNEL_IMPL}
+        baselines.put(bkey, cached)
+    results.update(cached)
+    del inputs, impls
+    if backend.kind in ("cuda", "npu"):
+        backend.module.empty_cache()
+    return finish(spec, case, results, peaks)
+
+
+def finish(
+    spec: KernelSpec, case: Case, results: dict[str, dict[str, Any]], peaks: dict[str, float | None]
+) -> list[PerfResult]:
+    """The case's perf results: the measured fields and the derived numbers (GB/s, TFLOP/s, % of roofline,
+    speedup over eager, target met). A value the schema refuses raises its ``ValidationError``."""
+    nbytes, flops = spec.bytes_moved(case), spec.flops(case)
+    peak_gbps, peak_tflops = peaks.get("peak_gbps"), peaks.get("peak_tflops")
+    floor_s = max(
+        nbytes / (peak_gbps * 1e9) if peak_gbps else 0.0, flops / (peak_tflops * 1e12) if peak_tflops and flops else 0.0
+    )
+    medians = {name: r["median_ms"] for name, r in results.items()}
+    eager = medians.get(EAGER_IMPL)
+    out = []
+    for name, r in results.items():
+        t = r["median_ms"]
+        row = {
+            **r,
+            "case": case.key,
+            "bytes": nbytes,
+            "flops": flops or None,
+            "gbps": None,
+            "tflops": None,
+            "pct_peak": None,
+            "speedup_vs_eager": None,
+            "target": None,
+            "target_met": None,
+        }
+        if t:
+            row["gbps"] = nbytes / (t * 1e-3) / 1e9
+            row["tflops"] = flops / (t * 1e-3) / 1e12 if flops else None
+            row["pct_peak"] = 100.0 * floor_s / (t * 1e-3) if floor_s else None
+            row["speedup_vs_eager"] = eager / t if eager else None
+        if name == KERNEL_IMPL and case.target is not None:
+            row["target"] = case.target.describe()
+            row["target_met"] = case.target.evaluate(row["pct_peak"], medians)
+        out.append(PerfResult(**row))
+    return out
+
+
+def error_results(
+    spec: KernelSpec, case: Case, message: str, where: dict[str, str | None] | None = None
+) -> list[PerfResult]:
+    """The perf result of a case that raised, hung or killed its worker; ``where``: :func:`origin`'s fields."""
+    row = {
+        **_empty(KERNEL_IMPL, message, where),
+        "case": case.key,
+        "bytes": spec.bytes_moved(case),
+        "flops": spec.flops(case) or None,
+        "gbps": None,
+        "tflops": None,
+        "pct_peak": None,
+        "speedup_vs_eager": None,
+        "target": case.target.describe() if case.target else None,
+        "target_met": False if case.target else None,
+    }
+    return [PerfResult(**row)]
