@@ -196,7 +196,10 @@ def test_a_missing_module_of_kernelwatch_itself_stays_a_traceback() -> None:
     """A bug (an import of ours that fails) is not disguised as an environment without a dependency."""
     from kernelwatch.dependencies import missing_message, missing_package
 
-    assert missing_package(ModuleNotFoundError("No module named 'db.nothing'", name="db.nothing")) is None
+    ours = "kernelwatch.store.nothing"
+    assert missing_package(ModuleNotFoundError(f"No module named {ours!r}", name=ours)) is None
+    # The old top-level names are someone else's packages now (a team's db/, Hugging Face's kernels).
+    assert missing_package(ModuleNotFoundError("No module named 'db.nothing'", name="db.nothing")) == "db"
     assert missing_package(ModuleNotFoundError("No module named 'sqlalchemy'", name="sqlalchemy.orm")) == "sqlalchemy"
     assert "pip install -e '.[postgres]'" in missing_message("psycopg")
 

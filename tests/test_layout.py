@@ -79,6 +79,15 @@ def test_the_database_gate_and_dashboard_load_without_torch() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def test_the_namespace_package_imports_nothing() -> None:
+    """kernelwatch/__init__.py runs on every import of a layer: it must not pull the command line (or anything)
+    under the library packages."""
+    import ast
+
+    tree = ast.parse((ROOT / "kernelwatch" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
 def test_the_public_kernel_api_is_at_package_level_with_its_docstrings() -> None:
     """Every name a kernel's spec lists in ``public`` is ``kernels.<name>``, documented."""
     from kernelwatch import kernels

@@ -1,1 +1,2 @@
-"""The merge gate, regression detection, reports and CI workflow templates."""
+"""The merge gate (``judge``), regression detection, bisection and reports. The CI workflow templates and the
+shipped history are data in the repository's ci/ folder, not part of this package."""
