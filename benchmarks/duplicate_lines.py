@@ -1,6 +1,6 @@
 """Code duplicated between files: every window of WINDOW consecutive code lines that occurs in two files.
 
-    python benchmarks/duplicate_lines.py [DIR ...] [--window 6] [--top 15]     # default: kernels
+    python benchmarks/duplicate_lines.py [DIR ...] [--window 6] [--top 15]     # default: kernelwatch/kernels
 
 Lines are compared stripped of indentation, with blank lines, comments, docstrings and import statements left
 out (as pylint's duplicate-code check does by default; pylint is not a dependency here). For each pair of files
@@ -70,7 +70,7 @@ def duplicate_pairs(files: list[Path], size: int) -> list[tuple[int, str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("dirs", nargs="*", default=["kernels"])
+    parser.add_argument("dirs", nargs="*", default=["kernelwatch/kernels"])
     parser.add_argument("--window", type=int, default=6)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()

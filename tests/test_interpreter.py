@@ -26,10 +26,11 @@ import json, sys
 import torch
 from kernelwatch import kernels
 from kernelwatch.kernels import interpreter
+from kernelwatch.kernels.spec import numel
 
 picked = []
 for name, spec in sorted(kernels.discover().items()):
-    cases = [c for c in spec.accuracy_cases() if kernelwatch.kernels.spec.numel(c.p.get("shape") or (1,)) <= 70_000]
+    cases = [c for c in spec.accuracy_cases() if numel(c.p.get("shape") or (1,)) <= 70_000]
     picked += [(spec, c) for c in cases[:: max(1, len(cases) // 5)]]
 out = {}
 for spec, case in picked:

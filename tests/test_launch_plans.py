@@ -357,11 +357,12 @@ def test_device_descriptions_are_checked() -> None:
 def test_importing_the_kernels_builds_no_autotuner_and_touches_no_driver() -> None:
     """triton.autotune at import needs an active driver, which the Ascend compile check does not have."""
     code = (
-        "import importlib, pkgutil, kernels\n"
+        "import importlib, pkgutil\n"
+        "import kernelwatch.kernels as kernels\n"
         "from triton.runtime.autotuner import Autotuner\n"
         "from triton.runtime.driver import driver\n"
-        "for m in pkgutil.iter_modules(kernels.__path__):\n"
-        "    mod = importlib.import_module('kernels.' + m.name)\n"
+        "for m in pkgutil.walk_packages(kernels.__path__, 'kernelwatch.kernels.'):\n"
+        "    mod = importlib.import_module(m.name)\n"
         "    bad = [k for k, v in vars(mod).items() if isinstance(v, Autotuner)]\n"
         "    assert not bad, (m.name, bad)\n"
         "assert driver._active is None and driver._default is None\n"
