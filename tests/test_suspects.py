@@ -197,11 +197,29 @@ def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_pa
 
 
 def test_the_migration_adds_confirmations_to_an_existing_database(tmp_path) -> None:
-    """A database at 0006 holding runs: opening it migrates (0007), keeps its runs, and takes confirmations."""
-    url = f"sqlite:///{tmp_path / 'at0006.db'}"
-    upgrade(create_db_engine(url), "0006")
+    """A database at 0006 holding runs: opening it migrates (0007 and on), keeps its runs, and takes confirmations.
+    Today's ingest writes today's columns, so the runs are stored at head and copied into the 0006 tables."""
+    from sqlalchemy import MetaData, Table
+
     docs = list(SyntheticHistory(runs=2, cases=2, samples=5).documents())
-    ingest_documents(create_db_engine(url), [(str(i), d) for i, d in enumerate(docs)])
+    head = open_database(f"sqlite:///{tmp_path / 'head.db'}")
+    ingest_documents(head, [(str(i), d) for i, d in enumerate(docs)])
+    url = f"sqlite:///{tmp_path / 'at0006.db'}"
+    old = create_db_engine(url)
+    upgrade(old, "0006")
+    tables = MetaData()
+    tables.reflect(old)
+    with head.connect() as src, old.begin() as dst:
+        for table in tables.sorted_tables:
+            if table.name == "alembic_version":
+                continue
+            rows = [
+                {k: v for k, v in r.items() if k in table.c}
+                for r in src.execute(Table(table.name, MetaData(), autoload_with=src).select()).mappings()
+            ]
+            if rows:
+                dst.execute(table.insert(), rows)
+    old.dispose()
     engine = open_database(url)
     assert len(export_run(engine, docs[0].run.id).perf) == len(docs[0].perf)
     first, second = (to_data(d) for d in docs)
