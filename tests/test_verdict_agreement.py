@@ -292,6 +292,9 @@ def test_the_readmes_demo_numbers_are_the_demos(eng) -> None:
     judged = _judge(eng)(run["id"])
     line = " · ".join(f"{name}: {n}" for name, n in verdicts.counts(judged["rows"]))
     assert f"`{line}`" in readme, line
+    slower = [r["effect %"] for r in judged["rows"] if r["verdict"] == "slower"]
+    quoted = f"+{min(slower):.1f}% to +{max(slower):.1f}%"
+    assert quoted in readme, quoted
     fp32 = sum("/fp32/" in c.key for spec in kernels.discover().values() for c in spec.accuracy_cases())
     assert f"the {fp32} fp32 cases" in readme and f"`new: {fp32}`" in readme, fp32
     assert f"the {fp32} fp32 cases" in (ROOT / "Makefile").read_text()
