@@ -4,11 +4,21 @@ for sm_90 offline into a temporary cache, as `make compile-check` does; no GPU. 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from kernelwatch.collect.precompile import CacheDirs, cache_dirs, precompile, spare_processes, target_of
+from kernelwatch.collect.precompile import (
+    MANIFEST_DIR,
+    CacheDirs,
+    Manifest,
+    cache_dirs,
+    precompile,
+    spare_processes,
+    target_of,
+)
 from kernelwatch.kernels.plan import ASCEND_910B, NVIDIA_H200, DeviceInfo
 
 MSE = "mse_loss/persistent/fp32/direction=fwd,reduction="
@@ -56,7 +66,9 @@ def test_parallel_precompile_fills_the_cache_and_a_second_run_finds_every_launch
     assert cold.launches >= 2 and cold.compiled == cold.launches and cold.cached == 0, cold
     assert cold.compile_s > 0 and cold.state == "cold"
     assert any(p.suffix == ".cubin" for p in cache.rglob("*")), "sm_90 cubins in the run's cache"
+    shutil.rmtree(cache / MANIFEST_DIR)  # the launches worked out again, not read from the list
     warm = precompile(items, NVIDIA_H200, 2)
+    assert not warm.listed and warm.processes == 2, warm
     assert (warm.launches, warm.cached, warm.compiled, warm.failed) == (cold.launches, cold.launches, 0, 0), warm
     assert warm.compile_s == 0 and warm.state == "warm"
     note = warm.note(cache)
@@ -93,3 +105,49 @@ def test_the_options_copied_from_knobs_are_those_of_the_installed_triton() -> No
     pairs = run_knobs()
     assert ("instrumentation_mode", "instrumentation_mode") in pairs
     assert all(hasattr(knobs.compilation, knob) for _, knob in pairs), pairs
+
+
+def test_an_unchanged_run_is_checked_against_the_last_list_and_an_evicted_launch_is_compiled_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The second precompile of the same cases and kernels starts no process and dry-runs nothing: it finds
+    the list the first one left and every compilation on it in the cache. One compilation taken out of the
+    cache, the list no longer holds: the whole phase runs and compiles exactly that one again."""
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    items = _mse_items()
+    cold = precompile(items, NVIDIA_H200, 2)
+    assert cold.failed == 0 and not cold.listed and len(list((cache / MANIFEST_DIR).glob("*.json"))) == 1
+    warm = precompile(items, NVIDIA_H200, 2)
+    assert warm.listed and warm.processes == 0, warm
+    assert (warm.cases, warm.launches, warm.cached, warm.compiled) == (cold.cases, cold.launches, cold.launches, 0)
+    assert warm.wall_s < cold.wall_s / 5, (warm.wall_s, cold.wall_s)
+    assert "checked against the list of the last precompile" in warm.note(cache) and ";" not in warm.note()
+    groups = sorted(p.parent for p in cache.rglob("__grp__*.json") if MANIFEST_DIR not in p.parts)
+    assert len(groups) == cold.launches
+    shutil.rmtree(groups[0])
+    again = precompile(items, NVIDIA_H200, 2)
+    assert not again.listed and (again.launches, again.cached, again.compiled) == (cold.launches, cold.launches - 1, 1)
+    assert precompile(items, NVIDIA_H200, 2).listed
+    fewer = precompile(items[:1], NVIDIA_H200, 1)  # other cases: another list
+    assert not fewer.listed and fewer.cached == fewer.launches
+
+
+def test_the_list_is_named_by_the_kernels_source_the_cases_and_the_device(tmp_path: Path, monkeypatch) -> None:
+    """An edit of any kernel module (here an extra module's file), another case list or another device
+    description names another list, so a changed kernel is never taken for a compiled one."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    package = tmp_path / "src" / "kw_manifest_probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    cases = [("perf", "mse_loss/x")]
+    fields = {"vendor": "nvidia", "compute_units": 132}
+    first = Manifest.of(cases, fields, ("kw_manifest_probe",))
+    assert first == Manifest.of(cases, fields, ("kw_manifest_probe",))
+    assert first.path.parent == tmp_path / "triton" / MANIFEST_DIR
+    (package / "__init__.py").write_text("X = 2\n")
+    assert Manifest.of(cases, fields, ("kw_manifest_probe",)) != first
+    assert Manifest.of(cases + [("accuracy", "mse_loss/y")], fields, ()) != Manifest.of(cases, fields, ())
+    assert Manifest.of(cases, {**fields, "compute_units": 114}, ()) != Manifest.of(cases, fields, ())
+    assert "kw_manifest_probe" not in sys.modules, "the digest reads files; it imports no module"
