@@ -1,7 +1,7 @@
 """What the SM clock does to a compute-bound GEMM's time, and what that does to comparisons (issues 27, 28).
 
     python benchmarks/gemm_clock.py                # on a GPU with pynvml (nvidia-ml-py): about 5 minutes
-    python benchmarks/gemm_clock.py --part order   # one part: order, tiles, confirm
+    python benchmarks/gemm_clock.py --part tiles --part method   # some parts: order, tiles, confirm, method, launch
 
 An H200 runs a large bf16 GEMM at its power limit, and then its SM clock is whatever the power budget
 allows: the time of a 1.4 ms GEMM depends on what ran before it. Two questions follow.
@@ -143,50 +143,65 @@ def part_order(backend: Backend, clocks: Clocks) -> None:
 
 TILES = (  # (BM, BN, BK, stages, warps, GROUP_M) of the Hopper GEMM; the first is the shipped one
     (128, 256, 64, 3, 8, 8),
-    (128, 256, 64, 3, 8, 4),
-    (256, 128, 64, 3, 8, 8),
     (128, 128, 64, 4, 8, 8),
-    (128, 256, 32, 5, 8, 8),
+    (128, 128, 64, 5, 8, 8),
+    (128, 128, 64, 3, 8, 8),
+    (128, 128, 64, 4, 4, 8),
 )
+TILE_CASES = (
+    LLAMA,
+    LLAMA.replace("/bf16/", "/fp16/"),
+    "fused_rmsnorm_matmul/fold_gamma/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4096x4096",
+    "fused_rmsnorm_matmul/fold_gamma/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=1024x8192",
+    "fused_rmsnorm_matmul/fold_gamma/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4x512x4096",
+    "fused_layernorm_matmul/fold_gamma/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4096x4096,shift=0.0",
+    "fused_layernorm_matmul/fold_gamma/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=1024x8192,shift=0.0",
+)
+PEERS = ("cublas_linear", "torch_compile", "liger", "flaggems")
 
 
-def part_tiles(backend: Backend, clocks: Clocks) -> None:
-    """The kernel at the Llama MLP shape with other Hopper GEMM tiles, interleaved with cuBLAS alone."""
+def part_tiles(backend: Backend, clocks: Clocks, cases: tuple[str, ...] = TILE_CASES, rounds_n: int = 6) -> None:
+    """Each case's kernel with other Hopper GEMM tiles, interleaved with cuBLAS alone and the unfused peers."""
     from kernelwatch.kernels import norm_gemm
-    from kernelwatch.kernels.fused_rmsnorm_matmul import plans
+    from kernelwatch.kernels.fused_layernorm_matmul import plans as ln_plans
+    from kernelwatch.kernels.fused_rmsnorm_matmul import plans as rms_plans
 
     shipped = norm_gemm.HOPPER_GEMM
-    calls = case_calls(LLAMA, backend.device)
-    runs: dict[str, Callable[[], object]] = {"cublas_linear": calls["cublas_linear"]}
-    for tile in TILES:
-        norm_gemm.HOPPER_GEMM = tile
-        plans.forward_plan.cache_clear()
-        fresh = case_calls(LLAMA, backend.device)[KERNEL_IMPL]
-        try:
-            fresh()
-            backend.synchronize()
-        except Exception as exc:
-            print(f"tile {tile}: {type(exc).__name__}: {str(exc)[:160]}")
-            continue
-        runs[str(tile)] = fresh
-    norm_gemm.HOPPER_GEMM = shipped
-    plans.forward_plan.cache_clear()
-    rounds: dict[str, list[tuple[float, float, float, int]]] = {n: [] for n in runs}
-    names = list(runs)
-    for r in range(8):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            rounds[name].append(timed(backend, clocks, runs[name], 20.0))
-    print(f"\n## tiles: {LLAMA}, interleaved, 8 rounds\n")
-    print("| launch | us | MHz | cycles (M) | vs cuBLAS (time) | vs cuBLAS (cycles) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    ref = statistics.median(x[0] for x in rounds["cublas_linear"])
-    ref_c = statistics.median(x[0] * x[1] for x in rounds["cublas_linear"])
-    for name in names:
-        us = statistics.median(x[0] for x in rounds[name])
-        cyc = statistics.median(x[0] * x[1] for x in rounds[name])
-        mhz = statistics.median(x[1] for x in rounds[name])
-        print(f"| {name} | {us:.1f} | {mhz:.0f} | {cyc / 1e3:.2f} | {us / ref:.3f} | {cyc / ref_c:.3f} |")
+    print(f"\n## tiles: interleaved with the peers, {rounds_n} rounds, median us (x best peer)\n")
+    print("| case | " + " | ".join(PEERS) + " | " + " | ".join(str(t) for t in TILES) + " |")
+    print("| --- |" + " ---: |" * (len(PEERS) + len(TILES)))
+    for key in cases:
+        calls = case_calls(key, backend.device)
+        runs: dict[str, Callable[[], object]] = {p: calls[p] for p in PEERS if p in calls}
+        for tile in TILES:
+            norm_gemm.HOPPER_GEMM = tile
+            rms_plans.forward_plan.cache_clear()
+            ln_plans.forward_plan.cache_clear()
+            fresh = case_calls(key, backend.device)[KERNEL_IMPL]
+            try:
+                fresh()
+                backend.synchronize()
+            except Exception as exc:
+                print(f"{key} tile {tile}: {type(exc).__name__}: {str(exc)[:160]}")
+                continue
+            runs[str(tile)] = fresh
+        norm_gemm.HOPPER_GEMM = shipped
+        rms_plans.forward_plan.cache_clear()
+        ln_plans.forward_plan.cache_clear()
+        for fn in runs.values():
+            fn()
+        rounds: dict[str, list[float]] = {n: [] for n in runs}
+        names = list(runs)
+        for r in range(rounds_n):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                rounds[name].append(timed(backend, clocks, runs[name], 20.0)[0])
+        med = {n: statistics.median(v) for n, v in rounds.items()}
+        best = min(med[p] for p in PEERS[1:] if p in med)
+        cells = [f"{med[p]:.1f}" if p in med else "-" for p in PEERS]
+        cells += [f"{med[str(t)]:.1f} ({best / med[str(t)]:.3f})" if str(t) in med else "-" for t in TILES]
+        print(f"| {key.split('/')[0]} {key.split('/')[2]} {key.split('shape=')[1]} | " + " | ".join(cells) + " |")
+    del calls, runs
 
 
 def spin(backend: Backend, us: float) -> Callable[[], None]:
@@ -238,6 +253,83 @@ def part_confirm(backend: Backend, clocks: Clocks) -> None:
                 )
 
 
+METHODS = (  # (name, rep_ms, warmup_ms) of one confirm measurement of the GEMM; the first is confirm's today
+    ("20 ms", 20.0, 25.0),
+    ("100 ms", 100.0, 25.0),
+    ("250 ms", 250.0, 25.0),
+    ("150 ms warm-up + 20 ms", 20.0, 150.0),
+    ("150 ms warm-up + 100 ms", 100.0, 150.0),
+)
+
+
+def part_method(backend: Backend, clocks: Clocks) -> None:
+    """Confirm's rule on the GEMM with longer measurements or a longer warm-up (the power state settled first):
+    A/A and planted +5 / +10%, 24 paired rounds each."""
+    gemm = case_calls(LLAMA, backend.device)["cublas_linear"]
+    gemm()
+    base_us = timed(backend, clocks, gemm, 50.0)[0]
+    print("\n## method: confirm's rule on the GEMM (cuBLAS 8192x4096->14336 bf16), 24 paired rounds\n")
+    print("| measurement | planted | verdict | rounds | ratio [interval] | sd of log ratio | s to verdict |")
+    print("| --- | ---: | --- | ---: | --- | ---: | ---: |")
+    for label, rep_ms, warm_ms in METHODS:
+        for plant in PLANTS[:3]:
+            delay = spin(backend, plant * base_us) if plant else None
+
+            def candidate(delay=delay) -> None:
+                gemm()
+                if delay is not None:
+                    delay()
+
+            sides = {"baseline": gemm, "candidate": candidate}
+            got: dict[str, list[float]] = {"baseline": [], "candidate": []}
+            t0 = time.perf_counter()
+            for r in range(ROUNDS):
+                for side in ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline"):
+                    samples, _ = backend.device_samples(sides[side], warmup_ms=warm_ms, rep_ms=rep_ms)
+                    got[side].append(statistics.median(samples))
+            per_round = (time.perf_counter() - t0) / ROUNDS
+            res = run_rounds(["c"], lambda side, _c, q=got: q[side].pop(0), max_rounds=ROUNDS)["c"]
+            d = [math.log(c / b) for b, c in zip(res.baseline_ms, res.candidate_ms)]
+            print(
+                f"| {label} | {plant:+.0%} | {res.verdict} | {res.rounds} | {_ratio(res)} | "
+                f"{statistics.stdev(d) if len(d) > 1 else 0:.4f} | {res.rounds * per_round:.1f} |"
+            )
+
+
+MANY = 100  # calls per graph of the launch-bound method
+
+
+def part_launch(backend: Backend, clocks: Clocks) -> None:
+    """Launch-bound MSELoss cases timed one call per sample (the collector today) and as a graph of ``MANY``
+    back-to-back calls per sample, divided: median us, paired A/A spread over 16 rounds, and the clock."""
+    keys = [
+        c.key
+        for c in discover()["mse_loss"].perf_cases()
+        if c.key.endswith(("shape=4096", "shape=1048576")) and "reduction=mean" in c.key
+    ]
+    print(f"\n## launch: one call per sample against a graph of {MANY} calls per sample (divided)\n")
+    print("| case | one call us | sd A/A | MHz | many calls us | sd A/A | MHz |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for key in keys:
+        fn = case_calls(key, backend.device)[KERNEL_IMPL]
+
+        def many(fn=fn) -> None:
+            for _ in range(MANY):
+                fn()
+
+        cells = []
+        for call, per in ((fn, 1), (many, MANY)):
+            call()
+            vals, mhz = [], []
+            for _ in range(32):
+                us, m, _, _ = timed(backend, clocks, call, 20.0)
+                vals.append(us / per)
+                mhz.append(m)
+            d = [math.log(b / a) for a, b in zip(vals[::2], vals[1::2])]
+            cells += [f"{statistics.median(vals):.2f}", f"{statistics.stdev(d):.4f}", f"{statistics.median(mhz):.0f}"]
+        print(f"| {key.split('/', 1)[1]} | " + " | ".join(cells) + " |")
+
+
 def _ratio(res: CaseConfirm) -> str:
     if res.ratio is None:
         return "-"
@@ -246,20 +338,27 @@ def _ratio(res: CaseConfirm) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("order", "tiles", "confirm", "all"), default="all")
+    parser.add_argument(
+        "--part", action="append", choices=("order", "tiles", "confirm", "method", "launch", "all"), default=None
+    )
     args = parser.parse_args()
+    args.part = args.part or ["all"]
     backend = Backend(torch.device("cuda"))
     backend.activate()
     clocks = Clocks()
     clocks.start()
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, uuid {getattr(props, 'uuid', '?')}; torch {torch.__version__}")
-    if args.part in ("order", "all"):
+    if {"order", "all"} & set(args.part):
         part_order(backend, clocks)
-    if args.part in ("tiles", "all"):
+    if {"tiles", "all"} & set(args.part):
         part_tiles(backend, clocks)
-    if args.part in ("confirm", "all"):
+    if {"confirm", "all"} & set(args.part):
         part_confirm(backend, clocks)
+    if {"method", "all"} & set(args.part):
+        part_method(backend, clocks)
+    if {"launch", "all"} & set(args.part):
+        part_launch(backend, clocks)
     clocks.stop.set()
 
 
