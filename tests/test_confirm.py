@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.cli import main
-from kernelwatch.collect.confirm import MIN_ROUNDS, ConfirmError, judge, median_interval, resolve_commit, run_rounds
+from kernelwatch.collect.confirm import (
+    MAX_MEASUREMENT_MS,
+    MIN_ROUNDS,
+    ROUND_MS,
+    ConfirmError,
+    judge,
+    measurement_ms,
+    median_interval,
+    resolve_commit,
+    run_rounds,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +70,17 @@ def test_power_a_real_step_is_found_and_equal_code_is_same() -> None:
     assert _simulate(1 / 1.10, 0.01, 200, seed=2)["FASTER"] == 200
     same = _simulate(1.0, 0.01, 200, seed=3)
     assert same["SAME"] >= 196 and same["SLOWER"] == 0, same
+
+
+def test_a_long_call_is_measured_over_more_time_and_a_short_one_keeps_the_round() -> None:
+    """A 1.4 ms GEMM at its power cap spread 0.031 (sd of the paired log ratio) over 20 ms measurements and
+    0.016 over 100 ms on an H200: such a case samples about 70 calls; a 5 us kernel keeps 20 ms; the length
+    never exceeds the cap nor falls below the round; a broken probe keeps the round."""
+    assert measurement_ms(0.005) == ROUND_MS
+    assert 95 <= measurement_ms(1.4) <= 100
+    assert measurement_ms(50.0) == MAX_MEASUREMENT_MS
+    assert measurement_ms(1.4, round_ms=300.0) == 300.0
+    assert measurement_ms(float("nan")) == ROUND_MS and measurement_ms(0.0) == ROUND_MS
 
 
 def test_the_sign_interval_and_the_margin() -> None:

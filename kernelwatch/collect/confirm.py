@@ -9,8 +9,18 @@ to that commit's tree, timing code from this checkout) builds each case's inputs
 seed (``case_seed``: the same inputs on both sides) and compiles its kernel once. Then rounds: in each,
 every undecided case is timed by both workers back to back, baseline first in even rounds and candidate
 first in odd ones; a measurement is the median of ``Backend.device_samples`` (L2 flushed, graph replay
-where the call can be captured) over about ``round_ms``. Round ``i`` gives one paired log ratio
-``d_i = ln(candidate_i / baseline_i)``.
+where the call can be captured) over :func:`measurement_ms`: ``round_ms``, or about
+:data:`SAMPLES_PER_MEASUREMENT` calls of the case where that is longer (at most :data:`MAX_MEASUREMENT_MS`),
+the length fixed per case by one probe of the baseline before the rounds. Round ``i`` gives one paired log
+ratio ``d_i = ln(candidate_i / baseline_i)``.
+
+Why the length follows the case: an H200 runs a 1.4 ms bf16 GEMM (``[8192,4096]->14336``) at its 700 W
+power cap, with the SM clock between 1,410 and 1,890 MHz depending on what ran just before, so two 20 ms
+measurements a few milliseconds apart differ by the power state (``benchmarks/gemm_clock.py``,
+``benchmarks/results/2026-12-02-h200-gemm-clock``: sd of the paired log ratio 0.031 at 20 ms, 0.016 at
+100 ms, 0.009-0.020 at 250 ms; a longer warm-up before 20 ms did not help, 0.026-0.041). At 20 ms a
+planted +10% stayed UNKNOWN after 24 rounds on two GPUs; at 100 ms it was SLOWER in 8 rounds (8.8 s).
+A memory-bound 55 us op (sd 0.003) and a launch-bound 5 us kernel decide in 8 rounds at 20 ms, and keep it.
 
 Decision (:func:`judge`), a group-sequential sign test: at looks ``n = MIN_ROUNDS, MIN_ROUNDS +
 LOOK_EVERY, ... <= max_rounds`` the distribution-free confidence interval of the median of ``d`` is
@@ -57,7 +67,9 @@ MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sig
 LOOK_EVERY = 4
 MAX_ROUNDS = 24
 ALPHA = 0.05
-ROUND_MS = 20.0  # device time sampled per measurement
+ROUND_MS = 20.0  # device time sampled per measurement, at least
+SAMPLES_PER_MEASUREMENT = 70  # a measurement lasts about this many calls where that is longer than ROUND_MS
+MAX_MEASUREMENT_MS = 250.0
 SETUP_TIMEOUT_S = 600.0  # importing torch, building inputs and compiling every case, per worker
 MEASURE_TIMEOUT_S = 120.0
 SHA = re.compile(r"[0-9a-fA-F]{7,40}")
@@ -87,6 +99,7 @@ class CaseConfirm:
     note: str = ""
     timing: str | None = None
     seconds: float = 0.0  # wall time of this case's measurements, both commits, every round
+    measurement_ms: float | None = None  # device time sampled per measurement (:func:`measurement_ms`)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +153,15 @@ def summarise(result: CaseConfirm, alpha_look: float) -> None:
     ci = median_interval(d, alpha_look)
     if ci is not None:
         result.low, result.high = math.exp(ci[0]), math.exp(ci[1])
+
+
+def measurement_ms(median_ms: float, round_ms: float = ROUND_MS) -> float:
+    """How long one measurement of a case samples: ``round_ms``, or :data:`SAMPLES_PER_MEASUREMENT` calls of a
+    case whose call takes ``median_ms`` where that is longer, capped at :data:`MAX_MEASUREMENT_MS` (never below
+    ``round_ms``)."""
+    if not math.isfinite(median_ms) or median_ms <= 0:
+        return round_ms
+    return max(round_ms, min(MAX_MEASUREMENT_MS, SAMPLES_PER_MEASUREMENT * median_ms))
 
 
 def run_rounds(
@@ -338,9 +360,17 @@ def confirm(
                 for key, err in setup["errors"].items():
                     results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
 
+            lengths: dict[str, float] = {}
+
             def measure(side: str, case: str) -> float:
                 start = time.perf_counter()
-                reply = workers[side].ask({"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S)
+                if case not in lengths:  # one probe of the baseline fixes the case's measurement length
+                    probe = workers["baseline"].ask(
+                        {"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S
+                    )
+                    lengths[case] = measurement_ms(float(probe["median_ms"]), round_ms)
+                    results[case].measurement_ms = lengths[case]
+                reply = workers[side].ask({"op": "measure", "key": case, "rep_ms": lengths[case]}, MEASURE_TIMEOUT_S)
                 results[case].timing = reply["timing"]
                 results[case].seconds += time.perf_counter() - start
                 return float(reply["median_ms"])
@@ -397,8 +427,8 @@ def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: st
         f"## Paired confirmation: {candidate_sha[:12]} (candidate) vs {baseline_sha[:12]} (baseline), one device",
         "",
         "| case | verdict | rounds | candidate / baseline | interval | baseline ms (median) | "
-        "candidate ms (median) | timing |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- |",
+        "candidate ms (median) | timing | ms sampled per measurement |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: |",
     ]
 
     def med(v: list[float]) -> str:
@@ -411,6 +441,7 @@ def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: st
         verdict = r.verdict + (f" ({r.note})" if r.note else "")
         lines.append(
             f"| `{case}` | {verdict.replace('|', '/')} | {r.rounds} | {ratio} | {interval} | "
-            f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} |"
+            f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} | "
+            f"{f'{r.measurement_ms:.0f}' if r.measurement_ms else '-'} |"
         )
     return "\n".join(lines)
