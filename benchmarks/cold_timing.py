@@ -1,4 +1,4 @@
-"""Where a cold run's "perf: device timing" goes: compilations during timing, per implementation (issue 31).
+"""Where a cold run's "perf: device timing" goes: compilations during timing, per implementation.
 
     python benchmarks/cold_timing.py [--cases N]    # on a GPU, in a fresh cache folder (made here)
 

@@ -1,4 +1,4 @@
-"""What the SM clock does to a compute-bound GEMM's time, and what that does to comparisons (issues 27, 28).
+"""What the SM clock does to a compute-bound GEMM's time, and what that does to comparisons.
 
     python benchmarks/gemm_clock.py                # on a GPU with pynvml (nvidia-ml-py): about 5 minutes
     python benchmarks/gemm_clock.py --part tiles --part method   # some parts: order, tiles, confirm, method, launch
@@ -6,14 +6,14 @@
 An H200 runs a large bf16 GEMM at its power limit, and then its SM clock is whatever the power budget
 allows: the time of a 1.4 ms GEMM depends on what ran before it. Two questions follow.
 
-``order`` (issue 28): at the Llama MLP shape (``[8192,4096]->14336``, bf16), every implementation of the
+``order``: at the Llama MLP shape (``[8192,4096]->14336``, bf16), every implementation of the
 ``fused_rmsnorm_matmul`` case measured the collector's way (``Backend.device_samples``: one block of about
 100 ms per implementation, one after another), in the suite's order and reversed, then interleaved (rounds of
 20 ms per implementation, rotating the order). NVML is polled every 2 ms in a thread: each block's mean SM
 clock, power and the throttle reasons seen. If one implementation is faster only in one order, the collector's
 peer comparison at this shape is measuring the clock, not the code.
 
-``confirm`` (issue 27, item 4): ``kernelwatch confirm``'s decision rule (``confirm.run_rounds``) on paired rounds
+``confirm``: ``kernelwatch confirm``'s decision rule (``confirm.run_rounds``) on paired rounds
 of three case classes: the GEMM (cuBLAS at the Llama shape), a memory-bound op (``torch.add`` on 2^25 fp32,
 about 55 us) and a launch-bound one (MSELoss at 4,096 elements through the kernel). The candidate is the
 baseline itself (A/A) or the baseline followed by a spin kernel of 5, 10 or 20% of its median (a planted
