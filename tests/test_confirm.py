@@ -24,6 +24,8 @@ from kernelwatch.collect.confirm import (
     MIN_ROUNDS,
     ROUND_MS,
     ConfirmError,
+    Worker,
+    common_method,
     judge,
     measurement_ms,
     median_interval,
@@ -225,6 +227,25 @@ def test_confirm_calls_identical_code_same(cli, scratch, tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert f"| `{CASE}` | SAME |" in result.output
     assert f"| `{CASE}` | SAME |" in out.read_text()
+
+
+def test_both_commits_are_timed_by_one_method_per_case(scratch) -> None:
+    """A case is replayed from a graph only where both commits' probes kept a graph; a worker told to replay one
+    it cannot capture answers an error (confirm stops on it) instead of timing another way. Defect: each
+    measurement chose its own method, and a launch-bound case read 8-12% apart between graph and events."""
+    assert common_method("graph", "graph") == "graph"
+    assert common_method("graph", "events") == common_method("events", "graph") == "events"
+    repo, _ = scratch
+    worker = Worker("candidate", repo, "cpu", ("planted_confirm",))
+    try:
+        setup = worker.ask({"op": "setup", "cases": [{"key": CASE, "seed": 1}]}, 120)
+        assert setup["missing"] == [] and setup["errors"] == {}, setup
+        forced = worker.ask({"op": "measure", "key": CASE, "rep_ms": 5, "method": "graph"}, 60)
+        assert forced == {"error": "RuntimeError: no graph capture on cpu"}
+        timed = worker.ask({"op": "measure", "key": CASE, "rep_ms": 5, "method": "events"}, 60)
+        assert timed["timing"] == "events" and timed["median_ms"] > 0.9  # the planted 1.5 ms of work
+    finally:
+        worker.close()
 
 
 def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:

@@ -9,9 +9,10 @@ to that commit's tree, timing code from this checkout) builds each case's inputs
 seed (``case_seed``: the same inputs on both sides) and compiles its kernel once. Then rounds: in each,
 every undecided case is timed by both workers back to back, baseline first in even rounds and candidate
 first in odd ones; a measurement is the median of ``Backend.device_samples`` (L2 flushed, graph replay
-where the call can be captured) over :func:`measurement_ms`: ``round_ms``, or about
-:data:`SAMPLES_PER_MEASUREMENT` calls of the case where that is longer (at most :data:`MAX_MEASUREMENT_MS`),
-the length fixed per case by one probe of the baseline before the rounds. Round ``i`` gives one paired log
+where both commits' calls can be captured, :func:`common_method`) over :func:`measurement_ms`: ``round_ms``,
+or about :data:`SAMPLES_PER_MEASUREMENT` calls of the case where that is longer (at most
+:data:`MAX_MEASUREMENT_MS`), the length fixed per case by a probe of the baseline before the rounds and the
+method by a probe of each commit. Round ``i`` gives one paired log
 ratio ``d_i = ln(candidate_i / baseline_i)``.
 
 Why the length follows the case: an H200 runs a 1.4 ms bf16 GEMM (``[8192,4096]->14336``) at its 700 W
@@ -61,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH
 from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, format_time
 
 MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
@@ -361,16 +363,24 @@ def confirm(
                     results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
 
             lengths: dict[str, float] = {}
+            methods: dict[str, str] = {}
 
             def measure(side: str, case: str) -> float:
                 start = time.perf_counter()
-                if case not in lengths:  # one probe of the baseline fixes the case's measurement length
-                    probe = workers["baseline"].ask(
-                        {"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S
-                    )
-                    lengths[case] = measurement_ms(float(probe["median_ms"]), round_ms)
+                if case not in lengths:  # one probe per commit fixes the case's measurement length and method
+                    probes = {
+                        s: w.ask({"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S)
+                        for s, w in workers.items()
+                    }
+                    lengths[case] = measurement_ms(float(probes["baseline"]["median_ms"]), round_ms)
+                    methods[case] = common_method(probes["baseline"]["timing"], probes["candidate"]["timing"])
                     results[case].measurement_ms = lengths[case]
-                reply = workers[side].ask({"op": "measure", "key": case, "rep_ms": lengths[case]}, MEASURE_TIMEOUT_S)
+                reply = workers[side].ask(
+                    {"op": "measure", "key": case, "rep_ms": lengths[case], "method": methods[case]},
+                    MEASURE_TIMEOUT_S,
+                )
+                if "error" in reply:
+                    raise ConfirmError(f"the {side} commit's {case}: {reply['error']}")
                 results[case].timing = reply["timing"]
                 results[case].seconds += time.perf_counter() - start
                 return float(reply["median_ms"])
@@ -379,6 +389,14 @@ def confirm(
         finally:
             for w in workers.values():
                 w.close()
+
+
+def common_method(baseline: str, candidate: str) -> str:
+    """The timing method of every measurement of a case in one confirmation: a graph replay only where each
+    commit's call was kept as a graph by ``Backend.device_samples`` (it did the call's work), events otherwise.
+    Chosen per measurement, a launch-bound MSELoss read graph in one and events in the next, 8-12% apart on
+    one H200, which a paired ratio would take for the commits' difference."""
+    return TIMING_GRAPH if baseline == candidate == TIMING_GRAPH else TIMING_EVENTS
 
 
 class _Key:

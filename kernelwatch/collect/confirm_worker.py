@@ -13,8 +13,9 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
 * ``{"op": "setup", "cases": [{"key": K, "seed": S}, ...]}``: build each case's inputs (the collector's
   seeded inputs: ``spec.make_inputs(case, device, seed)``) and kernel call, call it once (compile,
   autotune); answers ``{"tree": kernelwatch/kernels/__init__.py, "missing": [keys this tree lacks], "errors": {...}}``.
-* ``{"op": "measure", "key": K, "rep_ms": R}``: ``Backend.device_samples`` of the case's kernel, L2
-  flushed; answers ``{"median_ms": ..., "samples": n, "timing": "graph"|"events"}``.
+* ``{"op": "measure", "key": K, "rep_ms": R[, "method": M]}``: ``Backend.device_samples`` of the case's
+  kernel, L2 flushed, by method M (``auto`` when absent, else ``graph`` or ``events``); answers
+  ``{"median_ms": ..., "samples": n, "timing": "graph"|"events"}``, or ``{"error": ...}`` when it raised.
 * ``{"op": "quit"}``.
 """
 
@@ -80,9 +81,17 @@ def main(argv: list[str]) -> int:
                     errors[item["key"]] = f"{type(exc).__name__}: {first[:200]}"
             _reply({"tree": os.path.abspath(kernels.__file__), "missing": missing, "errors": errors})
         elif msg["op"] == "measure":
-            samples, timing = backend.device_samples(
-                calls[msg["key"]], warmup_ms=msg["rep_ms"] / 4, rep_ms=msg["rep_ms"], min_reps=5
-            )
+            try:
+                samples, timing = backend.device_samples(
+                    calls[msg["key"]],
+                    warmup_ms=msg["rep_ms"] / 4,
+                    rep_ms=msg["rep_ms"],
+                    min_reps=5,
+                    method=msg.get("method", "auto"),
+                )
+            except Exception as exc:  # a forced graph whose capture failed this time
+                _reply({"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"})
+                continue
             _reply({"median_ms": statistics.median(samples), "samples": len(samples), "timing": timing})
     return 0
 
