@@ -29,6 +29,9 @@ at least 98% at +10%, 100% at +20%)::
 
     python benchmarks/cross_machine_aa.py ci/history/*9b9d362d*perf*.json.gz --history ci/history/*.json.gz \
         --every 5 --steps 0.05 0.10 0.20
+
+Runs of several commits are one A/A only when their GPU code is the same: ``--same-code`` takes them once
+``benchmarks/cuda_unchanged.py REF`` has shown every launch's PTX identical between the commits.
 """
 
 from __future__ import annotations
@@ -242,8 +245,23 @@ def main() -> int:
         help="the confirm table: plant on every Nth shared case (N offsets) and count what goes to confirm",
     )
     ap.add_argument("--steps", type=float, nargs="+", default=[0.05, 0.10, 0.20], help="planted steps for --every")
+    ap.add_argument(
+        "--unlike-fraction",
+        type=float,
+        default=None,
+        help="the gate's UNLIKE_FRACTION for this run (kernelwatch/gate/judge.py; default: as shipped)",
+    )
+    ap.add_argument(
+        "--same-code",
+        action="store_true",
+        help="runs of several commits whose CUDA code is the same (shown by benchmarks/cuda_unchanged.py)",
+    )
     args = ap.parse_args()
+    from kernelwatch.gate import judge
     from kernelwatch.gate.statuses import PASS
+
+    if args.unlike_fraction is not None:
+        judge.UNLIKE_FRACTION = args.unlike_fraction
     from kernelwatch.store.ingest import load_files
     from kernelwatch.store.schema import ArtifactError, to_data
 
@@ -255,10 +273,11 @@ def main() -> int:
         print(f"cross_machine_aa: {exc}", file=sys.stderr)
         return 2
     commits = {d["run"]["commit"]["sha"] for d in docs}
-    if len(commits) != 1:
+    if len(commits) != 1 and not args.same_code:
         listed = ", ".join(sorted(c[:8] for c in commits))
         print(
-            f"cross_machine_aa: the runs are of {len(commits)} commits ({listed}); give runs of one commit",
+            f"cross_machine_aa: the runs are of {len(commits)} commits ({listed}); give runs of one commit, "
+            "or --same-code when benchmarks/cuda_unchanged.py shows their PTX is the same",
             file=sys.stderr,
         )
         return 2
@@ -273,8 +292,10 @@ def main() -> int:
     kernel_of = {c["key"]: c["kernel"] for d in docs for c in d["cases"]}
     pairs = [(a, b) for a in devs for b in devs if a[1] != b[1]]
     print(
-        f"commit {next(iter(commits))[:8]}: {len(docs)} runs, {len(devs)} device runs on {len(uuids)} GPUs, "
-        f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}\n"
+        f"commit {', '.join(sorted(c[:8] for c in commits))}: {len(docs)} runs, {len(devs)} device runs on "
+        f"{len(uuids)} GPUs, "
+        f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}; "
+        f"suspects across unlike measurements from {judge.UNLIKE_FRACTION:g} x the minimum effect\n"
     )
     if args.every:
         confirm_table(pairs, devs, history, kernel_of, args.every, args.steps)

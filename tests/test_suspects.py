@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from kernelwatch.cli import main
+from kernelwatch.gate import judge
 from kernelwatch.gate.judge import SUSPECT, decide
 from kernelwatch.store.artifact import dumps, parse_artifact, to_data
 from kernelwatch.store.engine import create_db_engine, open_database, upgrade
@@ -89,6 +90,45 @@ def test_a_same_gpu_clear_regression_stays_a_regression(db_url) -> None:
     _, candidate = _history(db_url, 1.12)
     status = _status(_decide(db_url, _on(candidate, GPU_A)))
     assert {status[c] for c in _stepped(candidate)} == {"regression"}, status
+
+
+def test_a_same_gpu_slowdown_timed_by_another_method_is_a_suspect(db_url) -> None:
+    """The same +12% on the baseline's GPU, but the candidate's kernel samples replayed from a CUDA graph where the
+    baseline's were events around the call (the collector's choice can fall either way between two runs of one
+    commit: a launch-bound MSELoss read 8-12% apart): a suspect naming both methods, not a regression; a case
+    timed alike keeps its verdict. Defect: the gate called such a case a regression from the method alone."""
+    _, candidate = _history(db_url, 1.12)
+    candidate = _on(candidate, GPU_A)
+    stepped = _stepped(candidate)
+    for p in candidate["perf"]:
+        if p["case"] != stepped[0]:
+            p["timing"] = "events"
+        elif p["implementation"] == "triton":
+            p["timing"] = "graph"
+    result = _decide(db_url, candidate)
+    status = _status(result)
+    assert status[stepped[0]] == SUSPECT and {status[c] for c in stepped[1:]} == {"regression"}, status
+    v = next(v for v in result.verdicts if v.case == stepped[0] and v.suite == "perf")
+    assert "timed by graph now and by events in the baseline" in v.message and "another GPU" not in v.message
+
+
+def test_across_gpus_a_slowdown_just_under_the_minimum_effect_is_a_suspect(db_url) -> None:
+    """+4.6% across GPUs, under the 5% minimum effect: a suspect from UNLIKE_FRACTION x 5% on (a faster machine
+    hides part of a change: a planted +10% read +2.7% to +4.9% on another H200), the message says so; the same
+    +4.6% on the baseline's own GPU is no suspect. Defect: only slowdowns past 5% went to confirm, and 2.2% of
+    the cases planted +10% across three H200s merged unconfirmed."""
+    _, candidate = _history(db_url, 1.046)
+    stepped = _stepped(candidate)
+    result = _decide(db_url, _on(candidate, GPU_B))
+    reach = judge.UNLIKE_FRACTION * result.min_effect
+    effects = {v.case: v.effect for v in result.verdicts if v.suite == "perf"}
+    status = _status(result)
+    assert all((status[c] == SUSPECT) == (effects[c] >= reach) for c in status), (status, effects)
+    assert sum(status[c] == SUSPECT for c in stepped) >= len(stepped) // 2, (status, effects)
+    v = next(v for v in result.verdicts if v.status == SUSPECT)
+    assert "under the minimum effect 5% but past 4.0%" in v.message and "another GPU" in v.message
+    same = _status(_decide(db_url, _on(candidate, GPU_A)))
+    assert SUSPECT not in same.values(), same
 
 
 def test_under_the_minimum_effect_a_cross_gpu_slowdown_passes(db_url) -> None:
