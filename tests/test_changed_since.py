@@ -15,7 +15,7 @@ import pytest
 from kernelwatch.cli import main
 from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules, resolve_ref, sources
 from kernelwatch.store.artifact import dumps, load_artifact, to_data
-from kernelwatch.store.schema import skipped_from_notes, skipped_note
+from kernelwatch.store.schema import skipped_from_notes, skipped_note, whole_from_notes
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ("fused_layernorm_matmul", "fused_rmsnorm_matmul", "mse_loss", "scaled_masked_softmax")
@@ -193,6 +193,7 @@ def test_collect_runs_only_the_changed_kernel_and_names_the_skipped(clean: Path,
     assert skipped_from_notes(doc["run"]["notes"]) == list(KERNELS)
     assert "kernels run, changed since HEAD" in doc["run"]["notes"]
     assert "planted (tests/planted_kernels.py)" in doc["run"]["notes"]
+    assert whole_from_notes(doc["run"]["notes"]) == ({"accuracy"}, {"planted"})  # no case filter: every case
 
 
 # ---------------------------------------------------------------------------------------------

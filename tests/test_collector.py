@@ -22,6 +22,7 @@ from kernelwatch.collect.perf import summarise
 from kernelwatch.collect.schedule import Dispatcher, plan
 from kernelwatch.gate.reports import LABELS
 from kernelwatch.store.artifact import load_artifact, to_data
+from kernelwatch.store.schema import whole_from_notes
 
 PLANTED = [
     "collect",
@@ -362,6 +363,7 @@ def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Pa
     a, b = to_data(load_artifact(first)), to_data(load_artifact(second))
     expected = sum(AA_MATCH in c.key for c in SPEC.accuracy_cases())
     assert a["run"]["id"] != b["run"]["id"] and len(a["accuracy"]) == expected >= 6
+    assert whole_from_notes(a["run"]["notes"]) == (set(), set())  # --match: not every case, nothing retired
     assert a["accuracy"] == b["accuracy"]  # budgets, errors and seeds: the same bits
     seeds = {c.key: case_seed(c) for c in SPEC.accuracy_cases()}
     assert all(r["seed"] == seeds[r["case"]] and r["kind"] == "gate" for r in a["accuracy"])

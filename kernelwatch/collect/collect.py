@@ -69,7 +69,7 @@ from kernelwatch.collect.selection import (
 from kernelwatch.collect.worker import WorkItem
 from kernelwatch.store.files import replaced_link_note
 from kernelwatch.store.journal import JournalWriter
-from kernelwatch.store.schema import RunDocument, new_run_id
+from kernelwatch.store.schema import RunDocument, new_run_id, whole_note
 
 __all__ = [
     "SUITES",
@@ -128,6 +128,8 @@ def run_collection(opts: Options) -> RunDocument:
         os.environ["TRITON_INTERPRET"] = "1"
     notes = list(opts.notes) + _cpu_notes(opts, device)
     items, cases = select_items(Options(**{**opts.__dict__, "suites": suites}))
+    if not opts.match and not opts.cases:
+        notes.append(whole_note(list(suites), sorted({spec.name for spec, _ in cases.values()})))
     if opts.explore_seeds < 0:
         raise ValueError(f"--explore-seeds must be 0 or more, got {opts.explore_seeds}")
     run_seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -99,6 +100,7 @@ from kernelwatch.store.schema import (
     parse_time,
     skipped_from_notes,
     to_data,
+    whole_from_notes,
 )
 
 HISTORY_RUNS = 30
@@ -184,6 +186,7 @@ class GateResult:
     faster: set[str] = field(default_factory=set)
     hardware: dict[str, Any] = field(default_factory=dict)  # the candidate's: device_name, fingerprint, device_count
     carried: list[str] = field(default_factory=list)  # kernels the candidate skipped as unchanged: see carry_over
+    retired: list[str] = field(default_factory=list)  # baseline cases the candidate's specs dropped: see retire
 
     @property
     def failed(self) -> list[CaseVerdict]:
@@ -591,6 +594,42 @@ def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) ->
             "accuracy": [a for a in base.accuracy if a.case not in cases],
             "perf": [p for p in base.perf if p.case not in cases],
             "profiler": [m for m in base.profiler if m.case not in cases],
+        }
+    )
+
+
+def retire(result: GateResult, candidate: RunDocument, base: RunDocument) -> RunDocument:
+    """The baseline less the cases the candidate's specs no longer define: a complete candidate whose notes say it
+    measured every case of a kernel's spec in a suite (``kernelwatch.store.schema.whole_from_notes``) and holds
+    no row of a baseline case of that kernel and suite dropped it on purpose (a variant or shape taken out of
+    the spec). Those go to ``result.retired`` and a note, never "missing"; a run with a case filter, or cut
+    short, or older than the note, retires nothing."""
+    suites, kernels = whole_from_notes(candidate.run.notes)
+    if candidate.run.status != "complete" or not kernels:
+        return base
+    kernel_of = {c.key: c.kernel for c in base.cases}
+    have = {c.key for c in candidate.cases}
+    rows = [("accuracy", a.case) for a in base.accuracy if a.kind == "gate"]
+    rows += [("perf", p.case) for p in base.perf if p.implementation == KERNEL_IMPL]
+    gone = {(suite, case) for suite, case in rows if suite in suites and kernel_of[case] in kernels} - {
+        (suite, case) for suite, case in rows if case in have
+    }
+    if not gone:
+        return base
+    result.retired = sorted({case for _, case in gone})
+    by_kernel = Counter(kernel_of[c] for c in result.retired)
+    result.notes.append(
+        f"retired: {len(result.retired)} case{'s' if len(result.retired) != 1 else ''} of the baseline the "
+        f"candidate's specs no longer define ({', '.join(f'{k}: {n}' for k, n in sorted(by_kernel.items()))}; "
+        f"first: {result.retired[0]})"
+    )
+    acc = {case for suite, case in gone if suite == "accuracy"}
+    perf = {case for suite, case in gone if suite == "perf"}
+    return base.model_copy(
+        update={
+            "accuracy": [a for a in base.accuracy if a.case not in acc],
+            "perf": [p for p in base.perf if p.case not in perf],
+            "profiler": [m for m in base.profiler if m.case not in perf],
         }
     )
 
@@ -1148,7 +1187,7 @@ def decide(
     kernel_of = {c.key: c.kernel for c in candidate.cases}
     if assembled.run_of:
         result.notes.append(assembled.describe())
-    base = carry_over(result, candidate, base)
+    base = retire(result, candidate, carry_over(result, candidate, base))
 
     measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)

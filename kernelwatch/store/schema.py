@@ -574,6 +574,28 @@ def skipped_from_notes(notes: str | None) -> list[str]:
     return [k.strip() for k in match.group(1).split(",") if k.strip()] if match else []
 
 
+# A run with no case filter (no --match, no --case) measured every case its specs define in its suites; the
+# gate reads that to tell a case the candidate's specs dropped (retired) from one it failed to measure.
+WHOLE_NOTE = "every case of its specs "
+_WHOLE = re.compile(r"(?:^|; )every case of its specs \(([^)]*)\): ([^;]+)")
+
+
+def whole_note(suites: list[str], kernels: list[str]) -> str:
+    """The notes line of a run that measured every case of these kernels' specs in these suites."""
+    return f"{WHOLE_NOTE}({', '.join(sorted(suites))}): {', '.join(sorted(kernels))}"
+
+
+def whole_from_notes(notes: str | None) -> tuple[set[str], set[str]]:
+    """(suites, kernels) a run's notes say it measured whole (empty where they say nothing)."""
+    match = _WHOLE.search(notes or "")
+    if not match:
+        return set(), set()
+    return (
+        {s.strip() for s in match.group(1).split(",") if s.strip()},
+        {k.strip() for k in match.group(2).split(",") if k.strip()},
+    )
+
+
 def _unique(items: list[Record], fields: tuple[str, ...], section: str) -> None:
     seen: set[tuple[Any, ...]] = set()
     for i, item in enumerate(items):
