@@ -297,7 +297,9 @@ def test_the_newest_real_h200_profile_names_each_case_s_launch_and_its_spec_rege
     cases = {c.key: c for spec in specs.values() for c in spec.perf_cases()}
     valued = [r for r in doc.profiler if r.value is not None]
     assert valued and all(r.launch for r in valued)
-    for r in valued:
+    current = [r for r in valued if r.case in cases]  # a case retired from its spec since has no regex to check
+    assert len(current) >= len(valued) // 2, (len(current), len(valued))
+    for r in current:
         spec = specs[r.case.split("/")[0]]
         assert re.search(spec.profile_kernel(cases[r.case]), r.launch), (r.case, r.launch)
         assert "stats" not in r.launch and "rstd" not in r.launch, (r.case, r.launch)

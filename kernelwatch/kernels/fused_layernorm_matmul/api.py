@@ -31,19 +31,19 @@ from kernelwatch.kernels.spec import DTYPE_NAMES
 
 @dataclass(frozen=True)
 class Prepared:
-    weight: torch.Tensor  # W' (fold_gamma) or W (center_prologue), contiguous, in x's dtype
-    colsum: torch.Tensor  # fp32 row sums of ``weight`` as stored (fold_gamma), else an empty tensor
+    weight: torch.Tensor  # W' = W diag(gamma), contiguous, in x's dtype
+    colsum: torch.Tensor  # fp32 row sums of ``weight`` as stored
     c: torch.Tensor | None  # fp32 beta W^T + b, None when neither is given
 
 
 def prepare(
-    weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, bias: torch.Tensor | None, fold: bool
+    weight: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, bias: torch.Tensor | None
 ) -> Prepared:
-    """W' (or W), its row sums s as rounded (so the correction cancels exactly what the GEMM multiplied) and
+    """W', its row sums s as rounded (so the correction cancels exactly what the GEMM multiplied) and
     c = beta W^T + b, summed in float64."""
-    w = fold_gamma(weight, gamma) if fold else weight
+    w = fold_gamma(weight, gamma)
     with torch.no_grad():
-        colsum = w.float().sum(1) if fold else torch.empty(0, dtype=torch.float32, device=weight.device)
+        colsum = w.float().sum(1)
         c = None
         if beta is not None:
             c = weight.double().matmul(beta.double()).float()
@@ -65,11 +65,8 @@ class PreparedWeightCache:
         gamma: torch.Tensor,
         beta: torch.Tensor | None,
         bias: torch.Tensor | None,
-        fold: bool,
     ) -> Prepared:
-        return self._prepared.get(
-            (weight, gamma, beta, bias), (fold,), lambda: prepare(weight, gamma, beta, bias, fold)
-        )
+        return self._prepared.get((weight, gamma, beta, bias), (), lambda: prepare(weight, gamma, beta, bias))
 
     def clear(self) -> None:
         self._prepared.clear()
@@ -98,7 +95,7 @@ def fused_layernorm_matmul_forward(
     y = new_output((m, n), x.dtype, x.device)
     if m == 0 or n == 0:
         return y.reshape(*x.shape[:-1], n)
-    prep = PREPARED.get(weight, gamma, beta, bias, fold=variant == "fold_gamma")
+    prep = PREPARED.get(weight, gamma, beta, bias)
     w, has_c = prep.weight, prep.c is not None
     plan = forward_plan(m, n, k, DTYPE_NAMES[x.dtype], variant, has_c, describe(x.device), dense(x2, w, y))
     stats, gemm = plan.steps
@@ -106,7 +103,7 @@ def fused_layernorm_matmul_forward(
     rstd = new_output((m,), torch.float32, x.device)
     launch(stats, x2, mean, rstd, m, k, x2.stride(0), x2.stride(1), float(eps))
     c = prep.c if has_c else mean  # an unused pointer when HAS_C is off
-    colsum = prep.colsum if prep.colsum.numel() else mean
+    colsum = prep.colsum
     if plan.path == "hopper":
         launch(gemm, *hopper_descriptors(gemm, x2, w, {}, y), mean, rstd, colsum, c, m, n, k)
     elif plan.path == "decode":
@@ -114,7 +111,7 @@ def fused_layernorm_matmul_forward(
         w_arg = decode_weight(gemm, w, {})
         launch(gemm, x2, w_arg, parts, counts, mean, rstd, colsum, c, y, m, n, k, x2.stride(0))
     else:
-        args = (x2, w, gamma, mean, rstd, colsum, c, y, m, n, k, x2.stride(0), x2.stride(1), w.stride(0), w.stride(1))
+        args = (x2, w, mean, rstd, colsum, c, y, m, n, k, x2.stride(0), x2.stride(1), w.stride(0), w.stride(1))
         launch_tiles(gemm, autotuned_kernel, FLAGS, m, n, *args, y.stride(0))
     return y.reshape(*x.shape[:-1], n)
 

@@ -62,11 +62,10 @@ def _ln_stats_persistent_kernel(
 
 
 @triton.jit
-def _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C: tl.constexpr, CENTER: tl.constexpr):
-    """y = r (acc - mu s) + c (fold_gamma), or acc + c when the prologue already centred and scaled A."""
-    if not CENTER:
-        s = tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
-        acc = (acc - mean[:, None] * s[None, :]) * rstd[:, None]
+def _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C: tl.constexpr):
+    """y = r (acc - mu s) + c."""
+    s = tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
+    acc = (acc - mean[:, None] * s[None, :]) * rstd[:, None]
     if HAS_C:
         acc += tl.load(c_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     return acc
@@ -76,7 +75,6 @@ def _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C: tl.constexp
 def _ln_matmul_tile(
     x_ptr,
     w_ptr,
-    g_ptr,
     mean_ptr,
     rstd_ptr,
     s_ptr,
@@ -92,7 +90,6 @@ def _ln_matmul_tile(
     stride_ym,
     tile,
     HAS_C: tl.constexpr,
-    CENTER: tl.constexpr,
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
     BM: tl.constexpr,
@@ -115,18 +112,10 @@ def _ln_matmul_tile(
         k_ok = (k0 + offs_k) < K
         a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        if CENTER:
-            g = tl.load(g_ptr + k0 + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-            v = (a.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :]
-            v = tl.where(k_ok[None, :], v, 0.0)
-            if UPCAST:
-                a = round_to_bf16(v)
-            else:
-                a = v.to(a.dtype)
         acc = dot_acc(a, b, acc, IEEE, UPCAST)
         a_ptrs += BK * stride_xk
         b_ptrs += BK * stride_wk
-    acc = _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C, CENTER)
+    acc = _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, offs_n, n_ok, HAS_C)
     if UPCAST:
         acc = round_to_bf16(acc)
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
@@ -137,7 +126,6 @@ def _ln_matmul_tile(
 def _fused_ln_matmul_kernel(
     x_ptr,
     w_ptr,
-    g_ptr,
     mean_ptr,
     rstd_ptr,
     s_ptr,
@@ -152,7 +140,6 @@ def _fused_ln_matmul_kernel(
     stride_wk,
     stride_ym,
     HAS_C: tl.constexpr,
-    CENTER: tl.constexpr,
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
     BM: tl.constexpr,
@@ -163,7 +150,6 @@ def _fused_ln_matmul_kernel(
     _ln_matmul_tile(
         x_ptr,
         w_ptr,
-        g_ptr,
         mean_ptr,
         rstd_ptr,
         s_ptr,
@@ -179,7 +165,6 @@ def _fused_ln_matmul_kernel(
         stride_ym,
         tl.program_id(0),
         HAS_C,
-        CENTER,
         IEEE,
         UPCAST,
         BM,
@@ -193,7 +178,6 @@ def _fused_ln_matmul_kernel(
 def _fused_ln_matmul_persistent_kernel(
     x_ptr,
     w_ptr,
-    g_ptr,
     mean_ptr,
     rstd_ptr,
     s_ptr,
@@ -208,7 +192,6 @@ def _fused_ln_matmul_persistent_kernel(
     stride_wk,
     stride_ym,
     HAS_C: tl.constexpr,
-    CENTER: tl.constexpr,
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
     BM: tl.constexpr,
@@ -221,7 +204,6 @@ def _fused_ln_matmul_persistent_kernel(
         _ln_matmul_tile(
             x_ptr,
             w_ptr,
-            g_ptr,
             mean_ptr,
             rstd_ptr,
             s_ptr,
@@ -237,7 +219,6 @@ def _fused_ln_matmul_persistent_kernel(
             stride_ym,
             tile,
             HAS_C,
-            CENTER,
             IEEE,
             UPCAST,
             BM,
@@ -282,7 +263,7 @@ def _ln_gemm_tma_kernel(
         cols = pid_n * BN + tl.arange(0, BN)
         mean = tl.load(mean_ptr + rows, mask=rows < M, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
-        acc = _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C, False)
+        acc = _ln_epilogue(acc, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C)
         c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
 
 
@@ -334,5 +315,5 @@ def _ln_decode_splitk_kernel(
             total += tl.load(part_ptr + (first + rows[:, None]) * BN + tl.arange(0, BN)[None, :], cache_modifier=".cg")
         mean = tl.load(mean_ptr + rows, mask=rows < M, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
-        total = _ln_epilogue(total, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C, False)
+        total = _ln_epilogue(total, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C)
         decode_store(y_ptr, count_ptr, total, rows, cols, pid_n, M, N, UPCAST)

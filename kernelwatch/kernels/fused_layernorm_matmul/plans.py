@@ -30,25 +30,20 @@ from kernelwatch.kernels.norm_gemm import (
 from kernelwatch.kernels.plan import DeviceInfo, Footprint, Launch, int_type, load, pointer, work
 
 NAME = "fused_layernorm_matmul"
-VARIANTS = ("fold_gamma", "center_prologue")
-FLAGS = ("HAS_C", "CENTER", "IEEE", "UPCAST")  # the constexprs the autotuner does not pick
-AUTOTUNE_KEY = ("M", "N", "K", "HAS_C", "CENTER")
+VARIANTS = ("fold_gamma",)  # center_prologue (A centred in the prologue) was dropped: kernelwatch/kernels/NOTES.md
+FLAGS = ("HAS_C", "IEEE", "UPCAST")  # the constexprs the autotuner does not pick
+AUTOTUNE_KEY = ("M", "N", "K", "HAS_C")
 
 autotuned_kernel = LazyAutotuner(_fused_ln_matmul_kernel, AUTOTUNE_KEY)
 
 
-def matmul_footprint(bm: int, bn: int, bk: int, dtype: str, center: bool, has_c: bool) -> Footprint:
+def matmul_footprint(bm: int, bn: int, bk: int, dtype: str, has_c: bool) -> Footprint:
     """Unified-buffer tiles of one program (cube operands live in L1/L0; tail axes aligned to 512 B). Row
-    statistics (mu, r) as (BM, 1) tiles for the whole tile; K loop: the A tile (multi-buffered), with the
-    centring prologue also gamma, A in fp32 and cast back. Epilogue: the fp32 accumulator, s and c, the
-    cast output."""
+    statistics (mu, r) as (BM, 1) tiles for the whole tile; K loop: the A tile (multi-buffered). Epilogue:
+    the fp32 accumulator, s and c, the cast output."""
     stats = [work("mean", (bm, 1)), work("rstd", (bm, 1))]
     loop = [*stats, load("a", (bm, bk), dtype)]
-    if center:
-        loop += [load("gamma", (bk,), dtype), work("a_norm", (bm, bk)), work("a_cast", (bm, bk), dtype)]
-    epilogue = [*stats, work("acc", (bm, bn))]
-    if not center:
-        epilogue.append(load("s", (bn,), "fp32"))
+    epilogue = [*stats, work("acc", (bm, bn)), load("s", (bn,), "fp32")]
     if has_c:
         epilogue.append(load("c", (bn,), "fp32"))
     if dtype != "fp32":
@@ -107,7 +102,7 @@ def plan_forward(
         raise ValueError(f"{NAME}: variant must be one of {VARIANTS}, got {variant!r}")
     if m == 0 or n == 0:
         return Plan("tiles", ())
-    path = plan_path(m, n, k, dtype, variant == "fold_gamma", device, dense)
+    path = plan_path(m, n, k, dtype, True, device, dense)
     if path == "decode":
         w_desc = dense and (device.capability or 0) >= 90
         scratch = {"count_ptr": "*i32", **_STATS_SIG}
@@ -116,12 +111,10 @@ def plan_forward(
     if path == "hopper":
         gemm = hopper_step(_ln_gemm_tma_kernel, m, n, k, dtype, device, _STATS_SIG, {"HAS_C": has_c})
         return Plan(path, (_stats_step(m, k, dtype, device, one_row=True), gemm))
-    center = variant == "center_prologue"
     ints = gemm_ints(m, n, k)
     sig = {
         "x_ptr": pointer(dtype),
         "w_ptr": pointer(dtype),
-        "g_ptr": pointer(dtype),
         **_STATS_SIG,
         "y_ptr": pointer(dtype),
         "M": ints,
@@ -135,7 +128,6 @@ def plan_forward(
     }
     flags = {
         "HAS_C": has_c,
-        "CENTER": center,
         "IEEE": dtype == "fp32",
         "UPCAST": device.interpreter and dtype == "bf16",
     }
@@ -148,7 +140,7 @@ def plan_forward(
         (_fused_ln_matmul_kernel, _fused_ln_matmul_persistent_kernel),
         sig,
         flags,
-        lambda bm, bn, bk: matmul_footprint(bm, bn, bk, dtype, center, has_c),
+        lambda bm, bn, bk: matmul_footprint(bm, bn, bk, dtype, has_c),
         AUTOTUNE_KEY,
         NAME,
     )

@@ -17,10 +17,10 @@ rounded, so the correction cancels exactly what the GEMM multiplied. The epilogu
 numbers when |mu| >> sigma (acc ~ mu s): fp32 keeps that cancellation at 2^-24 (|mu|/sigma) relative,
 the third term of :func:`tolerance`. Measured (CPU interpreter, float64 reference, |mu|/sigma = 4): fp32
 budgets 0.017-0.051 for fold_gamma against 0.004-0.017 centred (the predicted sqrt(17) = 4x), fp16/bf16
-0.21-0.44 either way (the operand rounding dominates): well inside the budget, so fold_gamma is the default.
-``center_prologue`` normalises each A tile in the prologue instead (a = (x - mu) r gamma, rounded to the
-operand dtype), the way an unfused LayerNorm rounds its output: no cancellation, A through registers.
-Sums in fp32. Backward is unfused (PyTorch).
+0.21-0.44 either way (the operand rounding dominates): well inside the budget. A centring variant
+(``center_prologue``: each A tile normalised in the GEMM's prologue, no cancellation) ran at 0.46-0.49x eager
+PyTorch on the H200 and was dropped (kernelwatch/kernels/NOTES.md); unfused PyTorch is the faster way to a
+centred product. Sums in fp32. Backward is unfused (PyTorch).
 
 Launches come from :func:`~kernelwatch.kernels.fused_layernorm_matmul.plans.plan_forward` as a tagged
 :class:`~kernelwatch.kernels.norm_gemm.Plan`: the stats prepass, then the GEMM (autotuned tiles on NVIDIA, one program
@@ -60,13 +60,13 @@ def tolerance(dtype: str, k: int, shift: float = 0.0) -> Tolerance:
     ``kernelwatch.kernels.fused_rmsnorm_matmul.spec.tolerance``, with x - mu for x):
 
     1. output rounding to ``dtype``: |e| <= u_out |y|, covered by ``rtol`` (RTOL, at least 4 u_out);
-    2. one operand rounding: fold_gamma rounds W diag(gamma) once per weight, center_prologue rounds
-       (x - mu) r gamma per tile, as PyTorch's unfused layer_norm -> linear rounds its output: the dot sums
+    2. one operand rounding: fold_gamma rounds W diag(gamma) once per weight (PyTorch's unfused
+       layer_norm -> linear rounds its output instead): the dot sums
        t_k (1 + d_k), |d_k| <= u, so the error is near normal with sd <= u / sqrt(3) ||t||_2. LayerNorm
        makes sum_k (r (x_k - mu))^2 = K (up to eps), and w ~ N(0, 1/K), so ||t||_2^2 ~ mean of gamma^2
        (1.58 for gamma ~ U[1, 1.5]) exactly as for RMSNorm: S = OPERAND_NORM = 2, lambda = 4;
     3. fp32 accumulation of K products: ACCUMULATION_ATOL sqrt(K / 64) (random-walk growth) when x is
-       centred (center_prologue). fold_gamma accumulates the raw x and subtracts mu s afterwards: the
+       centred. fold_gamma accumulates the raw x and subtracts mu s afterwards: the
        partial sums are sqrt(1 + (mu/sigma)^2) times larger before r scales them, and so is their rounding:
        term 3 grows by that factor. ``shift`` = |mu| / sigma of the inputs (the spec's x = shift * 2 + 2 N(0, 1)
        gives mu / sigma = shift). The beta W^T + b vector is summed in float64 once per weight.
