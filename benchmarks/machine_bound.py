@@ -1,12 +1,13 @@
 """How much slower one H200 ran than another in ci/history: the bounds on a "machine" shift
 (kernelwatch.gate.detect.MACHINE_BOUND, MACHINE_RUN_BOUND).
 
-    python benchmarks/machine_bound.py
+    python benchmarks/machine_bound.py [--same-code 43d6c970,82af87ea,5e02f011]
 
 Every implementation's time (kernel, eager, torch.compile, cuBLAS, peers) is grouped by commit and physical GPU (its
 UUID where the run records it, else the run's machine tag, device label and commit, as benchmarks/machine_spread.py
 does); the time is the p20 of the samples, which host delay leaves in place (kernelwatch.gate.detect.contamination), and
-a GPU's time of a case is the median over its runs of that commit. Printed:
+a GPU's time of a case is the median over its runs of that commit. ``--same-code`` pools commits whose CUDA code is
+the same (``benchmarks/cuda_unchanged.py``: identical PTX, launch for launch) as one commit. Printed:
 
 * per bound class (kernelwatch.gate.detect.bound_class: launch-bound below LAUNCH_BOUND_MS, else memory / atomic /
 GEMM), the
@@ -19,6 +20,7 @@ class's shared
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -33,8 +35,11 @@ from kernelwatch.store.artifact import load_artifact
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 
 
-def groups() -> tuple[dict[tuple[str, str, str], dict[str, list[float]]], dict[tuple[str, str, str], str], int]:
-    """({(commit, case, implementation): {gpu: [p20 per run]}}, the class of each, the number of GPUs)."""
+def groups(
+    same: tuple[str, ...] = (),
+) -> tuple[dict[tuple[str, str, str], dict[str, list[float]]], dict[tuple[str, str, str], str], int]:
+    """({(commit, case, implementation): {gpu: [p20 per run]}}, the class of each, the number of GPUs); the
+    commits of ``same`` (prefixes) count as one, named by all of them."""
     times: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     classes: dict[tuple[str, str, str], str] = {}
     gpus: set[str] = set()
@@ -47,14 +52,20 @@ def groups() -> tuple[dict[tuple[str, str, str], dict[str, list[float]]], dict[t
                 continue
             gpu = p.device_uuid or f"{tag}:{p.device or 'cuda:0'}:{doc.run.commit.sha[:8]}"
             gpus.add(gpu)
-            key = (doc.run.commit.sha[:8], p.case, p.implementation)
+            commit = doc.run.commit.sha[:8]
+            if any(commit.startswith(c[:8]) for c in same):
+                commit = "+".join(c[:8] for c in same)
+            key = (commit, p.case, p.implementation)
             times[key][gpu].append(p.p20_ms)
             classes[key] = case_class(p.flops, p.bytes, variants[p.case])
     return times, classes, len(gpus)
 
 
 def main() -> None:
-    times, classes, n_gpus = groups()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--same-code", default="", help="commits (comma-separated) whose CUDA code is the same")
+    same = tuple(c.strip() for c in ap.parse_args().same_code.split(",") if c.strip())
+    times, classes, n_gpus = groups(same)
     print(f"{n_gpus} GPU groups in {HISTORY}")
     per_case: dict[str, list[tuple[float, tuple[str, str, str]]]] = defaultdict(list)
     per_run: dict[tuple[str, str], list[dict[str, list[float]]]] = defaultdict(list)

@@ -287,7 +287,8 @@ def test_one_hardware_rule_for_runs_bisect_and_ack(db_url) -> None:
 def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> None:
     """RMSNorm+MatMul's same-run reference is cuBLAS alone: the failing H200 had the fp16 cuBLAS of
     the same shape 4.3% slower too. The kernel +5.5% beside cuBLAS +4.5% is the machine; the kernel alone +8%
-    fails; both +8% is past any two H200s' GEMM difference (4.5%, MACHINE_BOUND): unmeasured."""
+    fails; both +8% is within two H200s' GEMM difference (up to 14.6% at the power-capped Llama GEMM,
+    MACHINE_BOUND 1.15): the machine, a suspect confirm decides; both +20% is past it: unmeasured."""
     full = to_data(load_artifact(FULL))
     _ingest(db_url, full)
     gemm = "fused_rmsnorm_matmul/rstd_prepass/bf16/bias=False,direction=fwd,layout=contiguous,n=4096,shape=4096x4096"
@@ -303,15 +304,20 @@ def test_a_gemm_slowdown_cublas_shares_is_the_machine(db_url, tmp_path, cli) -> 
     assert "| suspect (confirm) |" in line and "the statistics: machine" in line, line
     assert "relative to cublas\\_linear in the same runs +1.0%" in line, line
     assert result.exit_code == 1, result.output
-    past = _slower(
-        _slower(_later(full), 1.08, lambda p: p["case"] == gemm),
-        1.08,
-        lambda p: p["case"] == gemm,
-        impl="cublas_linear",
-    )
-    result = _gate(cli, db_url, past, tmp_path)
-    line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
-    assert result.exit_code == 1 and "| unmeasured |" in line and "this machine ran 1.08x slower" in line, line
+    for factor, status, says in (
+        (1.08, "suspect (confirm)", "the statistics: machine"),
+        (1.2, "unmeasured", "ran 1.2x slower"),
+    ):
+        both = _slower(
+            _slower(_later(full), factor, lambda p: p["case"] == gemm),
+            factor,
+            lambda p: p["case"] == gemm,
+            impl="cublas_linear",
+        )
+        result = _gate(cli, db_url, both, tmp_path)
+        line = next(x for x in result.output.splitlines() if x.startswith(f"| `{gemm}`"))
+        assert result.exit_code == 1 and f"| {status} |" in line and says in line, line
+    assert "past the 1.15x any NVIDIA H200 in the history ran slower than another for GEMM cases" in line, line
     # cuBLAS 4.5% slower beside the kernel 9.4% slower: the reference explains half of it, not the machine
     # (a planted +10% step on one of three H200s looked so; benchmarks/cross_machine_aa.py)
     half = _slower(

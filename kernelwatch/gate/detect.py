@@ -84,10 +84,15 @@ GEMM_INTENSITY = 50.0
 #   launch (baseline < LAUNCH_BOUND_MS) 144 pairs: p99 1.52, max 1.70 (torch.compile, MSELoss 1M fp32)
 #   memory 477: p99 1.047, max 1.31 (RMSNorm+MatMul bf16 rstd_prepass, the 73812d88 two-GPU session)
 #   atomic  72: p99 1.080, max 1.11 (MSELoss atomic 268M fp16)
-#   gemm   180: p99 1.045, max 1.045 (cuBLAS beside RMSNorm+MatMul, 9b9d362d)
+#   gemm   180: p99 1.045, max 1.045 (cuBLAS beside RMSNorm+MatMul, 9b9d362d); then (2026-12-03, with three
+#     H200s of one CUDA code, --same-code 43d6c970,82af87ea,5e02f011) 352 pairs: p99 1.054, max 1.087, and run
+#     against run on two GPUs up to 1.146 (Liger, FlagGems and cuBLAS at the Llama MLP GEMM, which runs at the
+#     700 W cap with its SM clock set by what ran before: benchmarks/gemm_clock.py). 1.15: past it a GEMM case is
+#     unmeasured; within it a shared shift is "machine", and a machine slowdown past the minimum effect (0.8 of
+#     it across GPUs) is still a suspect that `kernelwatch confirm` decides.
 # MACHINE_RUN_BOUND: a whole run (the median over one class's cases shared by two GPUs of one commit, 10 pairs of
 # 4-231 cases): at most 1.0449 (launch-bound, 9b9d362d), 1.0137 memory, 1.0062 gemm, 1.0054 atomic; 1.05 for all.
-MACHINE_BOUND = {"launch": 1.71, "memory": 1.31, "atomic": 1.11, "gemm": 1.05}
+MACHINE_BOUND = {"launch": 1.71, "memory": 1.31, "atomic": 1.11, "gemm": 1.15}
 MACHINE_RUN_BOUND = 1.05
 BOUND_CLASSES = {"launch": "launch-bound", **CLASS_NAMES}
 
