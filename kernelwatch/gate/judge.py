@@ -588,14 +588,20 @@ def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) ->
         f"carried over from baseline run {base.run.id} (unchanged since the candidate's "
         f"--changed-since ref, {len(cases)} cases): {', '.join(skipped)}"
     )
-    return base.model_copy(
-        update={
-            "cases": [c for c in base.cases if c.key not in cases],
-            "accuracy": [a for a in base.accuracy if a.case not in cases],
-            "perf": [p for p in base.perf if p.case not in cases],
-            "profiler": [m for m in base.profiler if m.case not in cases],
-        }
-    )
+    return _less(base, accuracy=cases, perf=cases, cases=cases)
+
+
+def _less(base: RunDocument, accuracy: set[str], perf: set[str], cases: set[str] | None = None) -> RunDocument:
+    """``base`` without the accuracy rows of ``accuracy``, the perf and profiler rows of ``perf`` and the case
+    entries of ``cases``."""
+    update = {
+        "accuracy": [a for a in base.accuracy if a.case not in accuracy],
+        "perf": [p for p in base.perf if p.case not in perf],
+        "profiler": [m for m in base.profiler if m.case not in perf],
+    }
+    if cases:
+        update["cases"] = [c for c in base.cases if c.key not in cases]
+    return base.model_copy(update=update)
 
 
 def retire(result: GateResult, candidate: RunDocument, base: RunDocument) -> RunDocument:
@@ -611,8 +617,8 @@ def retire(result: GateResult, candidate: RunDocument, base: RunDocument) -> Run
     have = {c.key for c in candidate.cases}
     rows = [("accuracy", a.case) for a in base.accuracy if a.kind == "gate"]
     rows += [("perf", p.case) for p in base.perf if p.implementation == KERNEL_IMPL]
-    gone = {(suite, case) for suite, case in rows if suite in suites and kernel_of[case] in kernels} - {
-        (suite, case) for suite, case in rows if case in have
+    gone = {
+        (suite, case) for suite, case in rows if suite in suites and kernel_of[case] in kernels and case not in have
     }
     if not gone:
         return base
@@ -623,14 +629,10 @@ def retire(result: GateResult, candidate: RunDocument, base: RunDocument) -> Run
         f"candidate's specs no longer define ({', '.join(f'{k}: {n}' for k, n in sorted(by_kernel.items()))}; "
         f"first: {result.retired[0]})"
     )
-    acc = {case for suite, case in gone if suite == "accuracy"}
-    perf = {case for suite, case in gone if suite == "perf"}
-    return base.model_copy(
-        update={
-            "accuracy": [a for a in base.accuracy if a.case not in acc],
-            "perf": [p for p in base.perf if p.case not in perf],
-            "profiler": [m for m in base.profiler if m.case not in perf],
-        }
+    return _less(
+        base,
+        accuracy={case for suite, case in gone if suite == "accuracy"},
+        perf={case for suite, case in gone if suite == "perf"},
     )
 
 
@@ -1255,10 +1257,11 @@ def _unlike(cand: Any, base: Any) -> list[str]:
     return why
 
 
-def _suspect_reasons(v: CaseVerdict, cand: Any, base: Any) -> list[str]:
-    """Why the runs alone cannot decide a slowdown of ``v`` (empty: they can)."""
+def _suspect_reasons(v: CaseVerdict, unlike: list[str]) -> list[str]:
+    """Why the runs alone cannot decide a slowdown of ``v`` (empty: they can), given how its two timings were
+    not measured alike (:func:`_unlike`)."""
     c = v.comparison
-    why = _unlike(cand, base)
+    why = list(unlike)
     if v.status in UNDECIDED:
         why.append(f"the statistics called it {v.status}")
     if why and c.launch_bound and c.baseline_ms < LAUNCH_BOUND_MS:
@@ -1304,11 +1307,11 @@ def mark_suspects(
         c = v.comparison
         if v.suite != "perf" or c is None or v.status not in (PASS, REGRESSION, *UNDECIDED):
             continue
-        unlike = bool(_unlike(mine[v.case], theirs[v.case]))
+        unlike = _unlike(mine[v.case], theirs[v.case])
         reach = c.min_effect * (UNLIKE_FRACTION if unlike else 1.0)
         if c.effect < reach or (v.status == PASS and not unlike):
             continue
-        why = _suspect_reasons(v, mine[v.case], theirs[v.case])
+        why = _suspect_reasons(v, unlike)
         if why:
             was, v.status = v.status, SUSPECT
             past = (

@@ -577,7 +577,7 @@ def skipped_from_notes(notes: str | None) -> list[str]:
 # A run with no case filter (no --match, no --case) measured every case its specs define in its suites; the
 # gate reads that to tell a case the candidate's specs dropped (retired) from one it failed to measure.
 WHOLE_NOTE = "every case of its specs "
-_WHOLE = re.compile(r"(?:^|; )every case of its specs \(([^)]*)\): ([^;]+)")
+_WHOLE = re.compile(rf"(?:^|; ){re.escape(WHOLE_NOTE)}\(([^)]*)\): ([^;]+)")
 
 
 def whole_note(suites: list[str], kernels: list[str]) -> str:
