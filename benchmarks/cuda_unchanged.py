@@ -41,8 +41,9 @@ def normalized_ptx(ptx: str) -> str:
     return "\n".join(keep)
 
 
-def kernel_function(module: str, name: str) -> Any:
-    """``module.name``, or ``name`` of the nearest enclosing package that has it."""
+def kernel_function(module: str, name: str, root: Path) -> Any:
+    """``module.name``, or ``name`` of the nearest enclosing package that has it, imported from a file under
+    ``root`` (an installed copy of the package found first would compare a tree with itself)."""
     import importlib
 
     parts = module.split(".")
@@ -52,13 +53,16 @@ def kernel_function(module: str, name: str) -> Any:
         except ImportError:
             found = None
         if found is not None and hasattr(found, name):
+            where = Path(found.__file__ or "").resolve()
+            if not where.is_relative_to(root.resolve()):
+                raise RuntimeError(f"{found.__name__} was imported from {where}, not from {root}")
             return getattr(found, name)
         parts.pop()
     raise AttributeError(f"no {name} in {module} or a package above it")
 
 
-def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
-    """job id -> sha256 of normalized PTX (or 'ERROR ...'), for the ``kernels`` package on sys.path."""
+def compile_jobs(jobs: list[dict], capability: int, root: Path) -> dict[str, str]:
+    """job id -> sha256 of normalized PTX (or 'ERROR ...'), for the kernels of the tree at ``root``."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -66,12 +70,16 @@ def compile_jobs(jobs: list[dict], capability: int) -> dict[str, str]:
 
     out = {}
     for job in jobs:
-        fn = kernel_function(job["module"], job["kernel"])
+        fn = kernel_function(job["module"], job["kernel"], root)
         const = {
             k: tl.dtype(v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
             for k, v in job["constexprs"].items()
         }
         sig = {**job["signature"], **{k: "constexpr" for k in const}}
+        missing = [k for k in fn.arg_names if k not in sig]
+        if missing:  # the tree's kernel takes other arguments: a different launch by construction
+            out[job["id"]] = f"ERROR arguments {', '.join(missing)} not in the launch's signature"
+            continue
         sig = {k: sig[k] for k in fn.arg_names}
         opts = {k: job[k] for k in ("num_warps", "num_stages") if job[k] is not None}
         try:
@@ -95,7 +103,7 @@ def main() -> int:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="kw-ptx-"))
     if args.worker:
         jobs = json.loads(args.worker.read_text())
-        print(json.dumps(compile_jobs(jobs, args.capability)))
+        print(json.dumps(compile_jobs(jobs, args.capability, Path.cwd())))
         return 0
     from kernelwatch.collect.compile_check import enumerate_jobs
 
@@ -116,10 +124,17 @@ def main() -> int:
                 "num_stages": job.num_stages,
             }
         )
-    ours = compile_jobs(jobs, args.capability)
+    ours = compile_jobs(jobs, args.capability, ROOT)
+    # REF's kernels: the kernelwatch package (or, before the one namespace, a top-level kernels package, whose
+    # modules the jobs then name without the kernelwatch. prefix)
+    new_layout = subprocess.run(["git", "cat-file", "-e", f"{args.ref}:kernelwatch/kernels"], cwd=ROOT).returncode == 0
+    if not new_layout:
+        for job in jobs:
+            job["module"] = job["module"].removeprefix("kernelwatch.")
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "ref.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), args.ref, "kernels"], cwd=ROOT, check=True)
+        tree = "kernelwatch" if new_layout else "kernels"
+        subprocess.run(["git", "archive", "-o", str(archive), args.ref, tree], cwd=ROOT, check=True)
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         spec = Path(tmp) / "jobs.json"
