@@ -32,6 +32,7 @@ from kernelwatch.collect.confirm import (
     resolve_commit,
     run_rounds,
 )
+from kernelwatch.collect.perf import LAUNCH_BATCH, launch_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -246,6 +247,31 @@ def test_both_commits_are_timed_by_one_method_per_case(scratch) -> None:
         assert timed["timing"] == "events" and timed["median_ms"] > 0.9  # the planted 1.5 ms of work
     finally:
         worker.close()
+
+
+def test_a_commit_older_than_a_timing_method_is_timed_by_the_drivers_backend(scratch, tmp_path: Path) -> None:
+    """A baseline commit's ``names`` may predate a timing method the driver's ``Backend`` names (``graph-batch``):
+    the worker loads the driver's ``names`` under its ``Backend`` and the commit's kernels still import their
+    own. Defect: an ImportError in every confirmation against a commit from before the method existed."""
+    repo, _ = scratch
+    tree = tmp_path / "old"
+    shutil.copytree(repo, tree, ignore=shutil.ignore_patterns(".git"))
+    names = tree / "kernelwatch" / "kernels" / "names.py"
+    text = names.read_text()
+    start = text.index("# How GPU time was taken")
+    end = text.index("\n", text.index("GRAPH_TIMINGS =")) + 1
+    names.write_text(text[:start] + 'TIMING_GRAPH, TIMING_EVENTS = "graph", "events"\nOLD_TREE = True\n' + text[end:])
+    worker = Worker("baseline", tree, "cpu", ("planted_confirm",))
+    try:
+        setup = worker.ask({"op": "setup", "cases": [{"key": CASE, "seed": 1}]}, 120)
+        assert setup["errors"] == {} and Path(setup["tree"]).is_relative_to(tree), setup
+        assert setup["sizes"] == {CASE: [512, 0]}  # launch_batch(512, 0): a launch-bound size
+        timed = worker.ask({"op": "measure", "key": CASE, "rep_ms": 5, "calls": LAUNCH_BATCH}, 60)
+        assert timed["timing"] == "events" and timed["median_ms"] > 0.9  # the CPU has no graph: one call a sample
+        worker.send({"op": "quit"})
+    finally:
+        worker.close()
+    assert launch_batch(512, 0) == LAUNCH_BATCH and launch_batch(64 << 20, 0) == launch_batch(1024, 1 << 31) == 1
 
 
 def test_confirm_refuses_bad_input_with_one_line(cli, scratch) -> None:

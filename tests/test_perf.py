@@ -184,17 +184,20 @@ def _graph_backend(**kw):
         def _graph_api(self):
             return _HostGraph, _Capture
 
-        def _capture(self, fn, strict: bool = False):
+        def _capture(self, fn, strict: bool = False, calls: int = 1):
             # Backend._capture's own steps use torch.cuda streams; here only its contract: a graph or None.
             graph = _HostGraph()
             try:
                 with _Capture(graph):
-                    fn()
+                    for _ in range(calls):
+                        fn()
             except Exception:
                 if strict:
                     raise
                 return None
-            graph.work = kw.get("replays")
+            work = kw.get("replays")
+            if work is not None:
+                graph.work = lambda: [work() for _ in range(calls)]
             return graph
 
     return GraphOnHost(torch.device("cpu"), time_on_cpu=True)
@@ -262,6 +265,65 @@ def test_a_graph_that_did_the_work_is_used_and_excludes_the_calls_host_side() ->
     samples, timing = _graph_backend(replays=lambda: _sleep_us(600)).device_samples(call, min_reps=10, max_reps=10)
     assert timing == TIMING_GRAPH
     assert min(samples) >= 0.6 and statistics.median(samples) < 0.9
+
+
+def test_a_graph_of_many_calls_is_divided_by_their_number() -> None:
+    """A launch-bound case's sample is a replay of ``calls`` back-to-back calls divided by ``calls``, named
+    ``graph-batch`` (another method to the gate). Defects: the replay not divided (4x the time), the one-call
+    work check applied (a batch is legitimately under half the event-timed call), or the name left ``graph``."""
+    from kernelwatch.collect.backends import TIMING_GRAPH_BATCH
+
+    def call() -> None:
+        _sleep_us(400)  # host side, at capture only
+        _sleep_us(600)
+
+    backend = _graph_backend(replays=lambda: _sleep_us(200))  # back to back, a call's work overlaps
+    samples, timing = backend.device_samples(call, min_reps=10, max_reps=10, calls=4)
+    assert timing == TIMING_GRAPH_BATCH
+    assert 0.2 <= statistics.median(samples) < 0.35
+    with pytest.raises(ValueError, match="calls per sample must be at least 1, got 0"):
+        backend.device_samples(call, calls=0)
+
+
+def test_an_empty_graph_of_many_calls_is_not_believed() -> None:
+    """A batch graph that captured nothing replays in microseconds whatever ``calls`` is; divided, it would make
+    the case 1000x faster. Defect: the batch work check missing."""
+    from kernelwatch.collect.backends import TIMING_EVENTS
+
+    samples, timing = _graph_backend(replays=None).device_samples(
+        lambda: _sleep_us(300), min_reps=10, max_reps=10, calls=50
+    )
+    assert timing == TIMING_EVENTS and min(samples) >= 0.3
+
+
+def test_launch_bound_cases_are_the_small_ones_and_every_implementation_is_batched() -> None:
+    """``calls_per_sample`` is decided from the case's size: exactly the perf cases that move at most
+    ``LAUNCH_BOUND_BYTES`` (today MSELoss at 4,096 and 1,048,576 elements) get ``LAUNCH_BATCH`` calls, and
+    ``time_implementation`` times with that many. Defects: a large case batched (its samples would read a warm
+    L2), a small one not, or the count not reaching the timing."""
+    from kernelwatch.collect.perf import LAUNCH_BATCH, LAUNCH_BOUND_BYTES, calls_per_sample, time_implementation
+    from kernelwatch.kernels import discover
+
+    batched, single = [], []
+    for spec in discover().values():
+        for case in spec.perf_cases():
+            n = calls_per_sample(spec, case)
+            assert n in (1, LAUNCH_BATCH)
+            (batched if n > 1 else single).append((spec, case))
+            assert (n > 1) == (spec.bytes_moved(case) <= LAUNCH_BOUND_BYTES), case.key
+    assert len(batched) == 8 and {s.name for s, _ in batched} == {"mse_loss"}
+    assert {c.p["shape"] for _, c in batched} == {(4096,), (1048576,)} and len(single) > 50
+    seen = []
+
+    class Recording(type(_graph_backend())):
+        def device_samples(self, fn, *args, calls: int = 1, **kwargs):
+            seen.append(calls)
+            return super().device_samples(fn, *args, calls=calls, **kwargs)
+
+    import torch
+
+    row = time_implementation(Recording(torch.device("cpu"), time_on_cpu=True), KERNEL_IMPL, lambda: None, 7)
+    assert seen == [7] and row["error"] is None
 
 
 def test_a_graph_slower_than_the_direct_call_is_not_believed() -> None:

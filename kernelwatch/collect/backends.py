@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH
+from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH, TIMING_GRAPH_BATCH
 
 DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
@@ -40,6 +40,10 @@ GRAPH_MIN_FRACTION = 0.5
 # than the call: on an H200 a 1 GiB ``copy_`` replayed from a graph (a memcpy node) moved 2.77 TB/s against
 # 4.28 TB/s called directly (study runs of 2026-12-01, benchmarks/results/): it is timed with events instead.
 GRAPH_MAX_RATIO = 1.02
+# A graph of many calls does the work of one when its time per call is at least this fraction of the smallest
+# event-timed sample: back to back, a 5 us launch-bound call runs in 2 us (launch latency overlaps), but an
+# (almost) empty graph of 100 calls replays in 0.02 us per call.
+BATCH_MIN_FRACTION = 0.1
 MAX_HOLD_MS = 200.0  # a hold never keeps the device busy longer than this
 MAX_HOLD_FLUSHES = 64  # without a spin kernel, a hold is at most this many flushes
 CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (docs/metrics.md, cost per call: 10-20 ms)
@@ -199,9 +203,10 @@ class Backend:
         min_reps: int = 10,
         max_reps: int = 300,
         method: str = "auto",
+        calls: int = 1,
     ) -> tuple[list[float], str]:
         """(device milliseconds per call, one sample per repetition with the L2 flushed before each; the
-        method: :data:`TIMING_GRAPH` or :data:`TIMING_EVENTS`).
+        method: :data:`TIMING_GRAPH`, :data:`TIMING_GRAPH_BATCH` or :data:`TIMING_EVENTS`).
 
         A sample measures the device's work for the call, never the host's. Timed with events around a
         direct call, the host enqueues the start event and then runs the call's host side (argument
@@ -246,6 +251,15 @@ class Backend:
         ``torch.npu`` in place of ``torch.cuda``. The CPU (``time_on_cpu``) has no graphs and no queue: it
         takes the events path with the host clock, and its hold check always passes.
 
+        ``calls`` > 1 (launch-bound cases, ``kernelwatch.collect.perf.calls_per_sample``): the graph holds that
+        many calls back to back and a sample is its replay divided by ``calls`` (:data:`TIMING_GRAPH_BATCH`); the
+        L2 is flushed before each replay, so the first call finds it cold and the rest find the inputs the
+        first left there. One call per replay, the sample of a 5 us MSELoss is mostly the graph's own entry and
+        the kernel's launch latency, which differ from GPU to GPU (``kernelwatch/kernels/NOTES.md``, "Launch-bound
+        cases across GPUs"); back to back, launches overlap the previous call's work and a sample is the
+        device's time per call in a stream. The work check is then :data:`BATCH_MIN_FRACTION`
+        of the smallest event-timed sample. Where the call cannot be captured, events time one call per sample.
+
         ``method`` forces one path (``graph`` raises when capture fails; benchmarks/host_delay.py).
         """
         if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
@@ -264,17 +278,21 @@ class Backend:
         for _ in range(max(1, int(warmup_ms / estimate))):
             fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
-        graph = None if method == TIMING_EVENTS else self._capture(fn, strict=method == TIMING_GRAPH)
+        if calls < 1:
+            raise ValueError(f"calls per sample must be at least 1, got {calls}")
+        graph = None if method == TIMING_EVENTS else self._capture(fn, strict=method == TIMING_GRAPH, calls=calls)
         if graph is None:
             return self._held_samples(fn, flush, reps), TIMING_EVENTS
-        samples = self._held_samples(graph.replay, flush, reps)
+        samples = [s / calls for s in self._held_samples(graph.replay, flush, reps)]
         del graph
+        timing = TIMING_GRAPH if calls == 1 else TIMING_GRAPH_BATCH
         if method == TIMING_GRAPH:
-            return samples, TIMING_GRAPH
+            return samples, timing
         check = self._held_samples(fn, flush, min(reps, GRAPH_CHECK_REPS))
         direct, fast = statistics.median(check), sorted(samples)[len(samples) // 5]
-        if GRAPH_MIN_FRACTION * min(check) <= statistics.median(samples) and fast <= GRAPH_MAX_RATIO * direct:
-            return samples, TIMING_GRAPH
+        least = (GRAPH_MIN_FRACTION if calls == 1 else BATCH_MIN_FRACTION) * min(check)
+        if least <= statistics.median(samples) and fast <= GRAPH_MAX_RATIO * direct:
+            return samples, timing
         return self._held_samples(fn, flush, reps), TIMING_EVENTS
 
     def _graph_api(self):
@@ -287,9 +305,10 @@ class Backend:
         ctx = getattr(mod, "graph", None)
         return None if cls is None or ctx is None else (cls, ctx)
 
-    def _capture(self, fn: Callable[[], object], strict: bool = False):
-        """``fn`` captured into a graph after three warm-up calls on a side stream (PyTorch's recipe), and
-        replayed once; None when the device has no graphs or the capture or replay raises."""
+    def _capture(self, fn: Callable[[], object], strict: bool = False, calls: int = 1):
+        """``calls`` calls of ``fn`` captured into one graph after three warm-up calls on a side stream
+        (PyTorch's recipe), and replayed once; None when the device has no graphs or the capture or replay
+        raises."""
         api = self._graph_api()
         if api is None:
             if strict:
@@ -306,7 +325,8 @@ class Backend:
             mod.current_stream(self.device).wait_stream(side)
             graph = cls()
             with capture(graph):
-                fn()
+                for _ in range(calls):
+                    fn()
             graph.replay()
             self.synchronize()
         except Exception:

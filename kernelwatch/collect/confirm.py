@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH
+from kernelwatch.kernels.names import GRAPH_TIMINGS, TIMING_EVENTS, TIMING_GRAPH
 from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, format_time
 
 MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
@@ -330,6 +330,7 @@ def confirm(
 ) -> dict[str, CaseConfirm]:
     """Check both commits out, start a worker for each, and run :func:`run_rounds` on ``cases``."""
     from kernelwatch.collect.accuracy import case_seed
+    from kernelwatch.collect.perf import launch_batch
 
     if not cases:
         raise ConfirmError("no case to confirm")
@@ -353,8 +354,10 @@ def confirm(
             say(f"baseline {base[:12]} and candidate {cand[:12]}: importing, building inputs, compiling")
             for w in workers.values():  # both set up at once: compiling is most of the time
                 w.send({"op": "setup", "cases": seeds})
+            sizes: dict[str, list[int]] = {}
             for side, w in workers.items():
                 setup = w.receive(SETUP_TIMEOUT_S)
+                sizes = {**setup.get("sizes", {}), **sizes}  # the baseline's where both have the case
                 if not Path(setup["tree"]).resolve().is_relative_to(w.tree.resolve()):
                     raise ConfirmError(f"the {side} worker imported kernels from {setup['tree']}, not from {w.tree}")
                 for key in setup["missing"]:
@@ -364,21 +367,22 @@ def confirm(
 
             lengths: dict[str, float] = {}
             methods: dict[str, str] = {}
+            batch = {c: launch_batch(*sizes[c]) if c in sizes else 1 for c in cases}
 
             def measure(side: str, case: str) -> float:
                 start = time.perf_counter()
                 if case not in lengths:  # one probe per commit fixes the case's measurement length and method
                     probes = {
-                        s: w.ask({"op": "measure", "key": case, "rep_ms": round_ms}, MEASURE_TIMEOUT_S)
+                        s: w.ask(
+                            {"op": "measure", "key": case, "rep_ms": round_ms, "calls": batch[case]}, MEASURE_TIMEOUT_S
+                        )
                         for s, w in workers.items()
                     }
                     lengths[case] = measurement_ms(float(probes["baseline"]["median_ms"]), round_ms)
                     methods[case] = common_method(probes["baseline"]["timing"], probes["candidate"]["timing"])
                     results[case].measurement_ms = lengths[case]
-                reply = workers[side].ask(
-                    {"op": "measure", "key": case, "rep_ms": lengths[case], "method": methods[case]},
-                    MEASURE_TIMEOUT_S,
-                )
+                msg = {"op": "measure", "key": case, "rep_ms": lengths[case], "method": methods[case]}
+                reply = workers[side].ask({**msg, "calls": batch[case]}, MEASURE_TIMEOUT_S)
                 if "error" in reply:
                     raise ConfirmError(f"the {side} commit's {case}: {reply['error']}")
                 results[case].timing = reply["timing"]
@@ -396,7 +400,7 @@ def common_method(baseline: str, candidate: str) -> str:
     commit's call was kept as a graph by ``Backend.device_samples`` (it did the call's work), events otherwise.
     Chosen per measurement, a launch-bound MSELoss read graph in one and events in the next, 8-12% apart on
     one H200, which a paired ratio would take for the commits' difference."""
-    return TIMING_GRAPH if baseline == candidate == TIMING_GRAPH else TIMING_EVENTS
+    return TIMING_GRAPH if baseline in GRAPH_TIMINGS and candidate in GRAPH_TIMINGS else TIMING_EVENTS
 
 
 class _Key:

@@ -12,10 +12,12 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
 
 * ``{"op": "setup", "cases": [{"key": K, "seed": S}, ...]}``: build each case's inputs (the collector's
   seeded inputs: ``spec.make_inputs(case, device, seed)``) and kernel call, call it once (compile,
-  autotune); answers ``{"tree": kernelwatch/kernels/__init__.py, "missing": [keys this tree lacks], "errors": {...}}``.
-* ``{"op": "measure", "key": K, "rep_ms": R[, "method": M]}``: ``Backend.device_samples`` of the case's
-  kernel, L2 flushed, by method M (``auto`` when absent, else ``graph`` or ``events``); answers
-  ``{"median_ms": ..., "samples": n, "timing": "graph"|"events"}``, or ``{"error": ...}`` when it raised.
+  autotune); answers ``{"tree": kernelwatch/kernels/__init__.py, "missing": [keys this tree lacks], "errors": {...},
+  "sizes": {key: [bytes moved, FLOPs]}}``.
+* ``{"op": "measure", "key": K, "rep_ms": R[, "method": M][, "calls": N]}``: ``Backend.device_samples`` of the
+  case's kernel, L2 flushed, by method M (``auto`` when absent, else ``graph`` or ``events``), N back-to-back
+  calls per sample (1 when absent; the driver's ``calls_per_sample``); answers
+  ``{"median_ms": ..., "samples": n, "timing": "graph"|"graph-batch"|"events"}``, or ``{"error": ...}``.
 * ``{"op": "quit"}``.
 """
 
@@ -31,12 +33,24 @@ from typing import Any
 REPLY = "KWCONFIRM "
 
 
-def _load_backend(path: str):
-    spec = importlib.util.spec_from_file_location("kernelwatch_confirm_backends", path)
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+def _load_backend(path: str):
+    """The driver's ``Backend`` module, with the driver's ``kernelwatch.kernels.names`` under it (the timing
+    methods it names): the commit's own ``names`` may predate one. The commit's kernels import their own
+    ``names`` afterwards."""
+    names = "kernelwatch.kernels.names"
+    _load(names, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "kernels", "names.py"))
+    try:
+        return _load("kernelwatch_confirm_backends", path)
+    finally:
+        del sys.modules[names]
 
 
 def _reply(obj: dict[str, Any]) -> None:
@@ -58,6 +72,7 @@ def main(argv: list[str]) -> int:
 
     specs = kernels.discover(tuple(extra))
     calls: dict[str, Any] = {}
+    sizes: dict[str, list[int]] = {}
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["op"] == "quit":
@@ -76,10 +91,11 @@ def main(argv: list[str]) -> int:
                     fn()
                     backend.synchronize()
                     calls[item["key"]] = fn
+                    sizes[item["key"]] = [spec.bytes_moved(case), spec.flops(case)]
                 except Exception as exc:
                     first = (str(exc).strip().splitlines() or [""])[0]
                     errors[item["key"]] = f"{type(exc).__name__}: {first[:200]}"
-            _reply({"tree": os.path.abspath(kernels.__file__), "missing": missing, "errors": errors})
+            _reply({"tree": os.path.abspath(kernels.__file__), "missing": missing, "errors": errors, "sizes": sizes})
         elif msg["op"] == "measure":
             try:
                 samples, timing = backend.device_samples(
@@ -88,6 +104,7 @@ def main(argv: list[str]) -> int:
                     rep_ms=msg["rep_ms"],
                     min_reps=5,
                     method=msg.get("method", "auto"),
+                    calls=msg.get("calls", 1),
                 )
             except Exception as exc:  # a forced graph whose capture failed this time
                 _reply({"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"})

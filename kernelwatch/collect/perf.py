@@ -4,7 +4,9 @@ Per implementation, in this order:
 
 1. warm-up: the first call compiles and autotunes (charged to the ``perf.warmup`` phase, never sampled);
 2. GPU time per call: ``Backend.device_samples``, L2 flushed before each sample (``median_ms`` etc.), by
-   graph replay or, where the call cannot be captured, events (``timing``: ``graph`` / ``events``);
+   graph replay or, where the call cannot be captured, events (``timing``: ``graph`` / ``events``); a
+   launch-bound case (:func:`calls_per_sample`) replays a graph of :data:`LAUNCH_BATCH` calls per sample
+   (``graph-batch``), every implementation alike;
 3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
 4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
 
@@ -28,6 +30,25 @@ from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
 from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
 from kernelwatch.store.schema import PerfResult
+
+# A case is launch-bound when it moves at most this much and computes at most this many FLOPs: on an H200 the
+# MSELoss cases of 4,096 and 1,048,576 elements (16 KiB to 8 MiB), 2-9 us a call, where one call per sample is
+# mostly launch latency. The next-smallest perf case moves 64 MiB.
+LAUNCH_BOUND_BYTES = 16 << 20
+LAUNCH_BOUND_FLOPS = 1 << 30
+LAUNCH_BATCH = 100  # calls per sample of a launch-bound case
+
+
+def launch_batch(nbytes: int, flops: int) -> int:
+    """How many back-to-back calls one timed sample of a case of this size holds: :data:`LAUNCH_BATCH` for a
+    launch-bound case, else 1. Decided from the size, never from a measurement, so the same case is timed the
+    same way on every run and every device (``kernelwatch confirm`` applies it to both commits' sizes)."""
+    return LAUNCH_BATCH if nbytes <= LAUNCH_BOUND_BYTES and flops <= LAUNCH_BOUND_FLOPS else 1
+
+
+def calls_per_sample(spec: KernelSpec, case: Case) -> int:
+    """:func:`launch_batch` of the case's bytes and FLOPs."""
+    return launch_batch(spec.bytes_moved(case), spec.flops(case))
 
 
 def _quantile(sorted_samples: list[float], q: float) -> float:
@@ -82,16 +103,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def time_implementation(backend: Backend, impl: str, fn) -> dict[str, Any]:
+def time_implementation(backend: Backend, impl: str, fn, calls: int = 1) -> dict[str, Any]:
     """GPU time, cost per call and peak memory of one implementation (see the module docstring): the measured
     fields of its :class:`~kernelwatch.store.schema.PerfResult`, which :func:`finish` completes for each case sharing
-    them."""
+    them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`)."""
     try:
         with backend.phase("perf.warmup"):
             fn()
             backend.synchronize()
         with backend.phase("perf.timing"):
-            samples, timing = backend.device_samples(fn)
+            samples, timing = backend.device_samples(fn, calls=calls)
         with backend.phase("perf.call"):
             calls = backend.call_samples(fn)
     except Exception as exc:
@@ -134,13 +155,18 @@ def perf_case(
         with drawn_on(backend.device):  # random inputs born on the device: kernelwatch.collect.inputs
             inputs = spec.make_inputs(case, backend.device, seed)
         impls = spec.implementations(case, inputs)
-    results: dict[str, dict[str, Any]] = {KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL])}
+    calls = calls_per_sample(spec, case)
+    results: dict[str, dict[str, Any]] = {
+        KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL], calls)
+    }
     bkey = spec.baseline_key(case)
     cached = baselines.get(bkey)
     if cached is None:
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()  # a fresh compile per case: past the recompile limit dynamo falls back to eager
-        cached = {name: time_implementation(backend, name, fn) for name, fn in impls.items() if name != KERNEL_IMPL}
+        cached = {
+            name: time_implementation(backend, name, fn, calls) for name, fn in impls.items() if name != KERNEL_IMPL
+        }
         baselines.put(bkey, cached)
     results.update(cached)
     del inputs, impls

@@ -75,7 +75,7 @@ from kernelwatch.gate.statuses import (
     UNRELIABLE,
     WARNING,
 )
-from kernelwatch.kernels.names import EAGER_IMPL, KERNEL_IMPL, TIMING_EVENTS, TIMING_GRAPH
+from kernelwatch.kernels.names import EAGER_IMPL, GRAPH_TIMINGS, KERNEL_IMPL, TIMING_EVENTS
 from kernelwatch.store.export import export_run
 from kernelwatch.store.queries import (
     accuracy_case_runs,
@@ -1085,7 +1085,7 @@ def _judge_perf(
             heavy_tailed=result.metric == "call",
             machine=sigma_m,
         )
-        if c.contaminated is not None and p.timing == TIMING_GRAPH:
+        if c.contaminated is not None and p.timing in GRAPH_TIMINGS:
             # replayed from a CUDA graph, a sample holds no host time: a median that moves while p20 stays
             # is the device's own spread (a launch-bound case's), not host delay (3 H200s, 9b9d362d)
             c = replace(c, contaminated=None)

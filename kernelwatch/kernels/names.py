@@ -45,4 +45,7 @@ def vendor(device_type: str) -> str:
     return VENDORS.get(device_type, "cpu")
 
 
-TIMING_GRAPH, TIMING_EVENTS = "graph", "events"  # how GPU time was taken (perf results' ``timing``)
+# How GPU time was taken (perf results' ``timing``): one call replayed from a graph per sample, a graph of
+# many back-to-back calls per sample divided by their number (launch-bound cases), or events around a direct call.
+TIMING_GRAPH, TIMING_GRAPH_BATCH, TIMING_EVENTS = "graph", "graph-batch", "events"
+GRAPH_TIMINGS = (TIMING_GRAPH, TIMING_GRAPH_BATCH)
