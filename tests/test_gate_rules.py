@@ -349,6 +349,24 @@ def test_a_change_of_timing_method_is_named_in_the_row(db_url, tmp_path, cli) ->
     ), rows[:2]
 
 
+def test_a_batched_timing_is_judged_by_batched_history_only(db_url, tmp_path, cli) -> None:
+    """A launch-bound case timed as a graph of many calls (``graph-batch``) reads a third of its one-call time: its
+    history is the runs that timed it so. Defect: the one-call runs judging its noise (p from a mix of both)."""
+    _ingest(db_url, *map(load_artifact, REPEATS[:-1]))
+    candidate = to_data(load_artifact(REPEATS[-1]))
+    small = "shape=4096"
+    for p in candidate["perf"]:
+        if p["case"].startswith("mse_loss") and p["case"].endswith(small):
+            p["timing"] = "graph-batch"
+    result = _gate(cli, db_url, candidate, tmp_path)
+    rows = [x for x in result.output.splitlines() if x.startswith("| `mse_loss")]
+    batched = [r for r in rows if f"{small}`" in r]
+    single = [r for r in rows if "shape=1048576`" in r]
+    assert batched and single, result.output  # this candidate's launch-bound cases are suspects either way
+    assert all("timed by graph-batch now" in r and "(0 runs of main" in r for r in batched), batched[0]
+    assert all(re.search(r"from 1[0-9] runs of main", r) for r in single), single[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # The error budget against the errors it comes from (kernelwatch.gate.budget)
 # ---------------------------------------------------------------------------------------------
