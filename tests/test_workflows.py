@@ -193,11 +193,11 @@ def test_the_gate_runs_whenever_there_is_an_artifact_and_decides_the_job(path: P
     for code, ok in ((0, True), (1, True), (2, False)):
         out, written = _bash_step(gate["run"], code)
         assert (out.returncode == 0) == ok and written == f"code={code}", (code, out.returncode, written)
-    nightly = "nightly" in path.name  # nightly: UNKNOWN (exit 2) is left to the next run, with a warning
-    for code, ok in ((0, True), (1, False), (2, nightly)):
+    nightly = "nightly" in path.name  # nightly: UNKNOWN (exit 2) fails with an error line naming what to do
+    for code, ok in ((0, True), (1, False), (2, False)):
         out, _ = _bash_step(confirm["run"], code)
         assert (out.returncode == 0) == ok, (code, out.returncode)
-        assert ("::warning::" in out.stdout) == (nightly and code == 2)
+        assert ("::error::" in out.stdout) == (nightly and code == 2)
 
 
 def _bash_step(script: str, code: int) -> tuple[subprocess.CompletedProcess, str]:
