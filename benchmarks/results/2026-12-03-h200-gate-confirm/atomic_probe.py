@@ -1,4 +1,5 @@
 """Probe: why the atomic MSELoss reads 3.89 us batched in one process and 4.33 in others."""
+
 import statistics
 import sys
 
