@@ -111,8 +111,20 @@ def _sm_clock():
         return lambda: float("nan")
 
 
+def _read(path: Path) -> dict:
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"launch_spread.py: {path}: cannot read it ({type(exc).__name__}: {exc})")
+    if not isinstance(run, dict) or not isinstance(run.get("rows"), dict) or not run.get("device_uuid"):
+        sys.exit(f"launch_spread.py: {path}: not a file this script wrote with --out (no rows or device_uuid)")
+    return run
+
+
 def compare(paths: list[Path]) -> None:
-    runs = [json.loads(p.read_text()) for p in paths]
+    if len(paths) < 2:
+        sys.exit("launch_spread.py: --compare needs the files of two or more GPUs")
+    runs = [_read(p) for p in paths]
     names = [r["device_uuid"].removeprefix("GPU-")[:8] for r in runs]
     if len(set(names)) < len(names):
         print(f"warning: not every run is another GPU ({', '.join(names)})", file=sys.stderr)
@@ -124,7 +136,8 @@ def compare(paths: list[Path]) -> None:
         for way in WAYS:
             values = [r["rows"][label][way]["us"] for r in runs]
             spread = max(values) / min(values)
-            worst[way] = max(worst[way], spread) if "tiny" not in label else worst[way]
+            if "tiny" not in label:
+                worst[way] = max(worst[way], spread)
             print(f"| {label} | {way} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {spread:.3f} |")
     print(
         "\nlargest between-GPU ratio over the cases (tiny kernel aside): "

@@ -264,6 +264,8 @@ class Backend:
         """
         if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
             raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
+        if calls < 1:
+            raise ValueError(f"calls per sample must be at least 1, got {calls}")
         flush = self.flush_buffer()
         fn()
         self.synchronize()
@@ -278,8 +280,6 @@ class Backend:
         for _ in range(max(1, int(warmup_ms / estimate))):
             fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
-        if calls < 1:
-            raise ValueError(f"calls per sample must be at least 1, got {calls}")
         graph = None if method == TIMING_EVENTS else self._capture(fn, strict=method == TIMING_GRAPH, calls=calls)
         if graph is None:
             return self._held_samples(fn, flush, reps), TIMING_EVENTS

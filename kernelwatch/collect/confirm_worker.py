@@ -16,7 +16,7 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
   "sizes": {key: [bytes moved, FLOPs]}}``.
 * ``{"op": "measure", "key": K, "rep_ms": R[, "method": M][, "calls": N]}``: ``Backend.device_samples`` of the
   case's kernel, L2 flushed, by method M (``auto`` when absent, else ``graph`` or ``events``), N back-to-back
-  calls per sample (1 when absent; the driver's ``calls_per_sample``); answers
+  calls per sample (1 when absent; the driver's ``perf.launch_batch`` of the setup's sizes); answers
   ``{"median_ms": ..., "samples": n, "timing": "graph"|"graph-batch"|"events"}``, or ``{"error": ...}``.
 * ``{"op": "quit"}``.
 """

@@ -117,7 +117,7 @@ def time_implementation(backend: Backend, impl: str, fn, calls: int = 1) -> dict
         with backend.phase("perf.timing"):
             samples, timing = backend.device_samples(fn, calls=calls)
         with backend.phase("perf.call"):
-            calls = backend.call_samples(fn)
+            call_times = backend.call_samples(fn)
     except Exception as exc:
         return _empty(impl, _one_line(exc), origin(backend))
     with backend.phase("perf.memory"):
@@ -129,8 +129,8 @@ def time_implementation(backend: Backend, impl: str, fn, calls: int = 1) -> dict
         "implementation": impl,
         **summarise(samples),
         "error": None,
-        "call_ms": statistics.median(calls),
-        "call_samples_ms": calls,
+        "call_ms": statistics.median(call_times),
+        "call_samples_ms": call_times,
         "peak_mem_bytes": peak,
         "timing": timing,
         **origin(backend),
