@@ -68,26 +68,18 @@ class Nvml:
 
 
 def fold_counter():
-    """Count W diag(gamma) folds (both fused kernels import ``fold_gamma`` by name)."""
-    import kernelwatch.kernels.fused_rmsnorm_matmul.api as rms
-
+    """Count W diag(gamma) folds: every loaded kernel module that imported ``fold_gamma`` by name."""
     count = {"n": 0}
-    modules = [rms]
-    try:
-        import kernelwatch.kernels.fused_layernorm_matmul.api as ln
+    for mod in list(sys.modules.values()):
+        original = getattr(mod, "fold_gamma", None)
+        if original is None or not callable(original) or getattr(mod, "__name__", "").endswith("norm_gemm"):
+            continue
 
-        modules.append(ln)
-    except ImportError:
-        pass
-    for mod in modules:
-        if hasattr(mod, "fold_gamma"):
-            original = mod.fold_gamma
+        def counted(*a, _orig=original, **k):
+            count["n"] += 1
+            return _orig(*a, **k)
 
-            def counted(*a, _orig=original, **k):
-                count["n"] += 1
-                return _orig(*a, **k)
-
-            mod.fold_gamma = counted
+        mod.fold_gamma = counted
     return count
 
 
@@ -108,11 +100,11 @@ def main() -> int:
     from kernelwatch.collect.backends import Backend
     from kernelwatch.kernels.spec import KERNEL_IMPL
 
-    folds = fold_counter()
     backend = Backend(torch.device(args.device), time_on_cpu=args.device.startswith("cpu"))
     backend.activate()
     nvml = Nvml()
     specs = kernels.discover(())
+    folds = fold_counter()
     by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
     wanted = args.case or DEFAULT_CASES
     cases = {}
