@@ -69,7 +69,7 @@ class Nvml:
 
 def fold_counter():
     """Count W diag(gamma) folds: every loaded kernel module that imported ``fold_gamma`` by name."""
-    count = {"n": 0}
+    count = {"n": 0, "modules": []}
     for mod in list(sys.modules.values()):
         original = getattr(mod, "fold_gamma", None)
         if original is None or not callable(original) or getattr(mod, "__name__", "").endswith("norm_gemm"):
@@ -80,6 +80,7 @@ def fold_counter():
             return _orig(*a, **k)
 
         mod.fold_gamma = counted
+        count["modules"].append(mod.__name__)
     return count
 
 
@@ -104,7 +105,6 @@ def main() -> int:
     backend.activate()
     nvml = Nvml()
     specs = kernels.discover(())
-    folds = fold_counter()
     by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
     wanted = args.case or DEFAULT_CASES
     cases = {}
@@ -128,6 +128,8 @@ def main() -> int:
             sides[side] = fn
         cases[key] = sides
     backend.synchronize()
+    folds = fold_counter()
+    print(f"fold_gamma wrapped in {folds['modules']}", flush=True)
     flush = torch.empty(512 * 1024 * 1024 // 4, dtype=torch.float32, device=args.device)
     rows = {key: [] for key in cases}
     t0 = time.perf_counter()
