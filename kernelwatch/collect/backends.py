@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -295,6 +295,75 @@ class Backend:
             return samples, timing
         return self._held_samples(fn, flush, reps), TIMING_EVENTS
 
+    def paired_samples(
+        self,
+        fns: Sequence[Callable[[], object]],
+        rep_ms: float = 20.0,
+        method: str = "auto",
+        calls: int = 1,
+        min_reps: int = 5,
+        max_reps: int = 300,
+        order: Sequence[int] = (0, 1, 1, 0),
+    ) -> tuple[list[list[float]], str]:
+        """(each callable's device milliseconds per call, the method) with the calls of all of them taken in one
+        interleaved sequence, ``order`` repeated (A, B, B, A, ...), the L2 flushed before each, about ``rep_ms`` of
+        samples per callable: what ``kernelwatch confirm`` times two commits' calls of a case by, so that both see the
+        same clock and power state (a power-capped GEMM's clock follows what ran in the last milliseconds).
+
+        Each callable is called first, outside any timed region: it compiles, autotunes and fills its own caches
+        (a fold_gamma kernel's folded weight: a cache that evicted it must not rebuild it inside a sample). The
+        method is one for all, as in :meth:`device_samples`: ``graph`` (or ``graph-batch`` for ``calls`` > 1)
+        only where every callable is captured and its graph passes the work checks, ``events`` otherwise; a
+        forced ``graph`` raises when a capture fails."""
+        if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
+            raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
+        if calls < 1:
+            raise ValueError(f"calls per sample must be at least 1, got {calls}")
+        if sorted(set(order)) != list(range(len(fns))):
+            raise ValueError(f"order {tuple(order)} must name each of the {len(fns)} callables")
+        flush = self.flush_buffer()
+        for fn in fns:
+            fn()
+        self.synchronize()
+        start, end = self.event(), self.event()
+        start.record()
+        for _ in range(3):
+            for fn in fns:
+                self.flush(flush)
+                fn()
+        end.record()
+        self.synchronize()
+        estimate = max(start.elapsed_time(end) / (3 * len(fns)), 1e-3)
+        for _ in range(max(1, int(rep_ms / 4 / estimate))):
+            for fn in fns:
+                fn()
+        reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
+        total = reps * len(order) // max(1, order.count(0))  # about reps samples per callable, whole patterns
+        per = [order.count(i) for i in range(len(fns))]
+
+        def split(samples: list[float]) -> list[list[float]]:
+            out: list[list[float]] = [[] for _ in fns]
+            for i, v in enumerate(samples):
+                out[order[i % len(order)]].append(v)
+            return out
+
+        graphs = [] if method == TIMING_EVENTS else [self._capture(fn, method == TIMING_GRAPH, calls) for fn in fns]
+        if graphs and all(g is not None for g in graphs):
+            timed = split(self._held_samples([g.replay for g in graphs], flush, total, order))
+            timed = [[v / calls for v in side] for side in timed]
+            timing = TIMING_GRAPH if calls == 1 else TIMING_GRAPH_BATCH
+            if method == TIMING_GRAPH:
+                return timed, timing
+            check = split(self._held_samples(list(fns), flush, min(total, GRAPH_CHECK_REPS * sum(per)), order))
+            least = GRAPH_MIN_FRACTION if calls == 1 else BATCH_MIN_FRACTION
+            if all(
+                least * min(direct) <= statistics.median(side)
+                and sorted(side)[len(side) // 5] <= GRAPH_MAX_RATIO * statistics.median(direct)
+                for side, direct in zip(timed, check)
+            ):
+                return timed, timing
+        return split(self._held_samples(list(fns), flush, total, order)), TIMING_EVENTS
+
     def _graph_api(self):
         """The device's graph capture API: ``CUDAGraph`` / ``graph`` on CUDA, ``NPUGraph`` / ``graph`` on
         Ascend (torch_npu registers them under ``torch.npu``); None on the CPU or where it is missing."""
@@ -337,14 +406,23 @@ class Backend:
             return None
         return graph
 
-    def _held_samples(self, timed: Callable[[], object], flush: torch.Tensor, reps: int) -> list[float]:
+    def _held_samples(
+        self,
+        timed: Callable[[], object] | Sequence[Callable[[], object]],
+        flush: torch.Tensor,
+        reps: int,
+        order: Sequence[int] = (0,),
+    ) -> list[float]:
         """``reps`` samples of ``timed`` (flush, start event, call, end event), in chunks behind a checked
-        hold (see :meth:`device_samples`)."""
+        hold (see :meth:`device_samples`). Given several callables, sample ``i`` calls
+        ``timed[order[i % len(order)]]`` (:meth:`paired_samples`)."""
+        fns = [timed] if callable(timed) else list(timed)
         t0 = time.perf_counter()
         for _ in range(3):
-            self.flush(flush)
-            timed()
-        host_ms = (time.perf_counter() - t0) / 3 * 1e3
+            for fn in fns:
+                self.flush(flush)
+                fn()
+        host_ms = (time.perf_counter() - t0) / (3 * len(fns)) * 1e3
         self.synchronize()
         samples: list[float] = []
         for first in range(0, reps, SAMPLE_CHUNK):
@@ -359,9 +437,10 @@ class Backend:
                 held.record()
                 t0 = time.perf_counter()
                 for i in range(n):
+                    call = fns[order[(first + i) % len(order)]]
                     self.flush(flush)
                     starts[i].record()
-                    timed()
+                    call()
                     ends[i].record()
                 host_ms = max((time.perf_counter() - t0) / n * 1e3, 1e-3)
                 covered = not hasattr(held, "query") or not held.query()

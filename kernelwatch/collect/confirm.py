@@ -3,17 +3,18 @@
 A gate compares two runs that may come from two machines; this compares two commits on *one* device,
 interleaved, so the machine's own speed cannot decide the verdict (Chromium's Pinpoint does the same).
 
-Method. The baseline commit is checked out into a temporary ``git worktree`` (so is the candidate).
-One worker process per commit (``kernelwatch/collect/confirm_worker.py``, ``PYTHONPATH`` and working directory set
-to that commit's tree, timing code from this checkout) builds each case's inputs from the collector's
-seed (``case_seed``: the same inputs on both sides) and compiles its kernel once. Then rounds: in each,
-every undecided case is timed by both workers back to back, baseline first in even rounds and candidate
-first in odd ones; a measurement is the median of ``Backend.device_samples`` (L2 flushed, graph replay
-where both commits' calls can be captured, :func:`common_method`) over :func:`measurement_ms`: ``round_ms``,
-or about :data:`SAMPLES_PER_MEASUREMENT` calls of the case where that is longer (at most
-:data:`MAX_MEASUREMENT_MS`), the length fixed per case by a probe of the baseline before the rounds and the
-method by a probe of each commit. Round ``i`` gives one paired log
-ratio ``d_i = ln(candidate_i / baseline_i)``.
+Method. Both commits are checked out into temporary ``git worktree``s (or given as two directories:
+:func:`confirm_trees`). ONE worker process (``kernelwatch/collect/confirm_worker.py``, timing code from this
+checkout) imports each tree's kernels in turn under its own ``sys.path`` and keeps both sides' calls, built on
+the same inputs (the collector's seed, ``case_seed``) and compiled once. A round of a case is one interleaved
+sequence of both sides' calls, A, B, B, A, ... (the side that opens it alternates with the round), the L2
+flushed before each, by one method for both (graph replays only where both sides' calls are captured, fixed
+by the case's first measurement), about :func:`measurement_ms` of samples per side (``Backend.paired_samples``).
+Round ``i`` gives one paired log ratio ``d_i = ln(median candidate_i / median baseline_i)``; both medians come
+from calls that saw the same clock and power state. Each round also keeps the NVML SM clock and board power
+before and after it and each side's kernel launches (tile configuration, autotuned choice), stored with the
+verdict (``kernelwatch.store.schema.ConfirmDetail``). Before, one worker per commit measured 20-250 ms in
+turn, and on power-capped GEMMs identical code read 2-10% apart (issue 42).
 
 Why the length follows the case: an H200 runs a 1.4 ms bf16 GEMM (``[8192,4096]->14336``) at its 700 W
 power cap, with the SM clock between 1,410 and 1,890 MHz depending on what ran just before, so two 20 ms
@@ -23,25 +24,29 @@ measurements a few milliseconds apart differ by the power state (``benchmarks/ge
 planted +10% stayed UNKNOWN after 24 rounds on two GPUs; at 100 ms it was SLOWER in 8 rounds (8.8 s).
 A memory-bound 55 us op (sd 0.003) and a launch-bound 5 us kernel decide in 8 rounds at 20 ms, and keep it.
 
-Decision (:func:`judge`), a group-sequential sign test: at looks ``n = MIN_ROUNDS, MIN_ROUNDS +
-LOOK_EVERY, ... <= max_rounds`` the distribution-free confidence interval of the median of ``d`` is
+Decision (:func:`judge`), a group-sequential sign test: at looks ``n`` in :func:`looks` up to ``max_rounds``
+(8, 12, 16, 24, 32, 48, 64, 96, ...) the distribution-free confidence interval of the median of ``d`` is
 ``[d_(k), d_(n+1-k)]`` (order statistics) with the largest ``k`` such that ``2 P(Bin(n, 1/2) <= k-1) <=
-alpha_look``, and ``alpha_look = alpha / (cases x looks)`` (Bonferroni over every look of every case).
+alpha_look``, and ``alpha_look = alpha / (cases x looks)`` (Bonferroni over every planned look of every case).
 With ``e = ln(1 + min_effect / 2)`` (half the gate's minimum effect: 2.5% by default):
 
 * SLOWER when the interval lies above ``+e``: slower by more than half the minimum effect, with confidence;
 * FASTER when it lies below ``-e``;
 * SAME when it lies inside ``(-e, +e)``;
-* otherwise another round; UNKNOWN when ``max_rounds`` pass undecided.
+* NOT_SLOWER when its upper end is below ``+e`` and its lower end is not above ``-e``: not slower by half the
+  minimum effect, faster or not (what the gate asks; before, an interval such as [0.967, 1.009] was UNKNOWN);
+* otherwise another round, unless the case's time budget (``case_seconds``) would be past by the next look;
+  UNKNOWN when it stops undecided.
 
 False alarms: if the two commits are equally fast (median ratio 1), a SLOWER needs an interval whose lower
 end exceeds the true median, which happens with probability at most ``alpha_look / 2`` per look, so at
 most ``alpha / 2`` (2.5% at the default alpha 0.05) for the whole confirmation, all cases and looks
-together, whatever the noise's distribution, provided the rounds are independent given the commits.
-tests/test_confirm.py checks this bound by simulation. Power: with 1% noise per measurement a 10%
-slowdown is SLOWER at the first look (8 rounds).
+together, whatever the noise's distribution, provided the rounds are independent given the commits; a
+case that stops early on its budget only drops looks. The same bound holds for a false NOT_SLOWER (the
+upper end below a true median of ``+e`` or more). tests/test_confirm.py checks both by simulation. Power:
+with 1% noise per round a 10% slowdown is SLOWER at the first look (8 rounds).
 
-Exit codes of ``kernelwatch confirm``: 0 every case SAME or FASTER, 1 a case SLOWER, 2 a case UNKNOWN
+Exit codes of ``kernelwatch confirm``: 0 every case SAME, NOT_SLOWER or FASTER, 1 a case SLOWER, 2 a case UNKNOWN
 (or a usage error).
 """
 
@@ -63,19 +68,20 @@ from pathlib import Path
 from typing import Any
 
 from kernelwatch.kernels.names import GRAPH_TIMINGS, TIMING_EVENTS, TIMING_GRAPH
-from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, format_time
+from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, ConfirmDetail, ConfirmRound, format_time
 
 MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
-LOOK_EVERY = 4
-MAX_ROUNDS = 24
+MAX_ROUNDS = 96
+CASE_SECONDS = 20.0  # the default time budget of one case (both commits, every round)
 ALPHA = 0.05
 ROUND_MS = 20.0  # device time sampled per measurement, at least
 SAMPLES_PER_MEASUREMENT = 70  # a measurement lasts about this many calls where that is longer than ROUND_MS
 MAX_MEASUREMENT_MS = 250.0
-SETUP_TIMEOUT_S = 600.0  # importing torch, building inputs and compiling every case, per worker
+SETUP_TIMEOUT_S = 900.0  # importing torch, loading both trees, building inputs and compiling every case
 MEASURE_TIMEOUT_S = 120.0
 SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 VERDICTS = CONFIRM_VERDICTS
+SIDES = ("baseline", "candidate")
 WORKER = Path(__file__).with_name("confirm_worker.py")
 BACKENDS = Path(__file__).with_name("backends.py")
 REPLY = "KWCONFIRM "
@@ -86,9 +92,22 @@ class ConfirmError(RuntimeError):
 
 
 @dataclass
+class Reading:
+    """One paired round: both sides' medians (ms) from one interleaved sequence, and what the device did."""
+
+    baseline_ms: float
+    candidate_ms: float
+    timing: str = TIMING_EVENTS
+    first: str = "baseline"
+    sm_mhz: list[float] | None = None
+    power_w: list[float] | None = None
+
+
+@dataclass
 class CaseConfirm:
-    """One case's confirmation: the verdict, the rounds it took, the paired medians (ms) per round,
-    the estimated ratio candidate / baseline (exp of the median log ratio) and its interval at the last look."""
+    """One case's confirmation: the verdict, the rounds it took, the paired medians (ms) per round, the estimated
+    ratio candidate / baseline (exp of the median log ratio) and its interval at the last look, the readings of
+    every round and each side's kernel plan."""
 
     case: str
     verdict: str = "UNKNOWN"
@@ -101,14 +120,23 @@ class CaseConfirm:
     note: str = ""
     timing: str | None = None
     seconds: float = 0.0  # wall time of this case's measurements, both commits, every round
-    measurement_ms: float | None = None  # device time sampled per measurement (:func:`measurement_ms`)
+    measurement_ms: float | None = None  # device time sampled per side and round (:func:`measurement_ms`)
+    readings: list[Reading] = field(default_factory=list)
+    plans: dict[str, str] = field(default_factory=dict)
+    case_seconds: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
 # The decision rule
 # ---------------------------------------------------------------------------------------------
 def looks(max_rounds: int) -> list[int]:
-    return list(range(MIN_ROUNDS, max_rounds + 1, LOOK_EVERY))
+    """The rounds after which the rule looks: 8, 12, 16, 24, 32, 48, 64, 96, ... (1.33-1.5 times apart, so the
+    Bonferroni share of each look stays large while a case may run many rounds), up to ``max_rounds``."""
+    out, n = [], MIN_ROUNDS
+    while n <= max_rounds:
+        out.append(n)
+        n = n + 4 if n < 16 else n * 3 // 2 if n & (n - 1) == 0 else n * 4 // 3
+    return out
 
 
 def _binom_cdf_half(k: int, n: int) -> float:
@@ -142,6 +170,8 @@ def judge(d: list[float], min_effect: float, alpha_look: float) -> str | None:
         return "FASTER"
     if -e < low and high < e:
         return "SAME"
+    if high < e:
+        return "NOT_SLOWER"
     return None
 
 
@@ -168,15 +198,20 @@ def measurement_ms(median_ms: float, round_ms: float = ROUND_MS) -> float:
 
 def run_rounds(
     cases: list[str],
-    measure: Callable[[str, str], float],
+    measure: Callable[[str, int], Reading],
     min_effect: float = 0.05,
     alpha: float = ALPHA,
     max_rounds: int = MAX_ROUNDS,
     results: dict[str, CaseConfirm] | None = None,
+    case_seconds: float = math.inf,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, CaseConfirm]:
-    """Alternating paired rounds until every case has a verdict or ``max_rounds`` pass.
+    """Paired rounds until every case has a verdict, ``max_rounds`` pass, or a case has used ``case_seconds``
+    (by ``clock``) at a look.
 
-    ``measure(side, case)`` times one case on ``"baseline"`` or ``"candidate"`` and returns milliseconds.
+    ``measure(case, round)`` times both commits' calls of one case interleaved and returns a :class:`Reading`;
+    the side that opens the sequence alternates with the round. The looks are planned up to ``max_rounds``
+    (:func:`looks`), so stopping a case early on its time budget leaves the error bound as it was.
     """
     if max_rounds < MIN_ROUNDS:
         raise ConfirmError(f"--max-rounds {max_rounds}: at least {MIN_ROUNDS} rounds are needed for a first look")
@@ -184,15 +219,20 @@ def run_rounds(
     active = [c for c in cases if results[c].verdict == "UNKNOWN" and not results[c].note]
     planned = looks(max_rounds)
     alpha_look = alpha / max(1, len(active)) / len(planned)
-    for r in range(max_rounds):
+    for res in results.values():
+        res.case_seconds = case_seconds if math.isfinite(case_seconds) else None
+    for r in range(planned[-1]):  # no round after the last look
         if not active:
             break
         for case in active:
-            order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
-            got = {side: measure(side, case) for side in order}
             res = results[case]
-            res.baseline_ms.append(got["baseline"])
-            res.candidate_ms.append(got["candidate"])
+            start = clock()
+            got = measure(case, r)
+            res.seconds += clock() - start
+            res.baseline_ms.append(got.baseline_ms)
+            res.candidate_ms.append(got.candidate_ms)
+            res.readings.append(got)
+            res.timing = got.timing
             res.rounds = r + 1
         if r + 1 in planned:
             for case in list(active):
@@ -202,6 +242,10 @@ def run_rounds(
                 if verdict is not None:
                     res.verdict = verdict
                     active.remove(case)
+                    continue
+                following = [n for n in planned if n > r + 1]
+                if not following or res.seconds / (r + 1) * following[0] > case_seconds:
+                    active.remove(case)  # the next look would come past the case's time budget
     for res in results.values():
         summarise(res, alpha_look)
     return results
@@ -255,18 +299,18 @@ def worktree(repo: Path, sha: str, parent: Path) -> Iterator[Path]:
 # Workers
 # ---------------------------------------------------------------------------------------------
 class Worker:
-    """A ``confirm_worker.py`` process importing ``tree``'s kernels."""
+    """A ``confirm_worker.py`` process that loads the kernels of the trees ``trees`` (side -> checkout) side by
+    side, and times their calls of a case interleaved."""
 
-    def __init__(self, side: str, tree: Path, device: str, extra_modules: tuple[str, ...]) -> None:
-        self.side, self.tree = side, tree
+    def __init__(self, trees: dict[str, Path], device: str, extra_modules: tuple[str, ...]) -> None:
+        self.trees = trees
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["PYTHONPATH"] = str(tree)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if device.startswith("cpu"):
             env["TRITON_INTERPRET"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), str(BACKENDS), device, *extra_modules],
-            cwd=tree,
+            cwd=tempfile.gettempdir(),  # neither tree: its folder would be first on sys.path
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -296,12 +340,12 @@ class Worker:
                 raise ConfirmError(self._died())
             if line.startswith(REPLY):
                 return json.loads(line[len(REPLY) :])
-        raise ConfirmError(f"the {self.side} worker did not answer within {timeout_s:.0f} s")
+        raise ConfirmError(f"the worker did not answer within {timeout_s:.0f} s")
 
     def _died(self) -> str:
         self.proc.wait(timeout=30)
         err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
-        return f"the {self.side} worker ({self.tree}) exited {self.proc.returncode}: {err[-1] if err else ''}"
+        return f"the worker exited {self.proc.returncode}: {err[-1] if err else ''}"
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -327,72 +371,109 @@ def confirm(
     max_rounds: int = MAX_ROUNDS,
     round_ms: float = ROUND_MS,
     progress: Callable[[str], None] | None = None,
+    case_seconds: float = CASE_SECONDS,
 ) -> dict[str, CaseConfirm]:
-    """Check both commits out, start a worker for each, and run :func:`run_rounds` on ``cases``."""
-    from kernelwatch.collect.accuracy import case_seed
-    from kernelwatch.collect.perf import launch_batch
-
+    """Check both commits out and run :func:`confirm_trees` on the two worktrees."""
     if not cases:
         raise ConfirmError("no case to confirm")
     if max_rounds < MIN_ROUNDS:
         raise ConfirmError(f"--max-rounds {max_rounds}: at least {MIN_ROUNDS} rounds are needed for a first look")
     base = resolve_commit(repo, baseline_sha, "the baseline commit")
     cand = resolve_commit(repo, candidate_sha, "the candidate commit")
-    say = progress or (lambda _line: None)
-    seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
+    (progress or (lambda _line: None))(f"baseline {base[:12]} and candidate {cand[:12]}")
     with (
         tempfile.TemporaryDirectory(prefix="kw-confirm-") as tmp,
         worktree(repo, base, Path(tmp) / "baseline") as base_tree,
         worktree(repo, cand, Path(tmp) / "candidate") as cand_tree,
     ):
-        workers = {
-            "baseline": Worker("baseline", base_tree, device, extra_modules),
-            "candidate": Worker("candidate", cand_tree, device, extra_modules),
-        }
-        try:
-            results = {c: CaseConfirm(c) for c in cases}
-            say(f"baseline {base[:12]} and candidate {cand[:12]}: importing, building inputs, compiling")
-            for w in workers.values():  # both set up at once: compiling is most of the time
-                w.send({"op": "setup", "cases": seeds})
-            sizes: dict[str, list[int]] = {}
-            for side, w in workers.items():
-                setup = w.receive(SETUP_TIMEOUT_S)
-                sizes = {**setup.get("sizes", {}), **sizes}  # the baseline's where both have the case
-                if not Path(setup["tree"]).resolve().is_relative_to(w.tree.resolve()):
-                    raise ConfirmError(f"the {side} worker imported kernels from {setup['tree']}, not from {w.tree}")
-                for key in setup["missing"]:
-                    results[key].note = results[key].note or f"the {side} commit has no perf case {key}"
-                for key, err in setup["errors"].items():
-                    results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
+        return confirm_trees(
+            base_tree,
+            cand_tree,
+            cases,
+            device,
+            extra_modules,
+            min_effect,
+            alpha,
+            max_rounds,
+            round_ms,
+            progress,
+            case_seconds,
+        )
 
-            lengths: dict[str, float] = {}
-            methods: dict[str, str] = {}
-            batch = {c: launch_batch(*sizes[c]) if c in sizes else 1 for c in cases}
 
-            def measure(side: str, case: str) -> float:
-                start = time.perf_counter()
-                if case not in lengths:  # one probe per commit fixes the case's measurement length and method
-                    probes = {
-                        s: w.ask(
-                            {"op": "measure", "key": case, "rep_ms": round_ms, "calls": batch[case]}, MEASURE_TIMEOUT_S
-                        )
-                        for s, w in workers.items()
-                    }
-                    lengths[case] = measurement_ms(float(probes["baseline"]["median_ms"]), round_ms)
-                    methods[case] = common_method(probes["baseline"]["timing"], probes["candidate"]["timing"])
-                    results[case].measurement_ms = lengths[case]
-                msg = {"op": "measure", "key": case, "rep_ms": lengths[case], "method": methods[case]}
-                reply = workers[side].ask({**msg, "calls": batch[case]}, MEASURE_TIMEOUT_S)
-                if "error" in reply:
-                    raise ConfirmError(f"the {side} commit's {case}: {reply['error']}")
-                results[case].timing = reply["timing"]
-                results[case].seconds += time.perf_counter() - start
-                return float(reply["median_ms"])
+def confirm_trees(
+    baseline_tree: Path,
+    candidate_tree: Path,
+    cases: list[str],
+    device: str = "cuda",
+    extra_modules: tuple[str, ...] = (),
+    min_effect: float = 0.05,
+    alpha: float = ALPHA,
+    max_rounds: int = MAX_ROUNDS,
+    round_ms: float = ROUND_MS,
+    progress: Callable[[str], None] | None = None,
+    case_seconds: float = CASE_SECONDS,
+) -> dict[str, CaseConfirm]:
+    """Confirm ``cases`` between two checked-out trees (directories; no git needed): one worker loads both trees'
+    kernels side by side and times each round's calls interleaved; :func:`run_rounds` decides."""
+    from kernelwatch.collect.accuracy import case_seed
+    from kernelwatch.collect.perf import launch_batch
 
-            return run_rounds(cases, measure, min_effect, alpha, max_rounds, results)
-        finally:
-            for w in workers.values():
-                w.close()
+    if not cases:
+        raise ConfirmError("no case to confirm")
+    for side, tree in zip(SIDES, (baseline_tree, candidate_tree)):
+        if not (Path(tree) / "kernelwatch" / "kernels" / "__init__.py").is_file():
+            raise ConfirmError(f"the {side} tree {tree} holds no kernelwatch/kernels package")
+    say = progress or (lambda _line: None)
+    trees = {"baseline": Path(baseline_tree).resolve(), "candidate": Path(candidate_tree).resolve()}
+    seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
+    worker = Worker(trees, device, extra_modules)
+    try:
+        results = {c: CaseConfirm(c) for c in cases}
+        say("loading both trees in one worker, building inputs, compiling")
+        msg = {"op": "setup", "trees": {s: str(t) for s, t in trees.items()}, "cases": seeds}
+        setup = worker.ask(msg, SETUP_TIMEOUT_S)
+        for side in SIDES:
+            if not Path(setup["trees"][side]).resolve().is_relative_to(trees[side]):
+                raise ConfirmError(f"the {side} kernels came from {setup['trees'][side]}, not from {trees[side]}")
+            for key in setup["missing"][side]:
+                results[key].note = results[key].note or f"the {side} commit has no perf case {key}"
+            for key, err in setup["errors"][side].items():
+                results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
+            for key, plan in setup["plans"][side].items():
+                results[key].plans[side] = plan
+        sizes: dict[str, list[int]] = setup["sizes"]
+        batch = {c: launch_batch(*sizes[c]) if c in sizes else 1 for c in cases}
+        lengths: dict[str, float] = {}
+
+        def ask(case: str, rep_ms: float, first: str) -> dict[str, Any]:
+            reply = worker.ask(
+                {"op": "measure", "key": case, "rep_ms": rep_ms, "calls": batch[case], "first": first},
+                MEASURE_TIMEOUT_S,
+            )
+            if "error" in reply:
+                raise ConfirmError(f"{case}: {reply['error']}")
+            return reply
+
+        def measure(case: str, r: int) -> Reading:
+            if case not in lengths:  # a probe fixes the case's measurement length
+                probe = ask(case, round_ms, "baseline")
+                lengths[case] = measurement_ms(float(probe["baseline_ms"]), round_ms)
+                results[case].measurement_ms = lengths[case]
+            reply = ask(case, lengths[case], SIDES[r % 2])
+            return Reading(
+                float(reply["baseline_ms"]),
+                float(reply["candidate_ms"]),
+                reply["timing"],
+                SIDES[r % 2],
+                reply.get("sm_mhz"),
+                reply.get("power_w"),
+            )
+
+        say(f"{len(cases)} case(s), at most {max_rounds} rounds or {case_seconds:g} s each")
+        return run_rounds(cases, measure, min_effect, alpha, max_rounds, results, case_seconds)
+    finally:
+        worker.close()
 
 
 def common_method(baseline: str, candidate: str) -> str:
@@ -437,10 +518,32 @@ def records(
             device_uuid=device_uuid,
             seconds=round(r.seconds, 3),
             confirmed_at=at,
+            detail=detail(r),
         )
         for r in results.values()
         if r.rounds and not r.note
     ]
+
+
+def detail(result: CaseConfirm) -> ConfirmDetail:
+    """A case's per-round data as stored (``kernelwatch.store.schema.ConfirmDetail``)."""
+    return ConfirmDetail(
+        plans={side: plan[:4000] for side, plan in result.plans.items()},
+        measurement_ms=result.measurement_ms,
+        case_seconds=result.case_seconds,
+        rounds=[
+            ConfirmRound(
+                ratio=g.candidate_ms / g.baseline_ms,
+                baseline_ms=g.baseline_ms,
+                candidate_ms=g.candidate_ms,
+                first=g.first,
+                timing=g.timing,
+                sm_mhz=g.sm_mhz,
+                power_w=g.power_w,
+            )
+            for g in result.readings
+        ],
+    )
 
 
 def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: str) -> str:
@@ -449,8 +552,8 @@ def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: st
         f"## Paired confirmation: {candidate_sha[:12]} (candidate) vs {baseline_sha[:12]} (baseline), one device",
         "",
         "| case | verdict | rounds | candidate / baseline | interval | baseline ms (median) | "
-        "candidate ms (median) | timing | ms sampled per measurement |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: |",
+        "candidate ms (median) | timing | ms sampled per measurement | seconds |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |",
     ]
 
     def med(v: list[float]) -> str:
@@ -464,6 +567,6 @@ def report(results: dict[str, CaseConfirm], baseline_sha: str, candidate_sha: st
         lines.append(
             f"| `{case}` | {verdict.replace('|', '/')} | {r.rounds} | {ratio} | {interval} | "
             f"{med(r.baseline_ms)} | {med(r.candidate_ms)} | {r.timing or '-'} | "
-            f"{f'{r.measurement_ms:.0f}' if r.measurement_ms else '-'} |"
+            f"{f'{r.measurement_ms:.0f}' if r.measurement_ms else '-'} | {r.seconds:.1f} |"
         )
     return "\n".join(lines)

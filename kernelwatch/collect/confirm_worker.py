@@ -1,28 +1,36 @@
-"""One side of ``kernelwatch confirm``: a process that imports one commit's kernels and times its cases on request.
+"""The worker of ``kernelwatch confirm``: one process that loads two commits' kernels side by side and times
+their calls of a case interleaved.
 
-    PYTHONPATH=TREE python DRIVER/collector/confirm_worker.py DRIVER/collector/backends.py DEVICE [EXTRA_MODULE...]
+    python DRIVER/collector/confirm_worker.py DRIVER/collector/backends.py DEVICE [EXTRA_MODULE...]
 
-Run from the confirming checkout's copy of this file, with ``PYTHONPATH`` and the working directory set
-to the checked-out tree of one commit: ``kernels`` (and the extra modules) come from that tree, the
-timing (``Backend``, loaded by file path from ``DRIVER/collector/backends.py``) from the driver, so both
-sides of a comparison are timed by the same code whatever their commits hold.
+The timing (``Backend``, loaded by file path from ``DRIVER/collector/backends.py``) comes from the driver, so
+both sides are timed by the same code whatever their commits hold. Each side's tree is imported in turn with
+only that tree on ``sys.path``: its ``kernelwatch`` package (and the extra modules) are imported, its cases'
+inputs and calls built, and then its modules are taken out of ``sys.modules`` again (kept alive by the calls'
+globals), so the next tree imports its own. The kernels do no imports at call time; Triton keys its caches by
+each kernel's source, so two trees' kernels coexist. One process means one CUDA context and one power state:
+a round times A, B, B, A, ... with the L2 flushed before each call (``Backend.paired_samples``).
 
 Protocol: one JSON object per line on stdin; each answer is one line on stdout prefixed with
 :data:`REPLY` (anything else a kernel prints is ignored by the driver).
 
-* ``{"op": "setup", "cases": [{"key": K, "seed": S}, ...]}``: build each case's inputs (the collector's
-  seeded inputs: ``spec.make_inputs(case, device, seed)``) and kernel call, call it once (compile,
-  autotune); answers ``{"tree": kernelwatch/kernels/__init__.py, "missing": [keys this tree lacks], "errors": {...},
-  "sizes": {key: [bytes moved, FLOPs]}}``.
-* ``{"op": "measure", "key": K, "rep_ms": R[, "method": M][, "calls": N]}``: ``Backend.device_samples`` of the
-  case's kernel, L2 flushed, by method M (``auto`` when absent, else ``graph`` or ``events``), N back-to-back
-  calls per sample (1 when absent; the driver's ``perf.launch_batch`` of the setup's sizes); answers
-  ``{"median_ms": ..., "samples": n, "timing": "graph"|"graph-batch"|"events"}``, or ``{"error": ...}``.
+* ``{"op": "setup", "trees": {"baseline": DIR, "candidate": DIR}, "cases": [{"key": K, "seed": S}, ...]}``: for
+  each tree, build each case's inputs (``spec.make_inputs(case, device, seed)``, the same seed on both sides)
+  and kernel call and call it once under ``kernelwatch.kernels.plan.recording`` (compile, autotune, and the
+  launches it made); answers ``{"trees": {side: kernels/__init__.py}, "missing": {side: [...]}, "errors":
+  {side: {key: message}}, "sizes": {key: [bytes moved, FLOPs]}, "plans": {side: {key: text}},
+  "checksums": {side: {key: sum of the first output}}}``.
+* ``{"op": "measure", "key": K, "rep_ms": R, "calls": N, "first": SIDE}``: ``Backend.paired_samples`` of
+  both sides' calls, SIDE's first; the method is fixed by the case's first measure (graph only where both
+  sides' calls are captured) and forced afterwards; answers ``{"baseline_ms": median, "candidate_ms": median,
+  "samples": n, "timing": ..., "sm_mhz": [before, after] | null, "power_w": [before, after] | null}``, or
+  ``{"error": ...}``.
 * ``{"op": "quit"}``.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -31,6 +39,7 @@ import sys
 from typing import Any
 
 REPLY = "KWCONFIRM "
+SIDES = ("baseline", "candidate")
 
 
 def _load(name: str, path: str):
@@ -43,7 +52,7 @@ def _load(name: str, path: str):
 
 def _load_backend(path: str):
     """The driver's ``Backend`` module, with the driver's ``kernelwatch.kernels.names`` under it (the timing
-    methods it names): the commit's own ``names`` may predate one. The commit's kernels import their own
+    methods it names): a commit's own ``names`` may predate one. The trees' kernels import their own
     ``names`` afterwards."""
     names = "kernelwatch.kernels.names"
     _load(names, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "kernels", "names.py"))
@@ -58,58 +67,164 @@ def _reply(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+
+
+def _ours(name: str, extra: tuple[str, ...]) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in ("kernelwatch", *extra))
+
+
+def _describe_steps(plan_module: Any, steps: list[Any]) -> str:
+    """``kernel[constexprs warps stages]`` per launch; an autotuned step names the candidate its tuner chose."""
+    out = []
+    for step in steps:
+        if hasattr(step, "candidates"):
+            held = getattr(plan_module, "_CHOSEN", {}).get(id(step))
+            chosen = held[1].config() if held else "autotuned"
+            out.append(f"{step.name}[{chosen}]")
+        else:
+            out.append(f"{step.name}[{step.config()}] grid={list(step.grid)}")
+    return "; ".join(out)
+
+
+def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple[str, ...]) -> dict[str, Any]:
+    """Import ``tree``'s kernels alone, build and call each case once, and take its modules out of sys.modules."""
+    import torch
+
+    for name in [n for n in sys.modules if _ours(n, extra)]:
+        del sys.modules[name]
+    sys.path.insert(0, tree)
+    importlib.invalidate_caches()
+    out: dict[str, Any] = {"calls": {}, "sizes": {}, "plans": {}, "checksums": {}, "missing": [], "errors": {}}
+    try:
+        kernels = importlib.import_module("kernelwatch.kernels")
+        spec_module = importlib.import_module("kernelwatch.kernels.spec")
+        try:
+            plan_module = importlib.import_module("kernelwatch.kernels.plan")
+        except ImportError:  # a tree older than launch plans
+            plan_module = None
+        out["tree"] = os.path.abspath(kernels.__file__)
+        specs = kernels.discover(tuple(extra))
+        by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
+        for item in items:
+            if item["key"] not in by_key:
+                out["missing"].append(item["key"])
+                continue
+            spec, case = by_key[item["key"]]
+            try:
+                inputs = spec.make_inputs(case, backend.device, item["seed"])
+                fn = spec.implementations(case, inputs)[spec_module.KERNEL_IMPL]
+                if plan_module is not None and hasattr(plan_module, "recording"):
+                    with plan_module.recording() as rec:
+                        result = fn()
+                    out["plans"][item["key"]] = _describe_steps(plan_module, rec.steps)
+                else:
+                    result = fn()
+                backend.synchronize()
+                first = result[0] if isinstance(result, (tuple, list)) else result
+                if isinstance(first, torch.Tensor):
+                    out["checksums"][item["key"]] = float(first.detach().double().sum())
+                out["calls"][item["key"]] = fn
+                out["sizes"][item["key"]] = [spec.bytes_moved(case), spec.flops(case)]
+            except Exception as exc:
+                out["errors"][item["key"]] = _first_line(exc)
+    finally:
+        sys.path.remove(tree)
+        for name in [n for n in sys.modules if _ours(n, extra)]:
+            del sys.modules[name]
+    return out
+
+
+class Power:
+    """NVML's SM clock and board power of the device (``pynvml`` from nvidia-ml-py), None where it is missing."""
+
+    def __init__(self, device: str) -> None:
+        self.handle = None
+        self.nvml = None
+        if not device.startswith("cuda"):
+            return
+        try:
+            import pynvml
+            import torch
+
+            pynvml.nvmlInit()
+            uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            self.nvml = pynvml
+        except Exception:
+            self.handle = None
+
+    def read(self) -> tuple[float, float] | None:
+        if self.handle is None:
+            return None
+        try:
+            mhz = float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+            watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+        except Exception:
+            return None
+        return mhz, watts
+
+
 def main(argv: list[str]) -> int:
-    backends_path, device, *extra = argv
+    backends_path, device, *extra_list = argv
+    extra = tuple(extra_list)
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # the script's folder is no tree
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (here, os.getcwd())]  # no tree here
     backends = _load_backend(backends_path)
     import torch
 
     backend = backends.Backend(torch.device(device), time_on_cpu=device.startswith("cpu"))
     backend.activate()
-    from kernelwatch import kernels
-    from kernelwatch.kernels.spec import KERNEL_IMPL
-
-    specs = kernels.discover(tuple(extra))
-    calls: dict[str, Any] = {}
-    sizes: dict[str, list[int]] = {}
+    power = Power(device)
+    loaded: dict[str, dict[str, Any]] = {}
+    methods: dict[str, str] = {}
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["op"] == "quit":
             break
         if msg["op"] == "setup":
-            by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
-            missing, errors = [], {}
-            for item in msg["cases"]:
-                if item["key"] not in by_key:
-                    missing.append(item["key"])
-                    continue
-                spec, case = by_key[item["key"]]
-                try:
-                    inputs = spec.make_inputs(case, backend.device, item["seed"])
-                    fn = spec.implementations(case, inputs)[KERNEL_IMPL]
-                    fn()
-                    backend.synchronize()
-                    calls[item["key"]] = fn
-                    sizes[item["key"]] = [spec.bytes_moved(case), spec.flops(case)]
-                except Exception as exc:
-                    first = (str(exc).strip().splitlines() or [""])[0]
-                    errors[item["key"]] = f"{type(exc).__name__}: {first[:200]}"
-            _reply({"tree": os.path.abspath(kernels.__file__), "missing": missing, "errors": errors, "sizes": sizes})
+            loaded = {side: load_tree(msg["trees"][side], msg["cases"], backend, extra) for side in SIDES}
+            sizes: dict[str, list[int]] = {}
+            for side in reversed(SIDES):  # the baseline's where both have the case
+                sizes.update(loaded[side]["sizes"])
+            _reply(
+                {
+                    "trees": {s: loaded[s].get("tree", "") for s in SIDES},
+                    "missing": {s: loaded[s]["missing"] for s in SIDES},
+                    "errors": {s: loaded[s]["errors"] for s in SIDES},
+                    "sizes": sizes,
+                    "plans": {s: loaded[s]["plans"] for s in SIDES},
+                    "checksums": {s: loaded[s]["checksums"] for s in SIDES},
+                }
+            )
         elif msg["op"] == "measure":
+            key = msg["key"]
+            first = msg.get("first", "baseline")
+            sides = SIDES if first == "baseline" else tuple(reversed(SIDES))
             try:
-                samples, timing = backend.device_samples(
-                    calls[msg["key"]],
-                    warmup_ms=msg["rep_ms"] / 4,
-                    rep_ms=msg["rep_ms"],
-                    min_reps=5,
-                    method=msg.get("method", "auto"),
-                    calls=msg.get("calls", 1),
+                fns = [loaded[s]["calls"][key] for s in sides]
+                before = power.read()
+                samples, timing = backend.paired_samples(
+                    fns, rep_ms=msg["rep_ms"], method=methods.get(key, "auto"), calls=msg.get("calls", 1)
                 )
+                after = power.read()
             except Exception as exc:  # a forced graph whose capture failed this time
-                _reply({"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"})
+                _reply({"error": _first_line(exc)})
                 continue
-            _reply({"median_ms": statistics.median(samples), "samples": len(samples), "timing": timing})
+            methods.setdefault(key, "graph" if timing != "events" else "events")
+            got = dict(zip(sides, samples))
+            reading = None if before is None or after is None else (before, after)
+            _reply(
+                {
+                    "baseline_ms": statistics.median(got["baseline"]),
+                    "candidate_ms": statistics.median(got["candidate"]),
+                    "samples": len(got["baseline"]),
+                    "timing": timing,
+                    "sm_mhz": None if reading is None else [reading[0][0], reading[1][0]],
+                    "power_w": None if reading is None else [reading[0][1], reading[1][1]],
+                }
+            )
     return 0
 
 

@@ -55,7 +55,18 @@ from kernelwatch.options import clean_errors, db_option, fail
     help="Where both commits are measured (cpu: Triton's interpreter timed by the host clock, for tests).",
 )
 @click.option(
-    "--max-rounds", type=click.IntRange(8, 200), default=24, show_default=True, help="Rounds before a case is UNKNOWN."
+    "--max-rounds",
+    type=click.IntRange(8, 400),
+    default=96,
+    show_default=True,
+    help="Rounds before a case is UNKNOWN (the looks are planned up to it).",
+)
+@click.option(
+    "--case-seconds",
+    type=click.FloatRange(0.1, 3600),
+    default=20.0,
+    show_default=True,
+    help="Time budget of one case: past it at a look, the case stops (UNKNOWN if still undecided).",
 )
 @click.option(
     "--min-effect",
@@ -101,6 +112,7 @@ def command(
     repo: Path,
     device: str,
     max_rounds: int,
+    case_seconds: float,
     min_effect: float,
     round_ms: float,
     report_file: Path | None,
@@ -110,13 +122,15 @@ def command(
 ) -> None:
     """Re-measure the cases a gate flags on one device, baseline and candidate commits interleaved.
 
-    Each commit is checked out into a temporary git worktree and imported by its own worker process;
-    rounds alternate between them on the same inputs until each case is SAME, SLOWER or FASTER (a
-    sequential sign test on the paired ratios; false SLOWER at most 2.5% per confirmation) or the round
-    limit says UNKNOWN. From a gate, its other failures (accuracy, errors, missing cases) still fail:
-    this verdict replaces the gate's on the flagged perf cases only: every suspect, regression and unreliable
-    case, each against the commit of the run that supplied its baseline. With a database (--db), each
-    case's verdict is stored there, and the next gate run of this commit uses it. Exit 0: every case SAME or
+    Each commit is checked out into a temporary git worktree; one worker process loads both trees' kernels
+    side by side and times their calls of a case interleaved (A, B, B, A, ..., L2 flushed before each) on the
+    same inputs, one paired ratio per round, until the case is SLOWER or NOT_SLOWER (not slower by half the
+    minimum effect; SAME or FASTER where the interval says so too) by a sequential sign test (false SLOWER
+    at most 2.5% per confirmation), or its time budget or the round limit leaves it UNKNOWN. From a gate,
+    its other failures (accuracy, errors, missing cases) still fail: this verdict replaces the gate's on
+    the flagged perf cases only: every suspect, regression and unreliable case, each against the commit of
+    the run that supplied its baseline. With a database (--db), each case's verdict and its per-round data
+    are stored there, and the next gate run of this commit uses it. Exit 0: every case SAME, NOT_SLOWER or
     FASTER (or nothing to confirm; --dry-run). Exit 1: a case is SLOWER, or the gate fails on something else.
     Exit 2: a case is UNKNOWN, or bad options.
     """
@@ -174,7 +188,7 @@ def command(
         for base_sha, group in groups.items():
             click.echo(
                 f"kernelwatch confirm: {len(group)} case(s), {cand_sha[:12]} vs {base_sha[:12]} on {device}, "
-                f"at most {max_rounds} rounds",
+                f"at most {max_rounds} rounds or {case_seconds:g} s per case",
                 err=True,
             )
             found = confirm(
@@ -187,6 +201,7 @@ def command(
                 min_effect,
                 max_rounds=max_rounds,
                 round_ms=round_ms,
+                case_seconds=case_seconds,
                 progress=lambda line: click.echo(terminal(f"kernelwatch confirm: {line}"), err=True),
             )
             results.update(found)

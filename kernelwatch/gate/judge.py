@@ -1236,7 +1236,7 @@ def decide(
 # Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
 # ---------------------------------------------------------------------------------------------
 UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
-CLEARS = ("SAME", "FASTER")
+CLEARS = ("SAME", "NOT_SLOWER", "FASTER")
 # Where candidate and baseline were not measured alike (another GPU, another timing method), a slowdown of at
 # least this fraction of the minimum effect is a suspect: a faster machine hides part of a real change. Runs of
 # one CUDA code on three H200s (benchmarks/cross_machine_aa.py, docs/design.md): at 1.0, 97.8% of the cases
@@ -1296,8 +1296,8 @@ def mark_suspects(
     already "unreliable" (failing, re-measured by confirm too).
 
     Then the stored confirmations (``kernelwatch confirm --db``) of the candidate's commit against the commit
-    of the run that supplied the case's baseline decide every confirmable case (newest first): SAME or
-    FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+    of the run that supplied the case's baseline decide every confirmable case (newest first): SAME,
+    NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
 
     GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
     included) is not one it can judge and keeps the rules' verdict.

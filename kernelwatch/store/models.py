@@ -247,3 +247,4 @@ class Confirmation(Base):
     device_uuid: Mapped[str | None] = mapped_column(String(NAME_LEN))
     seconds: Mapped[float] = mapped_column(Float)
     confirmed_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # schema.ConfirmDetail: per-round data

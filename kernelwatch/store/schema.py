@@ -415,14 +415,42 @@ class ProfilerMetric(Record):
     )
 
 
-CONFIRM_VERDICTS = ("SAME", "FASTER", "SLOWER", "UNKNOWN")
+CONFIRM_VERDICTS = ("SAME", "NOT_SLOWER", "FASTER", "SLOWER", "UNKNOWN")
+CONFIRM_SIDES = ("baseline", "candidate")
+
+
+class ConfirmRound(Record):
+    """One paired round of a confirmation: both commits' calls timed interleaved in one process (A, B, B, A, ...,
+    the L2 flushed before each), the median of each side's calls, and what the device did meanwhile."""
+
+    ratio: NonNegative = Field(description="candidate_ms / baseline_ms of this round.")
+    baseline_ms: NonNegative
+    candidate_ms: NonNegative
+    first: Literal[CONFIRM_SIDES] = Field(description="The side whose call opened the round's A, B, B, A sequence.")
+    timing: _text(NAME_LEN) = Field(description="How both sides were timed: graph, graph-batch or events.")
+    sm_mhz: list[NonNegative] | None = Field(
+        default=None, description="NVML SM clock as the round began and as it ended (None where NVML is missing)."
+    )
+    power_w: list[NonNegative] | None = Field(default=None, description="NVML board power (W), as for sm_mhz.")
+
+
+class ConfirmDetail(Record):
+    """What a confirmation measured, round by round, so that an UNKNOWN explains itself."""
+
+    plans: dict[Literal[CONFIRM_SIDES], _text(TEXT_LEN)] = Field(
+        description="Each side's kernel launches for the case: kernel[tile configuration] per launch."
+    )
+    measurement_ms: NonNegative | None = Field(default=None, description="Device time sampled per side and round.")
+    case_seconds: NonNegative | None = Field(default=None, description="The case's time budget.")
+    rounds: list[ConfirmRound]
 
 
 class Confirmation(Record):
-    """One case re-measured by ``kernelwatch confirm``: both commits on one device, rounds alternating, until the
-    sign-test interval of the paired ratio (candidate / baseline) says SAME, FASTER or SLOWER, or the round limit
-    leaves it UNKNOWN (``kernelwatch/collect/confirm.py``). A verdict about two commits on one hardware, not about a
-    run: a run's artifact carries those of its commit (optional; runs written before hold none)."""
+    """One case re-measured by ``kernelwatch confirm``: both commits on one device, interleaved, until the sign-test
+    interval of the paired ratio (candidate / baseline) says SAME, NOT_SLOWER, FASTER or SLOWER, or the time budget
+    or round limit leaves it UNKNOWN (``kernelwatch/collect/confirm.py``). A verdict about two commits on one
+    hardware, not about a run: a run's artifact carries those of its commit (optional; runs written before hold
+    none)."""
 
     case: Key
     baseline_commit: CommitSha
@@ -436,6 +464,7 @@ class Confirmation(Record):
     device_uuid: _text(NAME_LEN) | None = Field(description="The physical device both commits ran on.")
     seconds: NonNegative = Field(description="Time the case's measurements took (both commits, every round).")
     confirmed_at: Timestamp
+    detail: ConfirmDetail | None = Field(default=None, description="Per-round data (None before migration 0010).")
 
     def describe(self) -> str:
         """One line: ``confirmed SLOWER on GPU-1234abcd: ×1.062 [1.055, 1.067], 12 rounds``."""
