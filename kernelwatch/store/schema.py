@@ -467,7 +467,8 @@ class Confirmation(Record):
     detail: ConfirmDetail | None = Field(default=None, description="Per-round data (None before migration 0010).")
 
     def describe(self) -> str:
-        """One line: ``confirmed SLOWER on GPU-1234abcd: ×1.062 [1.055, 1.067], 12 rounds``."""
+        """One line: ``confirmed SLOWER on GPU-1234abcd: ×1.062 [1.055, 1.067], 12 rounds[, SM clock 1410-1890 MHz]``
+        (the clock's range over the rounds where NVML read it)."""
         parts = (self.device_uuid or "an unrecorded device").split("-")
         where = "-".join(parts[:2]) if len(parts) > 2 else "-".join(parts)
         text = f"confirmed {self.verdict} on {where}"
@@ -475,7 +476,9 @@ class Confirmation(Record):
             text += f": ×{self.ratio:.3f}"
             if self.low is not None and self.high is not None:
                 text += f" [{self.low:.3f}, {self.high:.3f}]"
-        return f"{text}, {self.rounds} rounds"
+        text += f", {self.rounds} rounds"
+        clocks = [mhz for r in (self.detail.rounds if self.detail else []) for mhz in r.sm_mhz or ()]
+        return text + (f", SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz" if clocks else "")
 
 
 class RunDocument(Record):
