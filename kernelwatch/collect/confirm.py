@@ -219,8 +219,8 @@ def run_rounds(
     active = [c for c in cases if results[c].verdict == "UNKNOWN" and not results[c].note]
     planned = looks(max_rounds)
     alpha_look = alpha / max(1, len(active)) / len(planned)
-    for res in results.values():
-        res.case_seconds = case_seconds if math.isfinite(case_seconds) else None
+    for case in cases:
+        results[case].case_seconds = case_seconds if math.isfinite(case_seconds) else None
     for r in range(planned[-1]):  # no round after the last look
         if not active:
             break
@@ -246,8 +246,8 @@ def run_rounds(
                 following = [n for n in planned if n > r + 1]
                 if not following or res.seconds / (r + 1) * following[0] > case_seconds:
                     active.remove(case)  # the next look would come past the case's time budget
-    for res in results.values():
-        summarise(res, alpha_look)
+    for case in cases:
+        summarise(results[case], alpha_look)
     return results
 
 
@@ -304,6 +304,7 @@ class Worker:
 
     def __init__(self, trees: dict[str, Path], device: str, extra_modules: tuple[str, ...]) -> None:
         self.trees = trees
+        self.sizes: dict[str, list[int]] = {}  # case -> [bytes moved, FLOPs], from the last setup
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if device.startswith("cpu"):
@@ -413,11 +414,13 @@ def confirm_trees(
     round_ms: float = ROUND_MS,
     progress: Callable[[str], None] | None = None,
     case_seconds: float = CASE_SECONDS,
+    chunk: int | None = None,
 ) -> dict[str, CaseConfirm]:
     """Confirm ``cases`` between two checked-out trees (directories; no git needed): one worker loads both trees'
-    kernels side by side and times each round's calls interleaved; :func:`run_rounds` decides."""
+    kernels side by side and times each round's calls interleaved; :func:`run_rounds` decides. With ``chunk``,
+    the cases go through the worker ``chunk`` at a time (each chunk's inputs freed before the next: a whole
+    suite's inputs, twice, do not fit one GPU), and the false-alarm bound holds per chunk."""
     from kernelwatch.collect.accuracy import case_seed
-    from kernelwatch.collect.perf import launch_batch
 
     if not cases:
         raise ConfirmError("no case to confirm")
@@ -428,52 +431,81 @@ def confirm_trees(
     trees = {"baseline": Path(baseline_tree).resolve(), "candidate": Path(candidate_tree).resolve()}
     seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
     worker = Worker(trees, device, extra_modules)
+    results = {c: CaseConfirm(c) for c in cases}
+    step = chunk or len(cases)
     try:
-        results = {c: CaseConfirm(c) for c in cases}
-        say("loading both trees in one worker, building inputs, compiling")
-        msg = {"op": "setup", "trees": {s: str(t) for s, t in trees.items()}, "cases": seeds}
-        setup = worker.ask(msg, SETUP_TIMEOUT_S)
-        for side in SIDES:
-            if not Path(setup["trees"][side]).resolve().is_relative_to(trees[side]):
-                raise ConfirmError(f"the {side} kernels came from {setup['trees'][side]}, not from {trees[side]}")
-            for key in setup["missing"][side]:
-                results[key].note = results[key].note or f"the {side} commit has no perf case {key}"
-            for key, err in setup["errors"][side].items():
-                results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
-            for key, plan in setup["plans"][side].items():
-                results[key].plans[side] = plan
-        sizes: dict[str, list[int]] = setup["sizes"]
-        batch = {c: launch_batch(*sizes[c]) if c in sizes else 1 for c in cases}
-        lengths: dict[str, float] = {}
-
-        def ask(case: str, rep_ms: float, first: str) -> dict[str, Any]:
-            reply = worker.ask(
-                {"op": "measure", "key": case, "rep_ms": rep_ms, "calls": batch[case], "first": first},
-                MEASURE_TIMEOUT_S,
+        for at in range(0, len(cases), step):
+            group = cases[at : at + step]
+            say(f"cases {at + 1}-{at + len(group)} of {len(cases)}: loading both trees in one worker, compiling")
+            _confirm_group(worker, trees, group, seeds[at : at + step], results, say, case_seconds)
+            run_rounds(
+                group, _measurer(worker, group, results, round_ms), min_effect, alpha, max_rounds, results, case_seconds
             )
-            if "error" in reply:
-                raise ConfirmError(f"{case}: {reply['error']}")
-            return reply
-
-        def measure(case: str, r: int) -> Reading:
-            if case not in lengths:  # a probe fixes the case's measurement length
-                probe = ask(case, round_ms, "baseline")
-                lengths[case] = measurement_ms(float(probe["baseline_ms"]), round_ms)
-                results[case].measurement_ms = lengths[case]
-            reply = ask(case, lengths[case], SIDES[r % 2])
-            return Reading(
-                float(reply["baseline_ms"]),
-                float(reply["candidate_ms"]),
-                reply["timing"],
-                SIDES[r % 2],
-                reply.get("sm_mhz"),
-                reply.get("power_w"),
-            )
-
-        say(f"{len(cases)} case(s), at most {max_rounds} rounds or {case_seconds:g} s each")
-        return run_rounds(cases, measure, min_effect, alpha, max_rounds, results, case_seconds)
     finally:
         worker.close()
+    return results
+
+
+def _confirm_group(
+    worker: Worker,
+    trees: dict[str, Path],
+    group: list[str],
+    seeds: list[dict[str, Any]],
+    results: dict[str, CaseConfirm],
+    say: Callable[[str], None],
+    case_seconds: float,
+) -> None:
+    """Set the worker up with ``group``'s cases in both trees; notes on the cases a side lacks or cannot run."""
+    msg = {"op": "setup", "trees": {s: str(t) for s, t in trees.items()}, "cases": seeds}
+    setup = worker.ask(msg, SETUP_TIMEOUT_S)
+    for side in SIDES:
+        if not Path(setup["trees"][side]).resolve().is_relative_to(trees[side]):
+            raise ConfirmError(f"the {side} kernels came from {setup['trees'][side]}, not from {trees[side]}")
+        for key in setup["missing"][side]:
+            results[key].note = results[key].note or f"the {side} commit has no perf case {key}"
+        for key, err in setup["errors"][side].items():
+            results[key].note = results[key].note or f"the {side} commit's kernel raised: {err}"
+        for key, plan in setup["plans"][side].items():
+            results[key].plans[side] = plan
+    worker.sizes = setup["sizes"]
+    say(f"{len(group)} case(s), at most {case_seconds:g} s each")
+
+
+def _measurer(
+    worker: Worker, group: list[str], results: dict[str, CaseConfirm], round_ms: float
+) -> Callable[[str, int], Reading]:
+    """``measure(case, round)`` for :func:`run_rounds`: both sides' calls of the case interleaved, the side that
+    opens the sequence alternating with the round; the first call of a case fixes its measurement length."""
+    from kernelwatch.collect.perf import launch_batch
+
+    batch = {c: launch_batch(*worker.sizes[c]) if c in worker.sizes else 1 for c in group}
+    lengths: dict[str, float] = {}
+
+    def ask(case: str, rep_ms: float, first: str) -> dict[str, Any]:
+        reply = worker.ask(
+            {"op": "measure", "key": case, "rep_ms": rep_ms, "calls": batch[case], "first": first}, MEASURE_TIMEOUT_S
+        )
+        if "error" in reply:
+            raise ConfirmError(f"{case}: {reply['error']}")
+        return reply
+
+    def measure(case: str, r: int) -> Reading:
+        if case not in lengths:
+            probe = ask(case, round_ms, "baseline")
+            lengths[case] = measurement_ms(float(probe["baseline_ms"]), round_ms)
+            results[case].measurement_ms = lengths[case]
+        first = SIDES[r % 2]
+        reply = ask(case, lengths[case], first)
+        return Reading(
+            float(reply["baseline_ms"]),
+            float(reply["candidate_ms"]),
+            reply["timing"],
+            first,
+            reply.get("sm_mhz"),
+            reply.get("power_w"),
+        )
+
+    return measure
 
 
 def common_method(baseline: str, candidate: str) -> str:

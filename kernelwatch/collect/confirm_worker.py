@@ -19,7 +19,7 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
   and kernel call and call it once under ``kernelwatch.kernels.plan.recording`` (compile, autotune, and the
   launches it made); answers ``{"trees": {side: kernels/__init__.py}, "missing": {side: [...]}, "errors":
   {side: {key: message}}, "sizes": {key: [bytes moved, FLOPs]}, "plans": {side: {key: text}},
-  "checksums": {side: {key: sum of the first output}}}``.
+  "checksums": {side: {key: sum of the first output}}}``. A later setup replaces the earlier one's cases.
 * ``{"op": "measure", "key": K, "rep_ms": R, "calls": N, "first": SIDE}``: ``Backend.paired_samples`` of
   both sides' calls, SIDE's first; the method is fixed by the case's first measure (graph only where both
   sides' calls are captured) and forced afterwards; answers ``{"baseline_ms": median, "candidate_ms": median,
@@ -30,6 +30,7 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -183,7 +184,12 @@ def main(argv: list[str]) -> int:
         msg = json.loads(line)
         if msg["op"] == "quit":
             break
-        if msg["op"] == "setup":
+        if msg["op"] == "setup":  # a later setup replaces the cases of the one before (their memory is freed)
+            loaded.clear()
+            methods.clear()
+            gc.collect()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
             loaded = {side: load_tree(msg["trees"][side], msg["cases"], backend, extra) for side in SIDES}
             sizes: dict[str, list[int]] = {}
             for side in reversed(SIDES):  # the baseline's where both have the case
