@@ -20,7 +20,15 @@ from kernelwatch.store.artifact import dumps, parse_artifact, to_data
 from kernelwatch.store.engine import create_db_engine, open_database, upgrade
 from kernelwatch.store.export import export_run
 from kernelwatch.store.ingest import ingest_documents, store_confirmations
-from kernelwatch.store.schema import Confirmation, Hardware, RunDocument, hardware_fingerprint
+from kernelwatch.store.queries import confirmations
+from kernelwatch.store.schema import (
+    Confirmation,
+    ConfirmDetail,
+    ConfirmRound,
+    Hardware,
+    RunDocument,
+    hardware_fingerprint,
+)
 from kernelwatch.store.synthetic import Step, SyntheticHistory
 
 RUNS = 12
@@ -196,6 +204,34 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:
     assert lines(engine, fingerprint, case=same)[0].startswith(f"{c} vs {b}: confirmed SAME")
     by_commit = lines(engine, fingerprint, commit=candidate["run"]["commit"]["sha"])
     assert f"{slower} (vs {b}): confirmed SLOWER on GPU-bbbb2222: ×1.062 [1.055, 1.067], 12 rounds" in by_commit
+
+
+def test_a_not_slower_confirmation_clears_a_suspect_and_names_the_clock(db_url) -> None:
+    """NOT_SLOWER (the interval's upper end below half the minimum effect, its lower end anywhere: issue 42's
+    [0.967, 1.009], UNKNOWN before) clears a suspect as SAME does, and the line says the SM clock's range over
+    the stored rounds. Defect: the gate's clearing verdicts without NOT_SLOWER keep it a failing suspect."""
+    base, candidate = _history(db_url, 1.12)
+    candidate = _on(candidate, GPU_B)
+    hardware = RunDocument.model_validate(candidate).hardware
+    case, *_ = _stepped(candidate)
+    wide = _confirm(case, base, candidate, "NOT_SLOWER", 0.999, "2026-12-02T11:00:00Z")
+    wide.low, wide.high = 0.967, 1.009
+    wide.detail = ConfirmDetail(
+        plans={"baseline": "k[BM=64]", "candidate": "k[BM=64]"},
+        rounds=[
+            ConfirmRound(ratio=1.0, baseline_ms=1.4, candidate_ms=1.4, first=side, timing="graph", sm_mhz=mhz)
+            for side, mhz in (("baseline", [1410.0, 1500.0]), ("candidate", [1890.0, 1755.0]))
+        ],
+    )
+    store_confirmations(open_database(db_url), hardware, [wide])
+    result = _decide(db_url, candidate)
+    verdict = next(v for v in result.verdicts if v.case == case and v.suite == "perf")
+    assert verdict.status == "pass" and "cleared" in verdict.message, verdict.message
+    assert verdict.message.startswith(
+        "confirmed NOT_SLOWER on GPU-bbbb2222: ×0.999 [0.967, 1.009], 12 rounds, SM clock 1410-1890 MHz"
+    ), verdict.message
+    stored = confirmations(open_database(db_url, readonly=True), hardware_fingerprint(candidate["hardware"]), [case])
+    assert Confirmation.model_validate(stored[0]).detail == wide.detail  # the per-round data round-trips
 
 
 def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:
