@@ -307,6 +307,10 @@ class Worker:
         self.sizes: dict[str, list[int]] = {}  # case -> [bytes moved, FLOPs], from the last setup
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # Triton's autotuner keeps its choice on disk, keyed by the kernel's source and the tuning key: a kernel
+        # both trees hold unchanged is tuned once and both sides launch the same tile configuration (tuned apart,
+        # the two sides of identical code may pick different tiles and read apart); a changed kernel tunes anew.
+        env["TRITON_CACHE_AUTOTUNING"] = "1"
         if device.startswith("cpu"):
             env["TRITON_INTERPRET"] = "1"
         self.proc = subprocess.Popen(
