@@ -10,6 +10,9 @@ candidate of (a) is a copy of it (``--same-tree`` to give another tree with iden
 * ``aa``: ``confirm_trees`` of the tree against its copy on every perf case of the suite (``--cases`` for a
   subset), ``--chunk`` cases per worker setup, ``--case-seconds`` each. Identical code: every verdict but
   SLOWER and UNKNOWN is right.
+* ``spread``: identical code on the ``--planted-cases`` (one per class), 16 rounds each, timed interleaved
+  and in two back-to-back blocks per round (how two workers measured before): the sd of the paired log ratio
+  per class, before and after (rows with ``order``).
 * ``planted``: for each ratio of ``--ratios`` (1.05 and 1.10), a copy of the tree whose kernel API does more
   work on the device in the ``--planted-cases`` (one of every class by default: launch-bound MSELoss,
   memory-bound softmax, mid GEMM, the Llama MLP GEMM, decode, and RMSNorm+MatMul fold_gamma at 1024x8192): a
@@ -63,6 +66,7 @@ PLANTED_CASES = (
 )
 SKIP = ("ci/history", "benchmarks/results", ".git", ".venv", "node_modules")
 FIXED_DATE = "2026-01-01T00:00:00+0000"  # the scratch commit's date: one tree, one sha, on every machine
+SPREAD_ROUNDS = 16
 SPIN_PER_GRAPH_NODE = 20  # a launch-bound case's spin runs once every this many calls (5 per 100-call graph)
 
 PLANTED_MODULE = '''"""Planted by benchmarks/judge_eval.py: extra device work before chosen perf cases' kernel calls."""
@@ -285,6 +289,33 @@ def run_planted(
     return rows
 
 
+def run_spread(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None) -> list[dict[str, Any]]:
+    """Identical code, one case of every class, ``SPREAD_ROUNDS`` rounds (no early verdict) each way: both sides'
+    calls interleaved (confirm now) and in two back-to-back blocks (confirm before, one process per side): the
+    sd of the paired log ratio per class, before and after."""
+    other = args.same_tree or copy_tree(tree, scratch / "same-spread")
+    cases = list(args.planted_cases or PLANTED_CASES)
+    rows: list[dict[str, Any]] = []
+    for order in ("interleaved", "blocks"):
+        results = confirm_trees(
+            tree,
+            other,
+            cases,
+            args.device,
+            alpha=1e-12,  # no interval at any look: every case runs all its rounds
+            max_rounds=SPREAD_ROUNDS,
+            case_seconds=math.inf,
+            chunk=args.chunk,
+            order=order,
+            progress=lambda line, o=order: say(f"spread ({o}): {line}"),
+        )
+        for row in rows_of("spread", results, gpu, 1.0):
+            row["order"] = order
+            say(f"spread ({order}): sd of log ratio {row['sd_log_ratio']:.4f}  {row['case']}")
+            rows.append(row)
+    return rows
+
+
 def _kw(repo: Path, *argv: str, env: dict[str, str]) -> tuple[int, str]:
     out = subprocess.run(
         [sys.executable, "-m", "kernelwatch", *argv], cwd=repo, env=env, capture_output=True, text=True
@@ -402,6 +433,18 @@ def summary(rows: list[dict[str, Any]]) -> str:
             f"| {exp} | {ratio:.2f} | {len(got)} | {verdicts.count('SLOWER')} | {verdicts.count('UNKNOWN')} | "
             f"{cleared} | {statistics.median(secs):.1f} | {max(secs):.1f} |"
         )
+    spread = [r for r in rows if r["experiment"] == "spread" and r["sd_log_ratio"] is not None]
+    if spread:
+        lines += [
+            "",
+            "| case | sd of paired log ratio, interleaved | the same, two blocks (before) |",
+            "|---|---:|---:|",
+        ]
+        by_case: dict[str, dict[str, float]] = {}
+        for r in spread:
+            by_case.setdefault(r["case"], {})[r["order"]] = r["sd_log_ratio"]
+        for case, sd in by_case.items():
+            lines.append(f"| {case} | {sd.get('interleaved', math.nan):.4f} | {sd.get('blocks', math.nan):.4f} |")
     for r in rows:
         if r["case"] == "*":
             lines.append(f"nightly on {r['gpu_uuid']}: job exit {r['exit_code']} ({r['verdict']}), {r['seconds']} s")
@@ -410,7 +453,7 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiments", default="aa,planted", help="comma-separated: aa, planted, nightly")
+    parser.add_argument("--experiments", default="aa,planted", help="comma-separated: aa, spread, planted, nightly")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the baseline tree (default: this checkout)")
     parser.add_argument("--same-tree", type=Path, default=None, help="(a)'s candidate (default: a copy of --tree)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -427,9 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     experiments = [e for e in args.experiments.split(",") if e]
-    bad = [e for e in experiments if e not in ("aa", "planted", "nightly")]
+    bad = [e for e in experiments if e not in ("aa", "spread", "planted", "nightly")]
     if bad:
-        parser.error(f"unknown experiment(s) {bad}: choose aa, planted, nightly")
+        parser.error(f"unknown experiment(s) {bad}: choose aa, spread, planted, nightly")
     for path in [args.tree, *([args.same_tree] if args.same_tree else [])]:
         if not (path / "kernelwatch" / "kernels" / "__init__.py").is_file():
             parser.error(f"{path} holds no kernelwatch/kernels package")
@@ -445,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(tmp)
         if "aa" in experiments:
             rows += run_aa(args, args.tree, scratch, gpu)
+            out.write_text(json.dumps(rows, indent=1))
+        if "spread" in experiments:
+            rows += run_spread(args, args.tree, scratch, gpu)
             out.write_text(json.dumps(rows, indent=1))
         if "planted" in experiments:
             rows += run_planted(args, args.tree, scratch, gpu, [r for r in rows if r["experiment"] == "aa"])

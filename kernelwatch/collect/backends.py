@@ -304,6 +304,7 @@ class Backend:
         min_reps: int = 5,
         max_reps: int = 300,
         order: Sequence[int] = (0, 1, 1, 0),
+        blocks: bool = False,
     ) -> tuple[list[list[float]], str]:
         """(each callable's device milliseconds per call, the method) with the calls of all of them taken in one
         interleaved sequence, ``order`` repeated (A, B, B, A, ...), the L2 flushed before each, about ``rep_ms`` of
@@ -314,7 +315,8 @@ class Backend:
         (a fold_gamma kernel's folded weight: a cache that evicted it must not rebuild it inside a sample). The
         method is one for all, as in :meth:`device_samples`: ``graph`` (or ``graph-batch`` for ``calls`` > 1)
         only where every callable is captured and its graph passes the work checks, ``events`` otherwise; a
-        forced ``graph`` raises when a capture fails."""
+        forced ``graph`` raises when a capture fails. ``blocks`` takes every sample of the first callable, then
+        every one of the next (the old two-process confirm's order, kept to measure what interleaving gains)."""
         if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
             raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
         if calls < 1:
@@ -338,6 +340,8 @@ class Backend:
             for fn in fns:
                 fn()
         reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
+        if blocks:
+            order = [i for i in range(len(fns)) for _ in range(reps)]
         total = reps * len(order) // max(1, order.count(0))  # about reps samples per callable, whole patterns
         per = [order.count(i) for i in range(len(fns))]
 

@@ -419,11 +419,14 @@ def confirm_trees(
     progress: Callable[[str], None] | None = None,
     case_seconds: float = CASE_SECONDS,
     chunk: int | None = None,
+    order: str = "interleaved",
 ) -> dict[str, CaseConfirm]:
     """Confirm ``cases`` between two checked-out trees (directories; no git needed): one worker loads both trees'
     kernels side by side and times each round's calls interleaved; :func:`run_rounds` decides. With ``chunk``,
     the cases go through the worker ``chunk`` at a time (each chunk's inputs freed before the next: a whole
-    suite's inputs, twice, do not fit one GPU), and the false-alarm bound holds per chunk."""
+    suite's inputs, twice, do not fit one GPU), and the false-alarm bound holds per chunk. ``order="blocks"``
+    times one side's samples and then the other's in each round, as two workers did before (for
+    ``benchmarks/judge_eval.py``'s before/after spread; never for a verdict the gate uses)."""
     from kernelwatch.collect.accuracy import case_seed
 
     if not cases:
@@ -443,7 +446,13 @@ def confirm_trees(
             say(f"cases {at + 1}-{at + len(group)} of {len(cases)}: loading both trees in one worker, compiling")
             _confirm_group(worker, trees, group, seeds[at : at + step], results, say, case_seconds)
             run_rounds(
-                group, _measurer(worker, group, results, round_ms), min_effect, alpha, max_rounds, results, case_seconds
+                group,
+                _measurer(worker, group, results, round_ms, order),
+                min_effect,
+                alpha,
+                max_rounds,
+                results,
+                case_seconds,
             )
     finally:
         worker.close()
@@ -476,7 +485,7 @@ def _confirm_group(
 
 
 def _measurer(
-    worker: Worker, group: list[str], results: dict[str, CaseConfirm], round_ms: float
+    worker: Worker, group: list[str], results: dict[str, CaseConfirm], round_ms: float, order: str = "interleaved"
 ) -> Callable[[str, int], Reading]:
     """``measure(case, round)`` for :func:`run_rounds`: both sides' calls of the case interleaved, the side that
     opens the sequence alternating with the round; the first call of a case fixes its measurement length."""
@@ -487,7 +496,8 @@ def _measurer(
 
     def ask(case: str, rep_ms: float, first: str) -> dict[str, Any]:
         reply = worker.ask(
-            {"op": "measure", "key": case, "rep_ms": rep_ms, "calls": batch[case], "first": first}, MEASURE_TIMEOUT_S
+            {"op": "measure", "key": case, "rep_ms": rep_ms, "calls": batch[case], "first": first, "order": order},
+            MEASURE_TIMEOUT_S,
         )
         if "error" in reply:
             raise ConfirmError(f"{case}: {reply['error']}")

@@ -20,9 +20,10 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
   launches it made); answers ``{"trees": {side: kernels/__init__.py}, "missing": {side: [...]}, "errors":
   {side: {key: message}}, "sizes": {key: [bytes moved, FLOPs]}, "plans": {side: {key: text}},
   "checksums": {side: {key: sum of the first output}}}``. A later setup replaces the earlier one's cases.
-* ``{"op": "measure", "key": K, "rep_ms": R, "calls": N, "first": SIDE}``: ``Backend.paired_samples`` of
-  both sides' calls, SIDE's first; the method is fixed by the case's first measure (graph only where both
-  sides' calls are captured) and forced afterwards; answers ``{"baseline_ms": median, "candidate_ms": median,
+* ``{"op": "measure", "key": K, "rep_ms": R, "calls": N, "first": SIDE[, "order": "blocks"]}``:
+  ``Backend.paired_samples`` of both sides' calls, SIDE's first (``blocks``: all of SIDE's, then the
+  other's); the method is fixed by the case's first measure (graph only where both sides' calls are
+  captured) and forced afterwards; answers ``{"baseline_ms": median, "candidate_ms": median,
   "samples": n, "timing": ..., "sm_mhz": [before, after] | null, "power_w": [before, after] | null}``, or
   ``{"error": ...}``.
 * ``{"op": "quit"}``.
@@ -212,7 +213,11 @@ def main(argv: list[str]) -> int:
                 fns = [loaded[s]["calls"][key] for s in sides]
                 before = power.read()
                 samples, timing = backend.paired_samples(
-                    fns, rep_ms=msg["rep_ms"], method=methods.get(key, "auto"), calls=msg.get("calls", 1)
+                    fns,
+                    rep_ms=msg["rep_ms"],
+                    method=methods.get(key, "auto"),
+                    calls=msg.get("calls", 1),
+                    blocks=msg.get("order") == "blocks",
                 )
                 after = power.read()
             except Exception as exc:  # a forced graph whose capture failed this time
