@@ -17,10 +17,11 @@ candidate of (a) is a copy of it (``--same-tree`` to give another tree with iden
   work on the device in the ``--planted-cases`` (one of every class by default: launch-bound MSELoss,
   memory-bound softmax, mid GEMM, the Llama MLP GEMM, decode, and RMSNorm+MatMul fold_gamma at 1024x8192): a
   spin kernel (``torch.cuda._sleep``) launched on the same stream before the kernel, its length calibrated to
-  (ratio - 1) of the case's time (measured by the (a) rounds, or by a short A/A first), once every ``every``
-  calls where a sample holds a graph of many calls (launch-bound cases: a spin shorter than a graph node is
-  not possible, so 100 / every of them per replay). On the CPU, a host spin of that length. The code change
-  is ``kernelwatch/kernels/_planted.py`` in the copy and a ``discover`` that wraps those cases' kernel calls.
+  (ratio - 1) of the case's time (measured by the (a) rounds, or by a short A/A first). Where a sample is a
+  graph of 100 calls (launch-bound cases), a spin shorter than a graph node's own cost is not possible, so it
+  runs once every ``every`` calls, each spin at least twice that cost. On the CPU, a host spin of that
+  length. The code change is ``kernelwatch/kernels/_planted.py`` in the copy and a ``discover`` that wraps
+  those cases' kernel calls.
   Every verdict but SLOWER is a miss. ``measured_ratio`` says what the planted change cost as confirm saw it.
 * ``nightly``: the workflow's steps on a copy of the tree committed into a scratch git repository with a fixed
   author and date (so every GPU's copy of one tree has the same commit sha): ``collect --suite perf``, ingest
@@ -67,7 +68,7 @@ PLANTED_CASES = (
 SKIP = ("ci/history", "benchmarks/results", ".git", ".venv", "node_modules")
 FIXED_DATE = "2026-01-01T00:00:00+0000"  # the scratch commit's date: one tree, one sha, on every machine
 SPREAD_ROUNDS = 16
-SPIN_PER_GRAPH_NODE = 20  # a launch-bound case's spin runs once every this many calls (5 per 100-call graph)
+DIVISORS = (1, 2, 4, 5, 10, 20, 25, 50, 100)  # a launch-bound case's spin runs every this many calls (of 100)
 
 PLANTED_MODULE = '''"""Planted by benchmarks/judge_eval.py: extra device work before chosen perf cases' kernel calls."""
 
@@ -185,7 +186,9 @@ def planted_extra(
     fixed, per_ms = spin_calibration() if device == "cuda" else (0.0, 0.0)
     for key, ms in case_ms.items():
         target_ms = (ratio - 1.0) * ms
-        every = SPIN_PER_GRAPH_NODE if timings.get(key) == "graph-batch" else 1
+        every = 1
+        if timings.get(key) == "graph-batch":  # the fewest spins per 100-call graph that outlast a node's cost 2x
+            every = next((e for e in DIVISORS if target_ms * e >= 2 * fixed), DIVISORS[-1])
         spin_ms = target_ms * every
         if device == "cuda":
             out[key] = [max(0.0, (spin_ms - fixed) * per_ms), every]
