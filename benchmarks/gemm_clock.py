@@ -35,7 +35,7 @@ from collections.abc import Callable
 import torch
 
 from kernelwatch.collect.backends import Backend
-from kernelwatch.collect.confirm import CaseConfirm, run_rounds
+from kernelwatch.collect.confirm import CaseConfirm, Reading, run_rounds
 from kernelwatch.collect.inputs import drawn_on
 from kernelwatch.kernels import discover
 from kernelwatch.kernels.names import KERNEL_IMPL
@@ -245,12 +245,17 @@ def part_confirm(backend: Backend, clocks: Clocks) -> None:
             per_round = (time.perf_counter() - t0) / ROUNDS
             for measure, idx in (("time", 0), ("cycles", 1)):
                 queues = {s: [v[idx] for v in got[s]] for s in got}
-                res = run_rounds(["c"], lambda side, _c, q=queues: q[side].pop(0), max_rounds=ROUNDS)["c"]
+                res = run_rounds(["c"], _replay(queues), max_rounds=ROUNDS)["c"]
                 sd = statistics.stdev(math.log(c[idx] / b[idx]) for b, c in zip(got["baseline"], got["candidate"]))
                 print(
                     f"| {label} | {plant:+.0%} | {measure} | {res.verdict} | {res.rounds} | {_ratio(res)} | {sd:.4f} "
                     f"| {res.rounds * per_round:.1f} |"
                 )
+
+
+def _replay(queues: dict[str, list[float]]):
+    """``run_rounds``' measure over rounds taken already: round r's two medians."""
+    return lambda _case, r: Reading(queues["baseline"][r], queues["candidate"][r])
 
 
 METHODS = (  # (name, rep_ms, warmup_ms) of one confirm measurement of the GEMM; the first is confirm's today
@@ -288,7 +293,7 @@ def part_method(backend: Backend, clocks: Clocks) -> None:
                     samples, _ = backend.device_samples(sides[side], warmup_ms=warm_ms, rep_ms=rep_ms)
                     got[side].append(statistics.median(samples))
             per_round = (time.perf_counter() - t0) / ROUNDS
-            res = run_rounds(["c"], lambda side, _c, q=got: q[side].pop(0), max_rounds=ROUNDS)["c"]
+            res = run_rounds(["c"], _replay(got), max_rounds=ROUNDS)["c"]
             d = [math.log(c / b) for b, c in zip(res.baseline_ms, res.candidate_ms)]
             print(
                 f"| {label} | {plant:+.0%} | {res.verdict} | {res.rounds} | {_ratio(res)} | "
