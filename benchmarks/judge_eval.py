@@ -24,7 +24,8 @@ candidate of (a) is a copy of it (``--same-tree`` to give another tree with iden
   those cases' kernel calls.
   Every verdict but SLOWER is a miss. ``measured_ratio`` says what the planted change cost as confirm saw it.
 * ``nightly``: the workflow's steps on a copy of the tree committed into a scratch git repository with a fixed
-  author and date (so every GPU's copy of one tree has the same commit sha): ``collect --suite perf``, ingest
+  author and date (so every GPU's copy of one tree has the same commit sha): ``collect --trigger nightly``
+  (both suites, as the workflow; ``--collect-args`` adds options), ingest
   the committed history (``ci/history``) and ``--against`` run artifacts (another GPU's run of the same tree:
   this script's ``run.json`` from there) into a scratch SQLite database, ``gate --baseline main``, and where
   it exits 1 ``confirm --db`` and ``gate`` again. The job's exit is the last gate's (0: PASS).
@@ -351,7 +352,7 @@ def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | 
     started = time.perf_counter()
     run_json = out.parent / f"run-{(gpu or 'device')[:12]}.json"
     code, text = _kw(
-        repo, "collect", "--suite", "perf", "--device", args.device, "--no-progress", "--out", str(run_json),
+        repo, "collect", "--trigger", "nightly", "--device", args.device, "--no-progress", "--out", str(run_json),
         *args.collect_args, env=env,
     )  # fmt: skip
     if code not in (0, 3):
@@ -479,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in [args.tree, *([args.same_tree] if args.same_tree else [])]:
         if not (path / "kernelwatch" / "kernels" / "__init__.py").is_file():
             parser.error(f"{path} holds no kernelwatch/kernels package")
+    if "nightly" in experiments and not args.against:
+        parser.error("the nightly experiment needs --against RUN.json (a run of the same tree on another GPU)")
     for path in args.against:
         if not path.is_file():
             parser.error(f"--against {path}: no such file")

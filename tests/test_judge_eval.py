@@ -54,6 +54,7 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
         (["--tree", str(tmp_path)], "holds no kernelwatch/kernels package"),
         (["--experiments", "aa,bogus"], "unknown experiment"),
         (["--against", str(tmp_path / "none.json")], "no such file"),
+        (["--experiments", "nightly"], "needs --against"),
     ):
         got = _eval("--device", "cpu", *argv)
         assert got.returncode == 2 and message in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)
