@@ -29,6 +29,7 @@ candidate of (a) is a copy of it (``--same-tree`` to give another tree with iden
   the committed history (``ci/history``) and ``--against`` run artifacts (another GPU's run of the same tree:
   this script's ``run.json`` from there) into a scratch SQLite database, ``gate --baseline main``, and where
   it exits 1 ``confirm --db`` and ``gate`` again. The job's exit is the last gate's (0: PASS).
+  ``collect`` alone makes the first GPU's ``run-<gpu>.json`` for the next GPU's ``--against``.
 
 Rows (``--out``, default ``benchmarks/results/<date>-judge-eval/judge-eval.json``): a list of objects with
 ``experiment``, ``gpu_uuid``, ``case``, ``planted_ratio``, ``verdict``, ``rounds``, ``seconds``, and
@@ -346,7 +347,11 @@ def scratch_repo(tree: Path, where: Path) -> Path:
     return repo
 
 
-def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path) -> list[dict]:
+def collect_run(
+    args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path
+) -> tuple[Path, Path, dict[str, str], float]:
+    """The tree committed into a scratch repository and collected there as the nightly does: (repo, the run
+    artifact ``run-<gpu>.json`` beside ``--out``, the environment, when it started)."""
     repo = scratch_repo(tree, scratch / "nightly")
     env = {**os.environ, "PYTHONPATH": str(repo), "KERNELWATCH_DB": f"sqlite:///{scratch / 'nightly.db'}"}
     started = time.perf_counter()
@@ -357,13 +362,21 @@ def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | 
     )  # fmt: skip
     if code not in (0, 3):
         raise SystemExit(f"collect failed (exit {code}): {text.strip().splitlines()[-1:]}")
+    say(f"collect: the run artifact is {run_json}")
+    return repo, run_json, env, started
+
+
+def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path) -> list[dict]:
+    repo, run_json, env, started = collect_run(args, tree, scratch, gpu, out)
     history = sorted((tree / "ci" / "history").glob("*.json")) if args.history else []
     for path in [*history, *args.against]:
         code, text = _kw(repo, "ingest", str(path), env=env)
+        if code != 0:
+            say(f"ingest {path}: {text.strip().splitlines()[-1:]}")
     gate = ["gate", "--artifact", str(run_json), "--baseline", "main", "--report-dir", str(scratch / "gate")]
     first, text = _kw(repo, *gate, env=env)
     (out.parent / f"gate1-{(gpu or 'device')[:12]}.txt").write_text(text)
-    job, confirm_seconds, rows = first, 0.0, []
+    job, confirm_seconds, confirmed, rows = first, 0.0, None, []
     if first == 1:
         t0 = time.perf_counter()
         confirmed, text = _kw(
@@ -387,6 +400,7 @@ def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | 
             "exit_code": job,
             "first_gate_exit": first,
             "confirm_seconds": round(confirm_seconds, 1),
+            "confirm_exit": confirmed,
             "against": [str(p) for p in args.against],
             "run_artifact": str(run_json),
         }
@@ -474,9 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     experiments = [e for e in args.experiments.split(",") if e]
-    bad = [e for e in experiments if e not in ("aa", "spread", "planted", "nightly")]
+    bad = [e for e in experiments if e not in ("aa", "spread", "planted", "collect", "nightly")]
     if bad:
-        parser.error(f"unknown experiment(s) {bad}: choose aa, spread, planted, nightly")
+        parser.error(f"unknown experiment(s) {bad}: choose aa, spread, planted, collect, nightly")
     for path in [args.tree, *([args.same_tree] if args.same_tree else [])]:
         if not (path / "kernelwatch" / "kernels" / "__init__.py").is_file():
             parser.error(f"{path} holds no kernelwatch/kernels package")
@@ -501,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         if "planted" in experiments:
             rows += run_planted(args, args.tree, scratch, gpu, [r for r in rows if r["experiment"] == "aa"])
             out.write_text(json.dumps(rows, indent=1))
+        if "collect" in experiments:  # a run of this tree for another GPU's nightly to gate against
+            collect_run(args, args.tree, scratch, gpu, out)
         if "nightly" in experiments:
             rows += run_nightly(args, args.tree, scratch, gpu, out)
     out.write_text(json.dumps(rows, indent=1))
