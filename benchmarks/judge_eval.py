@@ -369,10 +369,9 @@ def collect_run(
 def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path) -> list[dict]:
     repo, run_json, env, started = collect_run(args, tree, scratch, gpu, out)
     history = sorted((tree / "ci" / "history").glob("*.json")) if args.history else []
-    for path in [*history, *args.against]:
-        code, text = _kw(repo, "ingest", str(path), env=env)
-        if code != 0:
-            say(f"ingest {path}: {text.strip().splitlines()[-1:]}")
+    code, text = _kw(repo, "ingest", *(str(p) for p in [*history, *args.against]), env=env)
+    if code != 0:
+        say(f"ingest: {text.strip().splitlines()[-3:]}")
     gate = ["gate", "--artifact", str(run_json), "--baseline", "main", "--report-dir", str(scratch / "gate")]
     first, text = _kw(repo, *gate, env=env)
     (out.parent / f"gate1-{(gpu or 'device')[:12]}.txt").write_text(text)
