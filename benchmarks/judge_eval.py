@@ -45,6 +45,7 @@ import datetime as dt
 import json
 import math
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -483,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, nargs="*", default=[], help="run artifacts for the nightly's db")
     parser.add_argument("--no-history", dest="history", action="store_false", help="no ci/history in the db")
     parser.add_argument("--nightly-case-seconds", type=float, default=20.0)
-    parser.add_argument("--collect-args", nargs="*", default=[], help="more collect options (e.g. --match X)")
+    parser.add_argument(
+        "--collect-args", type=shlex.split, default=[], help='more collect options in one string ("--suite perf")'
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     experiments = [e for e in args.experiments.split(",") if e]
