@@ -502,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             parser.error(f"--against {path}: no such file")
     out = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-judge-eval" / "judge-eval.json"
+    out = out.resolve()  # the nightly's commands run in a scratch repository
+    args.against = [p.resolve() for p in args.against]
+    args.tree = args.tree.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     gpu = gpu_uuid(args.device)
     rows: list[dict[str, Any]] = []
