@@ -313,9 +313,14 @@ class Backend:
 
         Each callable is called first, outside any timed region: it compiles, autotunes and fills its own caches
         (a fold_gamma kernel's folded weight: a cache that evicted it must not rebuild it inside a sample). The
-        method is one for all, as in :meth:`device_samples`: ``graph`` (or ``graph-batch`` for ``calls`` > 1)
-        only where every callable is captured and its graph passes the work checks, ``events`` otherwise; a
-        forced ``graph`` raises when a capture fails. ``blocks`` takes every sample of the first callable, then
+        method is one for all: ``graph`` (or ``graph-batch`` for ``calls`` > 1) where every callable is captured
+        and its graph did the call's work (:data:`GRAPH_MIN_FRACTION` of the smallest direct sample), ``events``
+        otherwise; a forced ``graph`` raises when a capture fails. Unlike :meth:`device_samples` a graph is kept
+        even where it reads slower than the direct call (:data:`GRAPH_MAX_RATIO`): both sides are replayed alike,
+        and events around interleaved direct calls of a ~100 us fused kernel put its host path (descriptors,
+        plan lookup) inside the sample (single rounds 0.92-1.22 of identical code on an H200,
+        ``benchmarks/results/2026-12-04-h200-judge-probe``), and on a power-capped GEMM that check flipped the
+        method from one measurement to the next. ``blocks`` takes every sample of the first callable, then
         every one of the next (the old two-process confirm's order, kept to measure what interleaving gains)."""
         if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
             raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
@@ -360,11 +365,7 @@ class Backend:
                 return timed, timing
             check = split(self._held_samples(list(fns), flush, min(total, GRAPH_CHECK_REPS * sum(per)), order))
             least = GRAPH_MIN_FRACTION if calls == 1 else BATCH_MIN_FRACTION
-            if all(
-                least * min(direct) <= statistics.median(side)
-                and sorted(side)[len(side) // 5] <= GRAPH_MAX_RATIO * statistics.median(direct)
-                for side, direct in zip(timed, check)
-            ):
+            if all(least * min(direct) <= statistics.median(side) for side, direct in zip(timed, check)):
                 return timed, timing
         return split(self._held_samples(list(fns), flush, total, order)), TIMING_EVENTS
 
