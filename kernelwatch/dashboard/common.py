@@ -111,11 +111,15 @@ def table(frame, **kwargs):
 
 
 def _isolated(frame):
-    """``frame`` (a DataFrame, or a Styler over one) with every text cell through ``isolate``."""
-    if not isinstance(frame, pd.DataFrame):  # a Styler: its styles are computed from .data when drawn
+    """``frame`` (a DataFrame, a Styler over one, or a list of row dicts) with every text cell through ``isolate``."""
+    text = lambda v: isolate(v) if isinstance(v, str) else v
+    if isinstance(frame, pd.DataFrame):
+        return frame.map(text) if len(frame) else frame
+    if isinstance(frame, list):
+        return [{k: text(v) for k, v in row.items()} if isinstance(row, dict) else row for row in frame]
+    if isinstance(getattr(frame, "data", None), pd.DataFrame):  # a Styler: its styles are computed from .data
         frame.data = _isolated(frame.data)
-        return frame
-    return frame.map(lambda v: isolate(v) if isinstance(v, str) else v) if len(frame) else frame
+    return frame
 
 
 def synthetic_note(any_synthetic: bool) -> None:
