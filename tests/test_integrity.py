@@ -1,4 +1,4 @@
-"""A damaged SQLite file is refused by every command before anything is read or written (issue 38, probe 6).
+"""A damaged SQLite file is refused by every command before anything is read or written.
 
 Before (d3bce35): random bytes over three pages that no query of theirs visits (indexes of the ack, confirmation
 and profiler tables) left `gate` PASSing on the damaged file (exit 0), `ingest` storing a run into it (exit 0),

@@ -1,4 +1,4 @@
-"""Options mean what they say (issue 38): a minimum effect is a fraction or a percentage, never a bare 5 read as
+"""Options mean what they say: a minimum effect is a fraction or a percentage, never a bare 5 read as
 500%; NaN and infinities are refused by every float option before any work; a report file that cannot be written
 is refused before measuring.
 

@@ -1,4 +1,4 @@
-"""Stored text is data wherever it is shown (issue 38): a NUL byte planted in the database is refused by the
+"""Stored text is data wherever it is shown: a NUL byte planted in the database is refused by the
 dashboard's pre-serve check and named on a page instead of a traceback; a U+202E (RIGHT-TO-LEFT OVERRIDE) or
 right-to-left letters in a branch or device name never reorder the rest of the line.
 
