@@ -33,6 +33,9 @@ class Finite(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
 
 class Effect(Finite):
     """A relative change: a fraction (``0.05``) or a percentage (``5%``). A bare number over 1 is refused, since

@@ -28,10 +28,10 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect,
 )
 @click.option(
     "--min-effect",
-    type=Effect(),
+    type=Effect(0, 10, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Smallest slowdown that counts as a regression: 0.05 or 5%, in (0, 10) (1000%).",
+    help="Smallest slowdown that counts as a regression: 5% or 0.05 (a bare number over 1 is refused).",
 )
 @click.option(
     "--case-min-effect",
