@@ -10,13 +10,78 @@ expected exceptions into one; click prints it once (``CommandError.show``).
 from __future__ import annotations
 
 import functools
-from typing import NoReturn
+import math
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 
 DB_HELP = "Database URL (default: $KERNELWATCH_DB, else sqlite file ./kernelwatch.db)."
 FORMATS = click.Choice(["table", "json", "csv"])
 USAGE = 2  # bad usage, bad input, a database that cannot be read: the command could not do its work
+
+
+class Finite(click.FloatRange):
+    """A number option: NaN and the infinities refused, then the range, if any (click's FloatRange lets NaN through
+    every bound: ``--round-ms nan`` reached the measurement)."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
+
+class Effect(Finite):
+    """A relative change: a fraction (``0.05``) or a percentage (``5%``). A bare number over 1 is refused, since
+    ``--min-effect 5`` meant as 5% would read as 500% and wave every slowdown through."""
+
+    name = "fraction|percent"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if not isinstance(value, str):
+            return super().convert(value, param, ctx)
+        text = value.strip()
+        if text.endswith("%"):
+            return super().convert(Finite().convert(text[:-1], param, ctx) / 100, param, ctx)
+        number = Finite().convert(text, param, ctx)
+        if number > 1:
+            self.fail(
+                f"{text} reads as {number:.0%} (a bare number is a fraction: 0.05 = 5%); write {text}% for {text} "
+                "percent",
+                param,
+                ctx,
+            )
+        return super().convert(number, param, ctx)
+
+
+def effect(name: str, text: str) -> float:
+    """``text`` read as :class:`Effect` does, for a value inside another option (``--case-min-effect NAME=5%``);
+    ValueError with the one-line reason."""
+    try:
+        return Effect().convert(text, None, None)
+    except click.BadParameter as exc:
+        raise ValueError(f"{name}: {exc.message}") from None
+
+
+def writable_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """The callback of a report file written after long work (``confirm --report-file``): one that cannot be
+    written (a folder, a FIFO, a device, a missing or read-only folder) is refused before the work starts."""
+    from kernelwatch.store.files import check_writable
+    from kernelwatch.store.schema import printable
+
+    if value is None:
+        return None
+    try:
+        check_writable(value)
+    except OSError as exc:
+        raise click.BadParameter(f"{printable(str(value))}: cannot be written ({exc.strerror or exc})") from None
+    return value
 
 
 def db_option(f):
@@ -137,8 +202,6 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None):
     """The callback of an artifact path to write (``--out``, ``-o``): checked as given, before anything
     runs (:func:`kernelwatch.store.artifact.artifact_target`). A path ending in ``/`` names a folder and is refused in
     one line, never written as a file named like the folder (``Path`` would drop the ``/``); ``-`` passes."""
-    from pathlib import Path
-
     if value is None or value == "-":
         return None if value is None else Path(value)
     from kernelwatch.store.artifact import ArtifactError, artifact_target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import check_case, clean_errors, db_option, open_readonly
+from kernelwatch.options import Effect, check_case, clean_errors, db_option, open_readonly
 
 SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
 
@@ -13,7 +13,13 @@ SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
 @click.argument("case")
 @click.option("--hardware", required=True, help="Device name substring or fingerprint prefix.")
 @click.option("--implementation", default="triton", show_default=True)
-@click.option("--min-effect", type=click.FloatRange(0.0, 10.0, min_open=True), default=0.05, show_default=True)
+@click.option(
+    "--min-effect",
+    type=Effect(0.0, 10.0, min_open=True),
+    default=0.05,
+    show_default=True,
+    help="Smallest change that counts: 0.05 or 5%.",
+)
 @db_option
 @clean_errors
 def command(case: str, hardware: str, implementation: str, min_effect: float, db_url: str | None) -> None:

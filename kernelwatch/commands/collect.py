@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 from click.core import ParameterSource
 
-from kernelwatch.options import clean_errors, db_option, expected_message, fail, output_file
+from kernelwatch.options import Finite, clean_errors, db_option, expected_message, fail, output_file
 
 # What --resume may be given with: where the recovered run goes, and nothing about what to measure.
 RESUME_COMPANIONS = {"resume", "out", "db_url", "no_progress"}
@@ -294,7 +294,7 @@ def _only_changed(opts, ref: str):
 )
 @click.option(
     "--case-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Finite(min=0, min_open=True),
     default=600.0,
     show_default=True,
     help="Seconds one case may take (compilation included) before it is recorded as an error.",

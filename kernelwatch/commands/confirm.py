@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import clean_errors, db_option, fail
+from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, writable_file
 
 
 @click.command("confirm")
@@ -70,14 +70,14 @@ from kernelwatch.options import clean_errors, db_option, fail
 )
 @click.option(
     "--min-effect",
-    type=click.FloatRange(0, 10, min_open=True, max_open=True),
+    type=Effect(0, 10, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
     help="The gate's minimum effect: SLOWER needs more than half of it, with confidence.",
 )
 @click.option(
     "--round-ms",
-    type=click.FloatRange(1, 10_000),
+    type=Finite(1, 10_000),
     default=20.0,
     show_default=True,
     help="Device time sampled per case, commit and round.",
@@ -86,6 +86,7 @@ from kernelwatch.options import clean_errors, db_option, fail
     "--report-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
+    callback=writable_file,
     help="Also write the Markdown report here.",
 )
 @click.option(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import clean_errors, db_option, expected_message, fail
+from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect, expected_message, fail
 
 
 @click.command("gate")
@@ -28,19 +28,20 @@ from kernelwatch.options import clean_errors, db_option, expected_message, fail
 )
 @click.option(
     "--min-effect",
-    type=float,
+    type=Effect(0, 10, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="Smallest slowdown that counts as a regression (0.05 = 5%), in (0, 10).",
+    help="Smallest slowdown that counts as a regression: 5% or 0.05 (a bare number over 1 is refused).",
 )
 @click.option(
     "--case-min-effect",
     multiple=True,
-    metavar="KERNEL_OR_CASE=FRACTION",
-    help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 (a kernel or case of the candidate).",
+    metavar="KERNEL_OR_CASE=EFFECT",
+    help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 or mse_loss=10% (a kernel or case of the "
+    "candidate).",
 )
 @click.option(
-    "--fdr", type=float, default=0.05, show_default=True, help="False discovery rate across cases, in (0, 1)."
+    "--fdr", type=Finite(), default=0.05, show_default=True, help="False discovery rate across cases, in (0, 1)."
 )
 @click.option(
     "--metric",
@@ -96,12 +97,12 @@ def command(
             name, sep, value = item.rpartition("=")  # case keys hold "=" themselves
             if name in efforts:
                 raise GateUndecided(f"--case-min-effect {name}: given twice")
+            if not sep or not name:
+                raise GateUndecided(f"--case-min-effect {item!r}: expected NAME=FRACTION or NAME=PERCENT%")
             try:
-                if not sep or not name:
-                    raise ValueError
-                efforts[name] = float(value)
-            except ValueError:
-                raise GateUndecided(f"--case-min-effect {item!r}: expected NAME=FRACTION") from None
+                efforts[name] = effect(f"--case-min-effect {item!r}", value)
+            except ValueError as exc:
+                raise GateUndecided(str(exc)) from None
         check_values(min_effect, fdr, efforts)
         doc = load_artifact(artifact) if artifact else None
         engine = open_database(db_url, readonly=True)

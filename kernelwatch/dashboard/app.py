@@ -27,4 +27,9 @@ pages = [
     st.Page(str(here / "roofline.py"), title="Roofline", url_path="roofline"),
     st.Page(str(here / "profiler.py"), title="Profiler", url_path="profiler"),
 ]
-st.navigation(pages, position="top").run()
+try:
+    st.navigation(pages, position="top").run()
+except Exception as exc:  # a value damaged since `kernelwatch dashboard` checked the database: one message, no trace
+    from kernelwatch.dashboard.common import cannot_show
+
+    cannot_show(exc)

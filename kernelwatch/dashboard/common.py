@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import data, verdicts
@@ -12,6 +13,7 @@ from kernelwatch.dashboard.state import Params, read_params, show_problems, writ
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
 from kernelwatch.store import queries
 from kernelwatch.store.engine import DatabaseError
+from kernelwatch.store.schema import isolate
 
 # Triage's column widths (px): verdict to the sparkline are its key columns and fit the 1,120 px a 1,280 px
 # window leaves (tests/test_chart_layout.py); GPU and the two commands may scroll.
@@ -43,6 +45,24 @@ def start(title: str):
         st.error(md(f"Cannot open the results database: {exc}", limit=500))
         st.stop()
     return eng, read_params()
+
+
+def cannot_show(exc: Exception) -> None:
+    """Say on the page why it cannot be shown when ``exc`` is the store's own (a damaged value, a database that
+    fails under a query: ``kernelwatch.store.engine``), as the command line says it; re-raise anything else (a bug:
+    its traceback is the answer)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from kernelwatch.store.engine import unreadable
+    from kernelwatch.store.schema import ArtifactError
+
+    if isinstance(exc, SQLAlchemyError):
+        message = unreadable(exc)
+    elif isinstance(exc, (DatabaseError, ArtifactError)):
+        message = str(exc)
+    else:
+        raise exc
+    st.error(md(f"This page cannot be shown: {message}", limit=500), icon=":material/error:")
 
 
 def pick_hardware(
@@ -84,9 +104,22 @@ def pick_kernel(
 
 
 def table(frame, **kwargs):
-    """A dataframe whose missing cells read "-" (never "None") and that fills the page width."""
+    """A dataframe whose missing cells read "-" (never "None") and whose text cells keep their direction to
+    themselves (:func:`kernelwatch.store.schema.isolate`)."""
     kwargs.setdefault("hide_index", True)
-    return st.dataframe(frame, placeholder="-", **kwargs)
+    return st.dataframe(_isolated(frame), placeholder="-", **kwargs)
+
+
+def _isolated(frame):
+    """``frame`` (a DataFrame, a Styler over one, or a list of row dicts) with every text cell through ``isolate``."""
+    text = lambda v: isolate(v) if isinstance(v, str) else v
+    if isinstance(frame, pd.DataFrame):
+        return frame.map(text) if len(frame) else frame
+    if isinstance(frame, list):
+        return [{k: text(v) for k, v in row.items()} if isinstance(row, dict) else row for row in frame]
+    if isinstance(getattr(frame, "data", None), pd.DataFrame):  # a Styler: its styles are computed from .data
+        frame.data = _isolated(frame.data)
+    return frame
 
 
 def synthetic_note(any_synthetic: bool) -> None:

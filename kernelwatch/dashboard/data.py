@@ -25,6 +25,7 @@ from kernelwatch.kernels.names import (
 )
 from kernelwatch.store import queries
 from kernelwatch.store.engine import open_database
+from kernelwatch.store.schema import isolate
 
 NAMES = IMPL_NAMES  # implementation -> what a page calls it (one table, in kernelwatch/dashboard/charts.py)
 BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
@@ -47,7 +48,7 @@ def hardware_options(eng: Engine) -> dict[str, str]:
     measured = {r["fingerprint"] for r in queries.latest_complete_runs(eng, include_synthetic=False)}
     out = {}
     for hw in queries.list_hardware(eng):
-        label = f"{hw['device_name']} ({hw['fingerprint'][:6]})"
+        label = f"{isolate(hw['device_name'])} ({hw['fingerprint'][:6]})"
         if hw["fingerprint"] not in measured and "synthetic" not in hw["device_name"].lower():
             label += " [synthetic]"
         out[hw["fingerprint"]] = label
@@ -107,7 +108,7 @@ def run_label(run: dict[str, Any], contents: dict[str, Any] | None = None) -> st
     when = (run.get("started") or "")[:16].replace("T", " ")
     label = f"{run['commit'][:8]} · {when} · run {run['id'][:8]}"
     if contents is not None:
-        label += " · " + queries.contents_text(contents, run.get("device"), run.get("device_count"))
+        label += " · " + isolate(queries.contents_text(contents, run.get("device"), run.get("device_count")))
     return label + (" · SYNTHETIC" if run.get("synthetic") else "")
 
 

@@ -26,7 +26,7 @@ from kernelwatch.gate.statuses import (
     label_of,
 )
 from kernelwatch.store.files import replaced_link_note, write_atomic
-from kernelwatch.store.schema import printable
+from kernelwatch.store.schema import isolate, printable
 
 # What a hardware label's parenthesis is, wherever one is shown: "NVIDIA H200 (b10424)".
 FINGERPRINT_NOTE = (
@@ -101,7 +101,7 @@ def md_text(value: object) -> str:
     backslash-escaped (CommonMark renders each as itself), line breaks flattened, and a zero-width space
     where GitHub would autolink a bare URL, ``www.`` or an e-mail address despite the escapes. Control
     characters (ESC, backspace...) are shown escaped: a report is also printed to terminals."""
-    text = printable(" ".join(str(value).split()))
+    text = isolate(printable(" ".join(str(value).split())))
     return _INLINE.sub(r"\\\1", _AUTOLINK.sub("\u200b", text))
 
 
@@ -109,7 +109,7 @@ def md_code(value: object) -> str:
     """Any text as one code span: a backtick fence longer than any backtick run inside, padded with spaces,
     pipes escaped (a GFM table splits cells on them even inside code spans), line breaks flattened,
     control characters shown escaped."""
-    text = printable(" ".join(str(value).split())).replace("|", "\\|")
+    text = isolate(printable(" ".join(str(value).split()))).replace("|", "\\|")
     fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
@@ -209,7 +209,7 @@ RATIO_SPAN = 1.5  # a bar's half-width is |log(ratio)| / log(RATIO_SPAN): 1.5x s
 
 
 def _h(value: object) -> str:
-    return html.escape(printable(" ".join(str(value).split())), quote=True)
+    return html.escape(isolate(printable(" ".join(str(value).split()))), quote=True)
 
 
 def _bar(ratio: float, status: str) -> str:

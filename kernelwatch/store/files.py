@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from kernelwatch.store.schema import ArtifactError, printable
 
-__all__ = ["NotReplaced", "file_kind", "open_input", "replaced_link_note", "write_atomic"]
+__all__ = ["NotReplaced", "check_writable", "file_kind", "open_input", "replaced_link_note", "write_atomic"]
 
 
 def file_kind(mode: int) -> str:
@@ -132,6 +132,22 @@ def write_atomic(path: str | Path, data: bytes) -> str | None:
             os.unlink(tmp)
         raise
     return link
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise the ``OSError`` :func:`write_atomic` would raise for ``path``, before the work whose result it will hold:
+    a folder, FIFO or device there (:class:`NotReplaced`), a folder that is missing or not one, or one this
+    process cannot create files in (read-only, another user's): a temporary file is created there and removed."""
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        info = os.lstat(path)
+        if not stat.S_ISLNK(info.st_mode) and not stat.S_ISREG(info.st_mode):
+            raise NotReplaced(f"{path} is {file_kind(info.st_mode)}, not a regular file: it is never replaced")
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise NotADirectoryError(f"folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}")
+    with tempfile.TemporaryFile(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=folder):
+        pass
 
 
 def replaced_link_note(path: str | Path, link: str) -> str:

@@ -29,6 +29,7 @@ import json
 import math
 import re
 import threading
+import unicodedata
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -94,6 +95,34 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+# Unicode's bidirectional classes (UAX #9) of the explicit embeddings, overrides and isolates: one U+202E
+# (RIGHT-TO-LEFT OVERRIDE) in a branch name reverses everything after it on the line it is shown in.
+_BIDI_CONTROLS = frozenset({"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"})
+_RIGHT_TO_LEFT = frozenset({"R", "AL"})
+FSI, PDI = "\u2068", "\u2069"  # FIRST STRONG ISOLATE ... POP DIRECTIONAL ISOLATE
+
+
+def isolate(text: str) -> str:
+    """Stored ``text`` that cannot change the direction of what is shown around it: its explicit bidirectional
+    controls escaped (``\\u202e``, as :func:`printable` shows them) but for isolates that close inside it (text
+    isolated once already), and text holding right-to-left letters (Hebrew, Arabic) wrapped in U+2068 ... U+2069,
+    so it takes its own direction without reordering its neighbours. ASCII text comes back as it is."""
+    if text.isascii():
+        return text
+    kinds = [unicodedata.bidirectional(c) for c in text]
+    kept, opened = set(), []
+    for i, kind in enumerate(kinds):
+        if kind == "FSI":
+            opened.append(i)
+        elif kind == "PDI" and opened:
+            kept.update((opened.pop(), i))
+    shown = "".join(
+        c.encode("unicode_escape").decode("ascii") if kind in _BIDI_CONTROLS and i not in kept else c
+        for i, (c, kind) in enumerate(zip(text, kinds))
+    )
+    return f"{FSI}{shown}{PDI}" if _RIGHT_TO_LEFT.intersection(kinds) else shown
 
 
 def render_loc(loc: tuple[str | int, ...]) -> str:

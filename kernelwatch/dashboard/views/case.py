@@ -16,6 +16,7 @@ from kernelwatch.gate.bisect import bisect_command, rerun_command
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from kernelwatch.gate.detect import change_points
 from kernelwatch.store import queries
+from kernelwatch.store.schema import isolate
 
 
 def closest_keys(eng, key: str, n: int = 3) -> list[str]:
@@ -136,10 +137,10 @@ else:
         f"candidate (run {cand['id'][:8]})", cand["commit"][:8], help="The newest run of this case on this hardware"
     )
     sides = [
-        f"baseline: run {base['id'][:8]} on {base['branch']}, GPU {verdict['before GPU'] or 'not recorded'}"
+        f"baseline: run {base['id'][:8]} on {isolate(base['branch'])}, GPU {verdict['before GPU'] or 'not recorded'}"
         if base
         else "no baseline",
-        f"candidate: run {cand['id'][:8]} on {cand['branch']}, GPU {verdict['GPU'] or 'not recorded'}",
+        f"candidate: run {cand['id'][:8]} on {isolate(cand['branch'])}, GPU {verdict['GPU'] or 'not recorded'}",
     ]
     p = verdict["p"]
     st.caption(md(" · ".join([*sides, *([f"p={p:.2g}"] if p is not None else [])])))

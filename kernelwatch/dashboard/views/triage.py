@@ -13,6 +13,7 @@ from kernelwatch.dashboard import charts, common, confirmations, data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.gate.statuses import NEW, PASS, label_of
 from kernelwatch.store import queries
+from kernelwatch.store.schema import isolate
 
 COLUMNS = (
     "verdict",
@@ -165,8 +166,8 @@ for role, candidate, baseline in sections:
     st.subheader(heading + (" — SYNTHETIC" if cand["synthetic"] else ""), divider="gray", help=common.hardware_help())
     st.caption(
         md(
-            f"judged: {data.run_label(cand)} on {cand['branch']} ({cand['status']}) — baseline: "
-            + (f"{data.run_label(base)} on {base['branch']}" if base else "none")
+            f"judged: {data.run_label(cand)} on {isolate(cand['branch'])} ({cand['status']}) — baseline: "
+            + (f"{data.run_label(base)} on {isolate(base['branch'])}" if base else "none")
         )
     )
     confirmations.show(eng, cand["fingerprint"], commit=cand["commit"])
@@ -219,7 +220,7 @@ for role, candidate, baseline in sections:
     picked_rows = event.selection.rows if event is not None else []
     if cells and cells[0][1] in ("reproduce", "bisect"):
         row = frame.iloc[cells[0][0]]
-        st.text(f"{cells[0][1]} {row['case']}:")
+        st.text(f"{cells[0][1]} {isolate(row['case'])}:")
         st.code(row[cells[0][1]] or "# no command: this run's commit is not a git sha", language="bash")
     elif cells or picked_rows:
         row = frame.iloc[cells[0][0] if cells else picked_rows[0]]
