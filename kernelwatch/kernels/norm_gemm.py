@@ -37,7 +37,7 @@ from kernelwatch.kernels.plan import (
     launch_autotuned,
     pointer,
 )
-from kernelwatch.kernels.spec import Case, element_size
+from kernelwatch.kernels.spec import STACK_MODES, Case, Tolerance, element_size, stack_of
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -689,3 +689,57 @@ def case_dense(case: Case) -> bool:
     m, n, k = case_mnk(case)
     size = element_size(case.dtype)
     return case.p["layout"] == "contiguous" and (k * size) % 16 == 0 and (n * size) % 16 == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack cases (issue 39): the kernel as a model calls it, L distinct layers in turn
+# ---------------------------------------------------------------------------------------------
+# Prefill, mid and decode: the shapes a 32-layer stack ran 3-23x slower than unfused PyTorch at (H200, issue 39).
+STACK_POINTS = (((1024, 8192), 4096), ((4096, 4096), 4096), ((16, 8192), 8192))
+STACK_DEPTHS = (32, 80)  # a Llama-8B-deep stack and a 70B-deep one
+
+
+def stack_cases(kernel: str, tolerance: Callable[[str, int], Tolerance], **extra: Any) -> list[Case]:
+    """The stack cases of a kernel's shipped variant (fold_gamma, fp16): every point, depth and mode."""
+    return [
+        Case.make(
+            kernel,
+            "fold_gamma",
+            "fp16",
+            tolerance("fp16", shape[-1]),
+            trials=1,
+            shape=shape,
+            n=n,
+            bias=False,
+            layout="contiguous",
+            direction="fwd",
+            layers=layers,
+            mode=mode,
+            **extra,
+        )
+        for shape, n in STACK_POINTS
+        for layers in STACK_DEPTHS
+        for mode in STACK_MODES
+    ]
+
+
+def stack_inputs(case: Case, device: torch.device, seed: int, beta: bool) -> dict[str, Any]:
+    """x and the layers (weight, gamma[, beta]) of a stack case, each layer drawn apart, as its spec's single
+    calls draw them (w ~ N(0, 1/K), gamma ~ U[1, 1.5], beta ~ N(0, 1/4)); the sizes of
+    :func:`~kernelwatch.kernels.spec.stack_of` on ``device``."""
+    stack = stack_of(case, device)
+    assert stack is not None, f"{case.key} is not a stack case"
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype, k, n = case.torch_dtype, stack.shape[-1], stack.n
+    x = (torch.randn(stack.shape, generator=gen) * 2.0).to(dtype).to(device)
+    layers = []
+    for _ in range(stack.layers):
+        w = (torch.randn(n, k, generator=gen) / math.sqrt(k)).to(dtype).to(device)
+        g = (1.0 + 0.5 * torch.rand(k, generator=gen)).to(dtype).to(device)
+        layers.append((w, g, (0.5 * torch.randn(k, generator=gen)).to(dtype).to(device)) if beta else (w, g))
+    return {"x": x, "layers": layers, "stack": stack}
+
+
+def stack_runner(x: torch.Tensor, calls: list[Callable[[torch.Tensor], torch.Tensor]]) -> Callable[[], list]:
+    """One pass of the stack: every layer called on x in turn, every output kept until the pass ends."""
+    return lambda: [call(x) for call in calls]

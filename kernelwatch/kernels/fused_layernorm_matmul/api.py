@@ -254,6 +254,25 @@ class FusedLayerNormLinear(torch.nn.Module):
         torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         self.prepared = WeightSlot()  # W diag(gamma), s, c, W''s descriptors and launchers: rebuilt on a change
 
+    @classmethod
+    def of(
+        cls,
+        weight: torch.Tensor,
+        gamma: torch.Tensor,
+        beta: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        eps: float = 1e-5,
+        requires_grad: bool = False,
+    ) -> FusedLayerNormLinear:
+        """A layer over these tensors (shared, not copied): weight ``[hidden, dim]``, gamma and beta ``[dim]``."""
+        hidden, dim = weight.shape
+        layer = cls(dim, hidden, eps, bias is not None, device="meta", dtype=weight.dtype)
+        layer.weight = torch.nn.Parameter(weight, requires_grad=requires_grad)
+        layer.gamma = torch.nn.Parameter(gamma, requires_grad=requires_grad)
+        layer.beta = torch.nn.Parameter(beta, requires_grad=requires_grad)
+        layer.bias = torch.nn.Parameter(bias, requires_grad=requires_grad) if bias is not None else None
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fused_layernorm_matmul(x, self.weight, self.gamma, self.beta, self.bias, self.eps, slot=self.prepared)
 

@@ -221,6 +221,23 @@ class FusedRMSLinear(torch.nn.Module):
         torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         self.folded = WeightSlot()  # W diag(gamma), its descriptors and launchers: rebuilt when a parameter changes
 
+    @classmethod
+    def of(
+        cls,
+        weight: torch.Tensor,
+        gamma: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        eps: float = 1e-6,
+        requires_grad: bool = False,
+    ) -> FusedRMSLinear:
+        """A layer over these tensors (shared, not copied): weight ``[hidden, dim]``, gamma ``[dim]``, bias."""
+        hidden, dim = weight.shape
+        layer = cls(dim, hidden, eps, bias is not None, device="meta", dtype=weight.dtype)
+        layer.weight = torch.nn.Parameter(weight, requires_grad=requires_grad)
+        layer.gamma = torch.nn.Parameter(gamma, requires_grad=requires_grad)
+        layer.bias = torch.nn.Parameter(bias, requires_grad=requires_grad) if bias is not None else None
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return fused_rmsnorm_matmul(x, self.weight, self.gamma, self.bias, self.eps, slot=self.folded)
 
