@@ -1,5 +1,6 @@
-"""The fused norm + GEMM kernels as a model calls them (issue 39): L distinct layers, each with its own weight and
-norm parameters, called in turn on one input; microseconds per layer, every unfused peer beside them.
+"""The fused norm + GEMM kernels as a model calls them: L distinct layers, each with its own weight and norm
+parameters, called in turn on one input; microseconds per layer, every unfused peer beside them
+(kernelwatch/kernels/NOTES.md, "Stacks of layers").
 
     python benchmarks/model_stack.py                          # H200: the table (about 4 minutes)
     python benchmarks/model_stack.py --json stack.json        # and every number as JSON

@@ -1,4 +1,4 @@
-"""The model-like perf cases of the fused norm + GEMM kernels (issue 39): L distinct layers called in turn, timed
+"""The model-like perf cases of the fused norm + GEMM kernels: L distinct layers called in turn, timed
 eagerly with the host path or as one graph, stored per layer. On the CPU they run on the interpreter's stand-in."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where the fused norm + GEMM kernels keep what they derive from their weights (issue 39): one fold per layer
+"""Where the fused norm + GEMM kernels keep what they derive from their weights: one fold per layer
 however deep the model, a new one when a parameter changes, and a launcher per input key. CPU interpreter."""
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (docs/metri
 # Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
 # pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
 CALL_BATCHES = 10
-WALL_MIN_REPS = 20  # a wall-timed sample is one whole pass of a stack: the median of at least 20 (issue 39)
+WALL_MIN_REPS = 20  # a wall-timed sample is one whole pass of a stack: the median of at least 20
 MAX_CALLS_PER_BATCH = 100_000
 
 

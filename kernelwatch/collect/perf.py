@@ -12,17 +12,11 @@ Per implementation, in this order:
 
 A stack case (:func:`~kernelwatch.kernels.spec.stack_of`: L distinct layers called in turn, as a model calls the
 kernel) times one pass of the stack per sample and stores it per layer (divided by L): in ``mode=eager`` the
-pass's wall time with its host path (``Backend.wall_samples``, timing ``wall``), in ``mode=graph`` the replay of one
-CUDA graph of the whole stack (``graph``; a stack that cannot be captured is that implementation's error, never
-timed another way; events on the CPU, which has no graphs). Its cost per call is the stack's, back to back, per layer: the host cost a model pays, which
-the gate watches with ``--metric call``. Peak memory is the whole pass's.
-
-The inputs are made once per case and shared by its implementations; on a GPU or NPU their random values
-are drawn there, from the case's seed (:mod:`kernelwatch.collect.inputs`: not the accuracy suite's host-drawn values).
-PyTorch baselines are measured once per baseline key (cases that differ only in the kernel variant
-share them); the collector deals the cases of one key to the same worker so the cache holds.
-% of peak is the achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
-which for a memory-bound kernel is its share of the measured copy bandwidth.
+pass's wall time with its host path (``Backend.wall_samples``, timing ``wall``), in ``mode=graph`` the replay of
+one CUDA graph of the whole stack (``graph``; a stack that cannot be captured is that implementation's error,
+never timed another way; events on the CPU, which has no graphs). Its cost per call is the stack's, back to
+back, per layer: the host cost a model pays, which the gate watches with ``--metric call``. Peak memory is the
+whole pass's.
 """
 
 from __future__ import annotations

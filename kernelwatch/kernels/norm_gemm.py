@@ -532,9 +532,9 @@ class WeightCache:
     """A :class:`WeightSlot` per tuple of tensors (and a tag), living exactly as long as every one of them.
 
     No capacity: a model of any depth keeps one fold per layer (a 16-entry FIFO refolded every weight of a
-    32-layer stack on every call, 3-23x slower than unfused PyTorch on an H200: issue 39). A tensor's
-    death drops its entries (``weakref.finalize``), so weights made per call cost a fold per call and
-    leave nothing behind."""
+    32-layer stack on every call, 3-23x slower than unfused PyTorch on an H200: kernelwatch/kernels/NOTES.md,
+    "Stacks of layers"). A tensor's death drops its entries (``weakref.finalize``), so weights made per call cost
+    a fold per call and leave nothing behind."""
 
     def __init__(self) -> None:
         self._slots: dict[tuple, WeightSlot] = {}
@@ -692,9 +692,10 @@ def case_dense(case: Case) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Stack cases (issue 39): the kernel as a model calls it, L distinct layers in turn
+# Stack cases: the kernel as a model calls it, L distinct layers in turn (kernelwatch/kernels/NOTES.md, "Stacks of
+# layers")
 # ---------------------------------------------------------------------------------------------
-# Prefill, mid and decode: the shapes a 32-layer stack ran 3-23x slower than unfused PyTorch at (H200, issue 39).
+# Prefill, mid and decode: the shapes a 32-layer stack ran 3-23x slower than unfused PyTorch at (H200, NOTES.md).
 STACK_POINTS = (((1024, 8192), 4096), ((4096, 4096), 4096), ((16, 8192), 8192))
 STACK_DEPTHS = (32, 80)  # a Llama-8B-deep stack and a 70B-deep one
 
