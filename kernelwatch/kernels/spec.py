@@ -230,14 +230,17 @@ class Stack:
 
 
 def stack_of(case: Case, device: torch.device) -> Stack | None:
-    """The stack a case runs on ``device`` (:data:`CPU_STACK`'s stand-in on the CPU), None for a single-call
-    case. Its params: ``layers``, ``mode`` (one of :data:`STACK_MODES`), ``shape`` (x's) and ``n``."""
+    """The stack a case runs on ``device`` (:data:`CPU_STACK`'s stand-in in the interpreter; the real sizes where
+    a GPU is only described, as the ahead-of-time compiler does), None for a single-call case. Its params:
+    ``layers``, ``mode`` (one of :data:`STACK_MODES`), ``shape`` (x's) and ``n``."""
     p = case.p
     if "layers" not in p:
         return None
     if p["mode"] not in STACK_MODES:
         raise ValueError(f"{case.key}: mode must be one of {STACK_MODES}, got {p['mode']!r}")
-    if torch.device(device).type == "cpu":
+    from kernelwatch.kernels.device import describe
+
+    if describe(torch.device(device)).interpreter:
         layers, rows, k, n = CPU_STACK
         return Stack(layers, p["mode"], (rows, k), n)
     return Stack(int(p["layers"]), p["mode"], tuple(p["shape"]), int(p["n"]))
