@@ -240,7 +240,8 @@ def stack_of(case: Case, device: torch.device) -> Stack | None:
         raise ValueError(f"{case.key}: mode must be one of {STACK_MODES}, got {p['mode']!r}")
     from kernelwatch.kernels.device import describe
 
-    if describe(torch.device(device)).interpreter:
+    device = torch.device(device)
+    if device.type == "cpu" and describe(device).interpreter:
         layers, rows, k, n = CPU_STACK
         return Stack(layers, p["mode"], (rows, k), n)
     return Stack(int(p["layers"]), p["mode"], tuple(p["shape"]), int(p["n"]))
