@@ -106,13 +106,23 @@ def passes(kernel: str, x, layers: list, device: str, compile_ok: bool, found: d
     from kernelwatch.kernels.fused_rmsnorm_matmul.api import FusedRMSLinear
 
     k = x.shape[-1]
+
+    def module(cls, w, g, beta, eps):
+        """A layer over these tensors, built by hand rather than by ``.of`` so an older commit runs this too
+        (the before / after of a change)."""
+        layer = cls(k, w.shape[0], eps, bias=False, device="meta", dtype=w.dtype)
+        layer.weight, layer.gamma = torch.nn.Parameter(w, False), torch.nn.Parameter(g, False)
+        if beta is not None:
+            layer.beta = torch.nn.Parameter(beta, False)
+        return layer
+
     if kernel == "rms":
-        modules = [FusedRMSLinear.of(w, g, eps=1e-6) for w, g, _ in layers]
+        modules = [module(FusedRMSLinear, w, g, None, 1e-6) for w, g, _ in layers]
 
         def norm(x, g, beta):
             return F.rms_norm(x, (k,), g, 1e-6)
     else:
-        modules = [FusedLayerNormLinear.of(w, g, beta, eps=1e-5) for w, g, beta in layers]
+        modules = [module(FusedLayerNormLinear, w, g, beta, 1e-5) for w, g, beta in layers]
 
         def norm(x, g, beta):
             return F.layer_norm(x, (k,), g, beta, 1e-5)
