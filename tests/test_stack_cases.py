@@ -98,3 +98,26 @@ def test_the_kernel_pass_of_a_stack_computes_what_the_unfused_pass_does(spec) ->
     assert not torch.equal(fused[0], fused[1])
     for got, want in zip(fused, unfused):
         torch.testing.assert_close(got.float(), want.float(), rtol=case.tol.rtol, atol=case.tol.atol * 4)
+
+
+def test_a_graph_stack_is_timed_from_its_graph_or_fails_never_falling_back_to_events() -> None:
+    """Defect caught: a ``mode=graph`` stack timed by events when its capture fails (the case would read the eager
+    figure under the graph's name), or a replay stored per pass instead of per layer. The host "graph" of
+    tests/test_perf.py stands in for CUDA's: capture runs the call, replay runs the work it was given."""
+    from test_perf import _graph_backend, _HostGraph, _sleep_us
+
+    from kernelwatch.collect.perf import time_implementation
+    from kernelwatch.kernels.names import TIMING_GRAPH
+    from kernelwatch.kernels.spec import Stack
+
+    stack = Stack(layers=4, mode="graph", shape=(2, 8), n=4)
+    row = time_implementation(_graph_backend(replays=lambda: _sleep_us(2000)), KERNEL_IMPL, lambda: None, 1, stack)
+    assert row["error"] is None and row["timing"] == TIMING_GRAPH
+    assert 0.5 <= row["median_ms"] < 1.0  # a 2 ms replay over 4 layers
+
+    def synchronising() -> None:
+        if _HostGraph.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    row = time_implementation(_graph_backend(), KERNEL_IMPL, synchronising, 1, stack)
+    assert row["median_ms"] is None and "operation not permitted when stream is capturing" in row["error"]
