@@ -60,3 +60,21 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys) -> None:
     assert model_stack.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_the_host_path_script_prints_a_row_per_path_kernel_and_depth() -> None:
+    """Defect caught: benchmarks/host_path.py (the before / after of the host path) broken by an API change. It
+    replaces the launches in its own process, so it runs in a child."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "host_path.py"), "--depths", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| decode") or line.startswith("| tiles")]
+    assert len(rows) == 4 and all(float(r.split("|")[4]) > 0 for r in rows)
