@@ -130,3 +130,17 @@ def test_a_launcher_per_input_key_and_bad_input_still_refused(cls) -> None:
             layer(torch.randn(ROWS, DIM).half())
         with pytest.raises(ValueError, match="K mismatch"):
             layer(torch.randn(ROWS, DIM + 1))
+
+
+def test_weights_made_in_inference_mode_fold_once() -> None:
+    """Defect caught: inference tensors have no version counter (reading it raises), so a layer built and called
+    under ``torch.inference_mode()`` (a server) either fails or refolds on every call."""
+    x = torch.randn(ROWS, DIM)
+    with torch.inference_mode():
+        layer = FusedRMSLinear(DIM, HIDDEN)
+        assert layer.weight.is_inference()
+        before = norm_gemm.folds()
+        first = layer(x)
+        torch.testing.assert_close(layer(x), first)
+        assert norm_gemm.folds() - before == 1
+    torch.testing.assert_close(first.double(), _rms_ref(x, layer), rtol=1e-4, atol=1e-5)
