@@ -135,19 +135,20 @@ def test_folded_weight_cache_is_invalidated_by_in_place_updates() -> None:
 
 
 def test_folded_weight_keeps_its_descriptors_until_it_changes() -> None:
-    """The decode and Hopper launchers take W's TMA descriptor from the folded weight's entry: the same dict
-    while the weight is unchanged, a fresh one once an in-place update refolds it, none for other tensors."""
+    """The decode and Hopper launchers take W's TMA descriptor from the slot of the folded weight: the same dict
+    while the weight is unchanged, a fresh one once an in-place update refolds it, none for another tensor."""
     _, w, g, _ = _inputs((5, 32), 8, torch.float32)
     FOLDED.clear()
+    slot = FOLDED.slot(w, g, None, True)
     folded = FOLDED.get(w, g)
-    descs = FOLDED.descriptors(folded)
+    descs = slot.descs
     descs[(8, 32)] = "built once"
-    assert FOLDED.get(w, g) is folded and FOLDED.descriptors(folded) is descs
-    assert FOLDED.descriptors(w) == {} and FOLDED.descriptors(w) is not FOLDED.descriptors(w)
+    assert FOLDED.get(w, g) is folded and FOLDED.slot(w, g, None, True).descs is descs
+    assert FOLDED.slot(w, g.clone(), None, True).descs == {}
     with torch.no_grad():
         w.add_(1.0)
     refolded = FOLDED.get(w, g)
-    assert refolded is not folded and FOLDED.descriptors(refolded) == {} and FOLDED.descriptors(folded) == {}
+    assert refolded is not folded and slot.descs == {} and slot.value is refolded
 
 
 def test_plan_paths_are_tagged_not_guessed_from_the_kernel() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH, TIMING_GRAPH_BATCH
+from kernelwatch.kernels.names import TIMING_EVENTS, TIMING_GRAPH, TIMING_GRAPH_BATCH, TIMING_WALL
 
 DEVICE_TYPES = ("cuda", "npu", "cpu")
 # Larger than any L2 we know (H200: 60 MB, Ascend 910B: 192 MB). On the CPU a smaller buffer keeps the
@@ -50,6 +50,7 @@ CALL_BATCH_MS = 10.0  # one back-to-back batch lasts about this long (docs/metri
 # Ten batches: with five (the first H200 runs) a rank test's smallest p-value is 1/252, which no case can
 # pass once a gate controls the false discovery rate over tens of cases (`kernelwatch gate --metric call`).
 CALL_BATCHES = 10
+WALL_MIN_REPS = 20  # a wall-timed sample is one whole pass of a stack: the median of at least 20
 MAX_CALLS_PER_BATCH = 100_000
 
 
@@ -369,6 +370,11 @@ class Backend:
                 return timed, timing
         return split(self._held_samples(list(fns), flush, total, order)), TIMING_EVENTS
 
+    @property
+    def graphs(self) -> bool:
+        """Whether calls can be captured into a graph here (CUDA, Ascend; not the CPU)."""
+        return self._graph_api() is not None
+
     def _graph_api(self):
         """The device's graph capture API: ``CUDAGraph`` / ``graph`` on CUDA, ``NPUGraph`` / ``graph`` on
         Ascend (torch_npu registers them under ``torch.npu``); None on the CPU or where it is missing."""
@@ -485,6 +491,37 @@ class Backend:
         self.synchronize()
         self._flush_ms = max(start.elapsed_time(mid), 1e-3)
         return 1_000_000 / max(mid.elapsed_time(end), 1e-3) if spin else 0.0
+
+    def wall_samples(
+        self,
+        fn: Callable[[], object],
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        min_reps: int = WALL_MIN_REPS,
+        max_reps: int = 300,
+    ) -> tuple[list[float], str]:
+        """(host wall milliseconds of each call, synchronised before and after it; :data:`TIMING_WALL`).
+
+        What a model called eagerly pays for one pass of its layers: the host path of every call and the
+        device's work, whichever is longer where they overlap, with the device idle while the host lags. No
+        L2 flush: a stack of distinct weights is far larger than the L2, and a model flushes nothing. On the
+        CPU the host clock of the interpreter's work."""
+        self.synchronize()
+        start = time.perf_counter()
+        fn()
+        self.synchronize()
+        estimate = max((time.perf_counter() - start) * 1e3, 1e-3)
+        for _ in range(max(1, int(warmup_ms / estimate))):
+            fn()
+        reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
+        samples = []
+        for _ in range(reps):
+            self.synchronize()
+            start = time.perf_counter()
+            fn()
+            self.synchronize()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return samples, TIMING_WALL
 
     def _batch_ms(self, fn: Callable[[], object], calls: int) -> float:
         self.synchronize()

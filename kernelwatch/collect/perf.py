@@ -10,12 +10,13 @@ Per implementation, in this order:
 3. cost per call: ``Backend.call_samples``, calls back to back, one sync per batch (``call_ms``);
 4. peak memory: ``Backend.peak_memory``, the allocator's high-water mark over one call.
 
-The inputs are made once per case and shared by its implementations; on a GPU or NPU their random values
-are drawn there, from the case's seed (:mod:`kernelwatch.collect.inputs`: not the accuracy suite's host-drawn values).
-PyTorch baselines are measured once per baseline key (cases that differ only in the kernel variant
-share them); the collector deals the cases of one key to the same worker so the cache holds.
-% of peak is the achieved fraction of the roofline floor max(bytes / peak GB/s, FLOPs / peak FLOP/s),
-which for a memory-bound kernel is its share of the measured copy bandwidth.
+A stack case (:func:`~kernelwatch.kernels.spec.stack_of`: L distinct layers called in turn, as a model calls the
+kernel) times one pass of the stack per sample and stores it per layer (divided by L): in ``mode=eager`` the
+pass's wall time with its host path (``Backend.wall_samples``, timing ``wall``), in ``mode=graph`` the replay of
+one CUDA graph of the whole stack (``graph``; a stack that cannot be captured is that implementation's error,
+never timed another way; events on the CPU, which has no graphs). Its cost per call is the stack's, back to
+back, per layer: the host cost a model pays, which the gate watches with ``--metric call``. Peak memory is the
+whole pass's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import torch
 
 from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
-from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec
+from kernelwatch.kernels.names import TIMING_GRAPH
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Stack, stack_of
 from kernelwatch.store.schema import PerfResult
 
 # A case is launch-bound when it moves at most this much and computes at most this many FLOPs: on an H200 the
@@ -106,18 +108,27 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def time_implementation(backend: Backend, impl: str, fn, calls: int = 1) -> dict[str, Any]:
+def time_implementation(backend: Backend, impl: str, fn, calls: int = 1, stack: Stack | None = None) -> dict[str, Any]:
     """GPU time, cost per call and peak memory of one implementation (see the module docstring): the measured
     fields of its :class:`~kernelwatch.store.schema.PerfResult`, which :func:`finish` completes for each case sharing
-    them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`)."""
+    them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`). ``stack``: ``fn`` is one
+    pass of a stack, timed as its mode says and stored per layer."""
     try:
         with backend.phase("perf.warmup"):
             fn()
             backend.synchronize()
         with backend.phase("perf.timing"):
-            samples, timing = backend.device_samples(fn, calls=calls)
+            if stack is None:
+                samples, timing = backend.device_samples(fn, calls=calls)
+            elif stack.mode == "eager":
+                samples, timing = backend.wall_samples(fn)
+            else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
+                samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
             call_times = backend.call_samples(fn)
+        if stack is not None:
+            samples = [s / stack.layers for s in samples]
+            call_times = [c / stack.layers for c in call_times]
     except Exception as exc:
         return _empty(impl, _one_line(exc), origin(backend))
     with backend.phase("perf.memory"):
@@ -158,9 +169,10 @@ def perf_case(
         with drawn_on(backend.device):  # random inputs born on the device: kernelwatch.collect.inputs
             inputs = spec.make_inputs(case, backend.device, seed)
         impls = spec.implementations(case, inputs)
-    calls = calls_per_sample(spec, case)
+    stack = stack_of(case, backend.device)
+    calls = 1 if stack else calls_per_sample(spec, case)
     results: dict[str, dict[str, Any]] = {
-        KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL], calls)
+        KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL], calls, stack)
     }
     bkey = spec.baseline_key(case)
     cached = baselines.get(bkey)
@@ -168,7 +180,9 @@ def perf_case(
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()  # a fresh compile per case: past the recompile limit dynamo falls back to eager
         cached = {
-            name: time_implementation(backend, name, fn, calls) for name, fn in impls.items() if name != KERNEL_IMPL
+            name: time_implementation(backend, name, fn, calls, stack)
+            for name, fn in impls.items()
+            if name != KERNEL_IMPL
         }
         baselines.put(bkey, cached)
     results.update(cached)

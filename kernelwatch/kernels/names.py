@@ -49,3 +49,6 @@ def vendor(device_type: str) -> str:
 # many back-to-back calls per sample divided by their number (launch-bound cases), or events around a direct call.
 TIMING_GRAPH, TIMING_GRAPH_BATCH, TIMING_EVENTS = "graph", "graph-batch", "events"
 GRAPH_TIMINGS = (TIMING_GRAPH, TIMING_GRAPH_BATCH)
+# A stack case in mode=eager (kernelwatch.kernels.spec.stack_of): host wall time of each pass of the stack, synchronised
+# before and after, divided by its layers: the host path and the device work as a model called eagerly pays them.
+TIMING_WALL = "wall"

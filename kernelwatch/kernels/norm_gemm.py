@@ -37,7 +37,7 @@ from kernelwatch.kernels.plan import (
     launch_autotuned,
     pointer,
 )
-from kernelwatch.kernels.spec import Case, element_size
+from kernelwatch.kernels.spec import STACK_MODES, Case, Tolerance, element_size, stack_of
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -463,41 +463,101 @@ def check_inputs(
         raise ValueError(f"{kernel}: bias shape {tuple(bias.shape)} != [{weight.shape[0]}]")
 
 
+_folds = 0  # W diag(gamma) computed in this process: what the tests of the weight caches count
+
+
 def fold_gamma(weight: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     """W' = W diag(gamma), rounded to W's dtype, contiguous."""
+    global _folds
+    _folds += 1
     with torch.no_grad():
         return (weight.float() * gamma.float()[None, :]).to(weight.dtype).contiguous()
 
 
-class VersionedCache:
-    """Values derived from tensors, per object identity and version (in-place updates bump it); the oldest
-    entry goes when ``capacity`` are held. ``on_drop`` sees each value that leaves."""
+def folds() -> int:
+    """How many times :func:`fold_gamma` ran in this process."""
+    return _folds
 
-    def __init__(self, capacity: int = 16, on_drop: Callable[[Any], None] | None = None) -> None:
-        self.capacity = capacity
-        self.on_drop = on_drop
-        self._entries: dict[tuple, tuple] = {}
 
-    def get(self, tensors: tuple[torch.Tensor | None, ...], extra: tuple, make: Callable[[], Any]) -> Any:
-        key = (*(id(t) for t in tensors), *extra)
-        versions = tuple(t._version if t is not None else None for t in tensors)
-        hit = self._entries.get(key)
-        if hit is not None:
-            refs, held_versions, value = hit
-            if all((r() if r is not None else None) is t for r, t in zip(refs, tensors)) and held_versions == versions:
-                return value
+def _stamp(tensors: tuple[torch.Tensor | None, ...]) -> tuple:
+    """(object, version, storage) of each tensor; an inference tensor has no version counter (it cannot be
+    changed in place outside inference mode), so it stands as -1."""
+    try:
+        return tuple((id(t), t._version, t.data_ptr()) if t is not None else None for t in tensors)
+    except RuntimeError:
+        return tuple(
+            (id(t), -1 if t.is_inference() else t._version, t.data_ptr()) if t is not None else None for t in tensors
+        )
+
+
+class WeightSlot:
+    """What a forward derives from one set of parameter tensors: ``value`` (a folded weight, say), ``descs``
+    (TMA descriptors of it by block shape) and ``calls`` (a launcher per input key), kept while the tensors are
+    unchanged: the same objects, the same storage (``data_ptr``: ``p.data = t`` and ``module.to()`` swap it)
+    and the same version (in-place updates bump it, an optimizer's step among them). An in-place update made
+    through ``p.data`` bumps no version PyTorch keeps on ``p``: :meth:`reset` after one.
+
+    A module owns one (:class:`~kernelwatch.kernels.fused_rmsnorm_matmul.api.FusedRMSLinear`); the functional
+    API takes one from a :class:`WeightCache`. ``builds`` counts the values made."""
+
+    __slots__ = ("_stamp", "value", "descs", "calls", "builds")
+
+    def __init__(self) -> None:
+        self._stamp: tuple | None = None
+        self.value: Any = None
+        self.descs: dict = {}
+        self.calls: dict = {}
+        self.builds = 0
+
+    def current(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
+        """Whether ``value`` was made from exactly these tensors as they are now."""
+        return self._stamp is not None and _stamp(tensors) == self._stamp
+
+    def rebuild(self, tensors: tuple[torch.Tensor | None, ...], make: Callable[[], Any]) -> Any:
+        """``make()`` as the new value (nothing is replaced when it raises); descriptors and launchers go."""
         value = make()
-        if hit is not None and self.on_drop is not None:
-            self.on_drop(hit[2])
-        if len(self._entries) >= self.capacity:
-            old = self._entries.pop(next(iter(self._entries)))
-            if self.on_drop is not None:
-                self.on_drop(old[2])
-        self._entries[key] = (tuple(weakref.ref(t) if t is not None else None for t in tensors), versions, value)
+        self.value, self.descs, self.calls = value, {}, {}
+        self._stamp = _stamp(tensors)
+        self.builds += 1
         return value
 
+    def get(self, tensors: tuple[torch.Tensor | None, ...], make: Callable[[], Any]) -> Any:
+        return self.value if self.current(tensors) else self.rebuild(tensors, make)
+
+    def reset(self) -> None:
+        self._stamp = None
+
+
+class WeightCache:
+    """A :class:`WeightSlot` per tuple of tensors (and a tag), living exactly as long as every one of them.
+
+    No capacity: a model of any depth keeps one fold per layer (a 16-entry FIFO refolded every weight of a
+    32-layer stack on every call, 3-23x slower than unfused PyTorch on an H200: kernelwatch/kernels/NOTES.md,
+    "Stacks of layers"). A tensor's death drops its entries (``weakref.finalize``), so weights made per call cost
+    a fold per call and leave nothing behind."""
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple, WeightSlot] = {}
+
+    def slot(self, tensors: tuple[torch.Tensor | None, ...], tag: Any = None) -> WeightSlot:
+        key = (*(id(t) for t in tensors), tag)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = WeightSlot()
+            for t in tensors:
+                if t is not None:
+                    weakref.finalize(t, self._drop, key, slot).atexit = False
+        return slot
+
+    def _drop(self, key: tuple, slot: WeightSlot) -> None:
+        if self._slots.get(key) is slot:
+            del self._slots[key]
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
     def clear(self) -> None:
-        self._entries.clear()
+        self._slots.clear()
 
 
 def dense(x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> bool:
@@ -519,22 +579,28 @@ def tensor_descriptor(t: torch.Tensor, block: tuple[int, int]) -> Any:
     return TensorDescriptor.from_tensor(t, list(block))
 
 
+def descriptor_template(t: torch.Tensor, block: tuple[int, int]) -> Any:
+    """A descriptor of ``t``'s shape and strides, checked once by Triton, holding no tensor: :func:`rebased`
+    puts each call's tensor of that shape, strides and alignment into a copy without checking again."""
+    desc = tensor_descriptor(t, block)
+    desc.base = None
+    return desc
+
+
+def rebased(template: Any, t: torch.Tensor) -> Any:
+    """``template`` over ``t`` (same shape, strides and 16-byte alignment as the tensor it was made from)."""
+    desc = object.__new__(type(template))
+    desc.__dict__.update(template.__dict__)
+    desc.base = t
+    return desc
+
+
 def weight_descriptor(w: torch.Tensor, descs: dict, block: tuple[int, int]) -> Any:
     """W's descriptor from ``descs`` (a weight cache's, built once per weight version and block shape)."""
     desc = descs.get(block)
     if desc is None:
         desc = descs[block] = tensor_descriptor(w, block)
     return desc
-
-
-def hopper_descriptors(step: Launch, x2: torch.Tensor, w: torch.Tensor, descs: dict, y: torch.Tensor) -> tuple:
-    """(A, B, C) descriptors of a :func:`hopper_step` launch: x, W' (kept in ``descs``) and y."""
-    c = step.constexprs
-    return (
-        tensor_descriptor(x2, (c["BM"], c["BK"])),
-        weight_descriptor(w, descs, (c["BN"], c["BK"])),
-        tensor_descriptor(y, (c["BM"], c["BN"])),
-    )
 
 
 class DecodeScratch:
@@ -623,3 +689,58 @@ def case_dense(case: Case) -> bool:
     m, n, k = case_mnk(case)
     size = element_size(case.dtype)
     return case.p["layout"] == "contiguous" and (k * size) % 16 == 0 and (n * size) % 16 == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack cases: the kernel as a model calls it, L distinct layers in turn (kernelwatch/kernels/NOTES.md, "Stacks of
+# layers")
+# ---------------------------------------------------------------------------------------------
+# Prefill, mid and decode: the shapes a 32-layer stack ran 3-23x slower than unfused PyTorch at (H200, NOTES.md).
+STACK_POINTS = (((1024, 8192), 4096), ((4096, 4096), 4096), ((16, 8192), 8192))
+STACK_DEPTHS = (32, 80)  # a Llama-8B-deep stack and a 70B-deep one
+
+
+def stack_cases(kernel: str, tolerance: Callable[[str, int], Tolerance], **extra: Any) -> list[Case]:
+    """The stack cases of a kernel's shipped variant (fold_gamma, fp16): every point, depth and mode."""
+    return [
+        Case.make(
+            kernel,
+            "fold_gamma",
+            "fp16",
+            tolerance("fp16", shape[-1]),
+            trials=1,
+            shape=shape,
+            n=n,
+            bias=False,
+            layout="contiguous",
+            direction="fwd",
+            layers=layers,
+            mode=mode,
+            **extra,
+        )
+        for shape, n in STACK_POINTS
+        for layers in STACK_DEPTHS
+        for mode in STACK_MODES
+    ]
+
+
+def stack_inputs(case: Case, device: torch.device, seed: int, beta: bool) -> dict[str, Any]:
+    """x and the layers (weight, gamma[, beta]) of a stack case, each layer drawn apart, as its spec's single
+    calls draw them (w ~ N(0, 1/K), gamma ~ U[1, 1.5], beta ~ N(0, 1/4)); the sizes of
+    :func:`~kernelwatch.kernels.spec.stack_of` on ``device``."""
+    stack = stack_of(case, device)
+    assert stack is not None, f"{case.key} is not a stack case"
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype, k, n = case.torch_dtype, stack.shape[-1], stack.n
+    x = (torch.randn(stack.shape, generator=gen) * 2.0).to(dtype).to(device)
+    layers = []
+    for _ in range(stack.layers):
+        w = (torch.randn(n, k, generator=gen) / math.sqrt(k)).to(dtype).to(device)
+        g = (1.0 + 0.5 * torch.rand(k, generator=gen)).to(dtype).to(device)
+        layers.append((w, g, (0.5 * torch.randn(k, generator=gen)).to(dtype).to(device)) if beta else (w, g))
+    return {"x": x, "layers": layers, "stack": stack}
+
+
+def stack_runner(x: torch.Tensor, calls: list[Callable[[torch.Tensor], torch.Tensor]]) -> Callable[[], list]:
+    """One pass of the stack: every layer called on x in turn, every output kept until the pass ends."""
+    return lambda: [call(x) for call in calls]

@@ -1,7 +1,7 @@
 """Peers: other projects' implementations of this project's kernels, loaded only when they are importable.
 
-* ``liger``: Liger-Kernel (``liger_kernel.transformers.functional.liger_rms_norm``), RMSNorm only;
-* ``flaggems``: FlagGems (``flag_gems.rms_norm``, ``flag_gems.mse_loss``);
+* ``liger``: Liger-Kernel (``liger_kernel.transformers.functional.liger_rms_norm``, ``liger_layer_norm``);
+* ``flaggems``: FlagGems (``flag_gems.rms_norm``, ``flag_gems.mse_loss``, ``flag_gems.layer_norm``);
 * ``apex``: NVIDIA apex's Megatron fused softmax extensions ``scaled_masked_softmax_cuda`` and
   ``scaled_upper_triang_masked_softmax_cuda`` (installed with apex's CUDA extensions, or built from
   apex's ``csrc/megatron`` by ``benchmarks/peers.py`` onto ``sys.path``).
@@ -46,6 +46,14 @@ def liger_rms_norm(device: torch.device | str) -> Any:
         return None
     mod = _import("liger_kernel.transformers.functional")
     return getattr(mod, "liger_rms_norm", None)
+
+
+def liger_layer_norm(device: torch.device | str) -> Any:
+    """Liger-Kernel's ``liger_layer_norm(X, W, B, eps)`` or None."""
+    if not _cuda(device):
+        return None
+    mod = _import("liger_kernel.transformers.functional")
+    return getattr(mod, "liger_layer_norm", None)
 
 
 def flaggems(device: torch.device | str) -> ModuleType | None:

@@ -210,6 +210,43 @@ class KernelSpec:
         return case.key.replace(f"/{case.variant}/", "/*/", 1)
 
 
+# Stack cases: L distinct layers (each its own weight and norm parameters) called in turn on one input, as a model
+# calls the kernel, timed per layer. ``mode`` eager: each pass with its host path, synchronised at its end;
+# graph: one CUDA graph of the whole stack. The case's params carry both (``layers=32``, ``mode=eager``).
+STACK_MODES = ("eager", "graph")
+# The interpreter's stand-in for any stack case (layers, rows, K, N): perf is not measured on the CPU, but
+# ``collect --cpu-perf`` runs the same path there on sizes it can finish.
+CPU_STACK = (2, 4, 32, 16)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A stack case's shape as it runs on one device: ``layers`` layers of x ``shape`` -> ``n`` columns."""
+
+    layers: int
+    mode: str
+    shape: tuple[int, ...]
+    n: int
+
+
+def stack_of(case: Case, device: torch.device) -> Stack | None:
+    """The stack a case runs on ``device`` (:data:`CPU_STACK`'s stand-in in the interpreter; the real sizes where
+    a GPU is only described, as the ahead-of-time compiler does), None for a single-call case. Its params:
+    ``layers``, ``mode`` (one of :data:`STACK_MODES`), ``shape`` (x's) and ``n``."""
+    p = case.p
+    if "layers" not in p:
+        return None
+    if p["mode"] not in STACK_MODES:
+        raise ValueError(f"{case.key}: mode must be one of {STACK_MODES}, got {p['mode']!r}")
+    from kernelwatch.kernels.device import describe
+
+    device = torch.device(device)
+    if device.type == "cpu" and describe(device).interpreter:
+        layers, rows, k, n = CPU_STACK
+        return Stack(layers, p["mode"], (rows, k), n)
+    return Stack(int(p["layers"]), p["mode"], tuple(p["shape"]), int(p["n"]))
+
+
 def numel(shape: tuple[int, ...] | list[int]) -> int:
     return math.prod(shape)
 

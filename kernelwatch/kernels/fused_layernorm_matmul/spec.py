@@ -35,19 +35,36 @@ import math
 
 import torch
 
-from kernelwatch.kernels.fused_layernorm_matmul.api import fused_layernorm_matmul, fused_layernorm_matmul_forward
+from kernelwatch.kernels.fused_layernorm_matmul.api import (
+    FusedLayerNormLinear,
+    fused_layernorm_matmul,
+    fused_layernorm_matmul_forward,
+)
 from kernelwatch.kernels.fused_layernorm_matmul.plans import NAME, VARIANTS, plan_forward
-from kernelwatch.kernels.norm_gemm import RTOL, accumulation_atol, case_dense, case_mnk, operand_atol
+from kernelwatch.kernels.norm_gemm import (
+    RTOL,
+    accumulation_atol,
+    case_dense,
+    case_mnk,
+    operand_atol,
+    stack_cases,
+    stack_inputs,
+    stack_runner,
+)
+from kernelwatch.kernels.peers import flaggems, liger_layer_norm
 from kernelwatch.kernels.plan import DeviceInfo, Step
 from kernelwatch.kernels.spec import (
     COMPILE_IMPL,
     EAGER_IMPL,
+    FLAGGEMS_IMPL,
     KERNEL_IMPL,
+    LIGER_IMPL,
     Case,
     KernelSpec,
     Target,
     Tolerance,
     element_size,
+    stack_of,
 )
 
 X_SCALE = 2.0  # x = shift + X_SCALE * N(0, 1) in the spec's inputs: |mu| / sigma = shift / X_SCALE
@@ -143,10 +160,12 @@ def _perf_cases() -> list[Case]:
                         direction="fwd",
                     )
                 )
-    return cases
+    return cases + stack_cases(NAME, tolerance, shift=0.0)  # the model-like cases: norm_gemm.stack_cases
 
 
 def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
+    if stack_of(case, device) is not None:
+        return {**stack_inputs(case, device, seed, beta=True), "eps": 1e-5}
     p = case.p
     shape, n = tuple(p["shape"]), p["n"]
     k = shape[-1]
@@ -209,7 +228,39 @@ def eager_layernorm_linear(
     return torch.nn.functional.linear(normed, weight, bias)
 
 
+def _stack_implementations(inputs: dict) -> dict:
+    """Each implementation's pass over the stack: the kernel through its module (which owns its prepared weight),
+    and every unfused peer as a model would write it, torch.compile of the whole stack among them."""
+    x, layers, eps = inputs["x"], inputs["layers"], inputs["eps"]
+    k = x.shape[-1]
+    F = torch.nn.functional
+    modules = [FusedLayerNormLinear.of(w, g, beta, eps=eps) for w, g, beta in layers]
+
+    def unfused(x: torch.Tensor) -> list[torch.Tensor]:
+        return [F.linear(F.layer_norm(x, (k,), g, beta, eps), w) for w, g, beta in layers]
+
+    compiled = torch.compile(unfused, dynamic=False)
+    impls = {
+        KERNEL_IMPL: stack_runner(x, modules),
+        EAGER_IMPL: lambda: unfused(x),
+        COMPILE_IMPL: lambda: compiled(x),
+    }
+    liger = liger_layer_norm(x.device)
+    if liger is not None:
+        calls = [lambda x, w=w, g=g, beta=beta: F.linear(liger(x, g, beta, eps), w) for w, g, beta in layers]
+        impls[LIGER_IMPL] = stack_runner(x, calls)
+    gems = flaggems(x.device)
+    if gems is not None and hasattr(gems, "layer_norm"):
+        calls = [
+            lambda x, w=w, g=g, beta=beta: F.linear(gems.layer_norm(x, [k], g, beta, eps), w) for w, g, beta in layers
+        ]
+        impls[FLAGGEMS_IMPL] = stack_runner(x, calls)
+    return impls
+
+
 def _implementations(case: Case, inputs: dict) -> dict:
+    if "layers" in inputs:
+        return _stack_implementations(inputs)
     x, w, g, beta, b = _leaves(inputs)
     eps = inputs["eps"]
     compiled = torch.compile(eager_layernorm_linear, dynamic=False)

@@ -26,9 +26,22 @@ import math
 
 import torch
 
-from kernelwatch.kernels.fused_rmsnorm_matmul.api import fused_rmsnorm_matmul, fused_rmsnorm_matmul_forward
+from kernelwatch.kernels.fused_rmsnorm_matmul.api import (
+    FusedRMSLinear,
+    fused_rmsnorm_matmul,
+    fused_rmsnorm_matmul_forward,
+)
 from kernelwatch.kernels.fused_rmsnorm_matmul.plans import NAME, VARIANTS, plan_forward
-from kernelwatch.kernels.norm_gemm import RTOL, accumulation_atol, case_dense, case_mnk, operand_atol
+from kernelwatch.kernels.norm_gemm import (
+    RTOL,
+    accumulation_atol,
+    case_dense,
+    case_mnk,
+    operand_atol,
+    stack_cases,
+    stack_inputs,
+    stack_runner,
+)
 from kernelwatch.kernels.peers import flaggems, liger_rms_norm
 from kernelwatch.kernels.plan import DeviceInfo, Step
 from kernelwatch.kernels.spec import (
@@ -42,6 +55,7 @@ from kernelwatch.kernels.spec import (
     Target,
     Tolerance,
     element_size,
+    stack_of,
 )
 
 
@@ -151,10 +165,12 @@ def _perf_cases() -> list[Case]:
                         direction="fwd",
                     )
                 )
-    return cases
+    return cases + stack_cases(NAME, tolerance)  # the model-like cases: kernelwatch.kernels.norm_gemm.stack_cases
 
 
 def _make_inputs(case: Case, device: torch.device, seed: int) -> dict:
+    if stack_of(case, device) is not None:
+        return {**stack_inputs(case, device, seed, beta=False), "eps": 1e-6}
     p = case.p
     shape, n = tuple(p["shape"]), p["n"]
     k = shape[-1]
@@ -213,7 +229,37 @@ def eager_rmsnorm_linear(
     return torch.nn.functional.linear(normed, weight, bias)
 
 
+def _stack_implementations(inputs: dict) -> dict:
+    """Each implementation's pass over the stack: the kernel through its module (which owns its fold), and
+    every unfused peer as a model would write it, torch.compile of the whole stack among them."""
+    x, layers, eps = inputs["x"], inputs["layers"], inputs["eps"]
+    k = x.shape[-1]
+    F = torch.nn.functional
+    modules = [FusedRMSLinear.of(w, g, eps=eps) for w, g in layers]
+
+    def unfused(x: torch.Tensor) -> list[torch.Tensor]:
+        return [F.linear(F.rms_norm(x, (k,), g, eps), w) for w, g in layers]
+
+    compiled = torch.compile(unfused, dynamic=False)
+    impls = {
+        KERNEL_IMPL: stack_runner(x, modules),
+        EAGER_IMPL: lambda: unfused(x),
+        COMPILE_IMPL: lambda: compiled(x),
+    }
+    liger = liger_rms_norm(x.device)
+    if liger is not None:
+        calls = [lambda x, w=w, g=g: F.linear(liger(x, g, eps, in_place=False), w) for w, g in layers]
+        impls[LIGER_IMPL] = stack_runner(x, calls)
+    gems = flaggems(x.device)
+    if gems is not None:
+        calls = [lambda x, w=w, g=g: F.linear(gems.rms_norm(x, [k], g, eps), w) for w, g in layers]
+        impls[FLAGGEMS_IMPL] = stack_runner(x, calls)
+    return impls
+
+
 def _implementations(case: Case, inputs: dict) -> dict:
+    if "layers" in inputs:
+        return _stack_implementations(inputs)
     x, w, g, b, eps = inputs["x"], inputs["weight"], inputs["gamma"], inputs["bias"], inputs["eps"]
     compiled = torch.compile(eager_rmsnorm_linear, dynamic=False)
     k = x.shape[-1]
