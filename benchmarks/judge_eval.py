@@ -1,4 +1,4 @@
-"""Does the judge (``kernelwatch confirm``) agree with itself, and does it find real slowdowns? (issue 42)
+"""Does the judge (``kernelwatch confirm``) agree with itself, and does it find real slowdowns?
 
     PYTHONUNBUFFERED=1 python benchmarks/judge_eval.py                         # (a) + (b) on a GPU, <= 8 min
     PYTHONUNBUFFERED=1 python benchmarks/judge_eval.py --experiments nightly --against OTHER_RUN.json

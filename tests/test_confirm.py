@@ -103,7 +103,7 @@ def test_false_not_slower_rate_at_the_margin_is_within_the_bound() -> None:
 def test_power_a_real_step_is_found_and_equal_code_is_cleared() -> None:
     """1% noise: +10% is SLOWER (first look, 8 rounds), +5% too, -10% FASTER, no change cleared (mostly SAME,
     else NOT_SLOWER: the first look's interval reaches below -e). 3% noise per side
-    (the spread issue 42 measured on a power-capped GEMM between two processes): +10% is still SLOWER in every
+    (the spread measured on a power-capped GEMM between two processes): +10% is still SLOWER in every
     confirmation and identical code is cleared (NOT_SLOWER or SAME) in at least 90% within 96 rounds, never
     SLOWER. Defect: an interval at the wrong level (or on the wrong order statistics) that never excludes the
     margin; a rule that needs the whole interval inside +-e leaves most of the noisy identical cases UNKNOWN."""

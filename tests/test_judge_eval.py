@@ -1,4 +1,4 @@
-"""benchmarks/judge_eval.py's CPU smoke path (issue 42): the evaluation the lead runs on H200s, on the smallest
+"""benchmarks/judge_eval.py's CPU smoke path: the evaluation the lead runs on H200s, on the smallest
 MSELoss case through Triton's interpreter: (a) the tree against its copy, (b) a copy with a planted host spin
 of half the case's time, rows written with every field the issue names."""
 

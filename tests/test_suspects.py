@@ -207,7 +207,7 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:
 
 
 def test_a_not_slower_confirmation_clears_a_suspect_and_names_the_clock(db_url) -> None:
-    """NOT_SLOWER (the interval's upper end below half the minimum effect, its lower end anywhere: issue 42's
+    """NOT_SLOWER (the interval's upper end below half the minimum effect, its lower end anywhere: the
     [0.967, 1.009], UNKNOWN before) clears a suspect as SAME does, and the line says the SM clock's range over
     the stored rounds. Defect: the gate's clearing verdicts without NOT_SLOWER keep it a failing suspect."""
     base, candidate = _history(db_url, 1.12)

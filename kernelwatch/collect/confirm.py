@@ -14,7 +14,7 @@ Round ``i`` gives one paired log ratio ``d_i = ln(median candidate_i / median ba
 from calls that saw the same clock and power state. Each round also keeps the NVML SM clock and board power
 before and after it and each side's kernel launches (tile configuration, autotuned choice), stored with the
 verdict (``kernelwatch.store.schema.ConfirmDetail``). Before, one worker per commit measured 20-250 ms in
-turn, and on power-capped GEMMs identical code read 2-10% apart (issue 42).
+turn, and on power-capped GEMMs identical code read 2-10% apart (benchmarks/results/2026-12-04-h200-judge-probe).
 
 Why the length follows the case: an H200 runs a 1.4 ms bf16 GEMM (``[8192,4096]->14336``) at its 700 W
 power cap, with the SM clock between 1,410 and 1,890 MHz depending on what ran just before, so two 20 ms
