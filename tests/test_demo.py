@@ -91,7 +91,9 @@ def test_the_demo_steps_run_twice_and_over_a_changed_history(tmp_path: Path) -> 
         i: v for i, v in before.items() if i not in demo
     }
     latest = parse_time(docs[newest].run.started_at).replace(tzinfo=None)  # SQLite keeps UTC without a zone
-    assert all(dt.datetime.fromisoformat(started) > latest for _, started, _ in demo.values())  # still after every real run
+    assert all(
+        dt.datetime.fromisoformat(started) > latest for _, started, _ in demo.values()
+    )  # still after every real run
     assert synth().startswith("2 unchanged:")  # and the tenth time
     assert _runs(db) == after
 
@@ -106,3 +108,41 @@ def test_a_real_run_is_never_replaced(tmp_path: Path) -> None:
     edited = type(doc).model_validate(data)
     with pytest.raises(IngestError, match="already exists with different content"):
         ingest_documents(engine, [("edited", edited)], replace_synthetic=True)
+
+
+def test_the_screenshot_tool_in_the_demo_environment_names_what_to_install(tmp_path: Path) -> None:
+    """`make install-demo`'s .venv has no Playwright: the tool the README offers ended in a traceback there.
+    Here only the standard library and this checkout are importable, as there."""
+    script = (
+        "import sys; sys.path[:0] = [sys.argv[1]]; sys.argv = ['screenshots', *sys.argv[2:]]; "
+        "import runpy; runpy.run_module('kernelwatch.dashboard.screenshots', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", script, str(ROOT), "--out", str(tmp_path / "shots")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert (
+        f"'playwright' is missing from {sys.executable}: install it with `{sys.executable} -m pip install playwright`"
+        in proc.stderr
+    )
+    assert not (tmp_path / "shots").exists()
+
+
+def test_the_screenshot_tool_without_a_dashboard_says_so_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    proc = _kw_module("kernelwatch.dashboard.screenshots", "--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"no dashboard answers at http://127.0.0.1:{port}" in proc.stderr
+
+
+def _kw_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -78,6 +78,26 @@ def capture(
     return shots
 
 
+def _missing(url: str, chromium: str) -> str | None:
+    """What this command needs and lacks, in one line: Playwright (``make install-demo`` has none), the browser,
+    a dashboard serving at ``url``."""
+    import importlib.util
+    import urllib.request
+
+    if importlib.util.find_spec("playwright") is None:
+        return (
+            f"the Python package 'playwright' is missing from {sys.executable}: install it with "
+            f"`{sys.executable} -m pip install playwright` (it drives the Chromium at --chromium; no browser download)"
+        )
+    if not Path(chromium).is_file():
+        return f"no Chromium at {chromium}: install it (Debian: apt-get install chromium) or name it with --chromium"
+    try:
+        urllib.request.urlopen(f"{url.rstrip('/')}/_stcore/health", timeout=10).read()
+    except (OSError, ValueError) as exc:
+        return f"no dashboard answers at {url} ({getattr(exc, 'reason', exc)}): start one first (make demo serves one)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kernelwatch.dashboard.screenshots", description=__doc__.split("\n")[0]
@@ -89,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", default=DEFAULT_CASE)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args(argv)
+    problem = _missing(args.url, args.chromium)
+    if problem:
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return 2
     failed = []
     for name, path, broken in capture(args.url, args.out, args.width, args.case, args.chromium, args.height):
         print(f"{name:<12} {path}{'  (shows an exception)' if broken else ''}")
