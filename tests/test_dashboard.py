@@ -813,7 +813,7 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     at = _triage_at(history_dbs[0], monkeypatch, show="all cases")
     table = at.dataframe[0].value
     uuids = {r.device_uuid for r in newest_h200["perf"].perf if r.device_uuid}
-    assert len(uuids) == 1 and set(table["GPU"].dropna()) == {short_gpu(next(iter(uuids)))}
+    assert len(uuids) == 1 and set(table["GPU"].dropna()) == {f"H200 · {short_gpu(next(iter(uuids)))}"}  # model too
     monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
     case = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
     page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
@@ -822,7 +822,7 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     page.run()
     assert not page.exception, [e.value for e in page.exception]
     runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
-    assert {"GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5"} <= set(runs["GPU"])
+    assert {f"H200 · {g}" for g in ("GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5")} <= set(runs["GPU"])
     assert "graph" in set(runs["timing"])
 
 

@@ -83,9 +83,39 @@ def pick_kernel(
     return None if picked == "all" else picked
 
 
+# Source Sans at the grid's 14 px, in px per character (measured in Chromium with canvas measureText, 2026-12-04):
+# a column is sized from these so that no cell or header is cut; tests/test_dashboard_browser.py measures the result.
+_NARROW, _WIDE, _UPPER, _OTHER = 3.9, 11.5, 8.6, 7.3
+_CELL_PADDING = 18  # the grid's 8 px each side, and a pixel of rounding each side
+
+
+def text_px(text: str) -> float:
+    """An upper estimate of ``text``'s width in a table cell."""
+    return sum(
+        _NARROW if c in " .,:;|!'()[]ijlft/-" else _WIDE if c in "mwMW@%→·" else _UPPER if c.isupper() else _OTHER
+        for c in text
+    )
+
+
+def fitted(frame, config: dict | None) -> dict:
+    """``config`` with each sized column at least as wide as its header and, for a text column, its longest cell."""
+    out = dict(config or {})
+    for name, column in out.items():
+        if not isinstance(column, dict) or not isinstance(column.get("width"), int) or name not in frame.columns:
+            continue
+        need = text_px(str(column.get("label") or name)) + _CELL_PADDING / 2
+        if (column.get("type_config") or {}).get("type") == "text":
+            cells = [str(v) for v in frame[name] if v is not None and v == v]
+            need = max([need, *(text_px(v) + _CELL_PADDING for v in cells)])
+        out[name] = {**column, "width": max(column["width"], int(need + 0.999))}
+    return out
+
+
 def table(frame, **kwargs):
-    """A dataframe whose missing cells read "-" (never "None") and that fills the page width."""
+    """A dataframe whose missing cells read "-" (never "None"), every sized column wide enough for what it holds."""
     kwargs.setdefault("hide_index", True)
+    if "column_config" in kwargs:
+        kwargs["column_config"] = fitted(getattr(frame, "data", frame), kwargs["column_config"])
     return st.dataframe(frame, placeholder="-", **kwargs)
 
 

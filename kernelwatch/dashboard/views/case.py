@@ -89,7 +89,8 @@ runs["when"] = runs["commit_time"].fillna(runs["started"])
 runs = runs.sort_values(["when", "started"]).reset_index(drop=True)
 runs["order"] = range(len(runs))
 runs["x"] = [data.point_label(c, r) for c, r in zip(runs["commit"], runs["run_id"])]
-vendor = next((h["vendor"] for h in queries.list_hardware(eng) if h["fingerprint"] == fp), None)
+hw_row = next((h for h in queries.list_hardware(eng) if h["fingerprint"] == fp), {})
+vendor, hw_name = hw_row.get("vendor"), hw_row.get("device_name")
 suite = "perf" if not perf.empty else "accuracy"
 runs["reproduce"] = [rerun_command(c, case, suite, vendor) for c in runs["commit"]]
 if runs["synthetic"].any():
@@ -250,7 +251,9 @@ if not perf.empty:
     table = runs[["run_id", "x", "commit", "started", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
     calls = perf.pivot_table(index="run_id", columns="implementation", values="call_ms", aggfunc="first")
     kernel_rows = perf[perf["implementation"] == data.KERNEL_IMPL].set_index("run_id")
-    gpu_of = {rid: data.short_gpu(u) for rid, u in kernel_rows["device_uuid"].items()}  # the physical device
+    gpu_of = {  # the model and physical device
+        rid: data.device_label(hw_name, r["device_uuid"], r["device"]) for rid, r in kernel_rows.iterrows()
+    }
     timing_of = kernel_rows["timing"].to_dict()
     extra = [i for i in wide.columns if i not in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL)]
     rows = []
