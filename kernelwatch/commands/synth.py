@@ -52,7 +52,7 @@ def command(
     import math
 
     from kernelwatch.store.engine import open_database
-    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.ingest import OUTCOMES, ingest_documents
     from kernelwatch.store.synthetic import DEMO_CHANGES, Step, SyntheticError, SyntheticHistory, demo_branch
 
     if demo_from is not None:
@@ -76,7 +76,7 @@ def command(
         out = ingest_documents(
             engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)], replace_synthetic=True
         )
-        counts = {s: sum(o.status == s for o in out) for s in ("ingested", "replaced", "unchanged")}
+        counts = {s: sum(o.status == s for o in out) for s in OUTCOMES}
         click.echo(
             ", ".join(f"{n} {s}" for s, n in counts.items() if n)
             + f": SYNTHETIC demo runs (branch synthetic/demo, derived from {demo_from}):"

@@ -52,11 +52,15 @@ class IngestError(ValueError):
     """An artifact that is valid on its own but conflicts with what the database holds."""
 
 
+# What ingest did with a run: stored it, rebuilt a SYNTHETIC one with other content (write_run), found it stored.
+OUTCOMES = ("ingested", "replaced", "unchanged")
+
+
 @dataclass(frozen=True)
 class IngestOutcome:
     run_id: str
     source: str
-    status: str  # "ingested", "unchanged" or "replaced" (a SYNTHETIC run rebuilt with other content)
+    status: str  # one of OUTCOMES
     results: int
 
 

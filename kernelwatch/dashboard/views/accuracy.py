@@ -8,6 +8,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import plot as esc
+from kernelwatch.gate.statuses import counted
 from kernelwatch.store import queries
 
 ERROR = math.inf  # a case that raised has no budget: it is worse than any
@@ -134,7 +135,7 @@ else:
         .reset_index()
     )
     points["hover"] = [
-        f"{esc(by)} {esc(g)}: worst of {n} case(s) {v:.3g}<br>run {esc(r[:8])}"
+        f"{esc(by)} {esc(g)}: worst of {counted(n, 'case')} {v:.3g}<br>run {esc(r[:8])}"
         for g, n, v, r in zip(points["group"], points["n"], points["value"], points["run_id"])
     ]
     palette = charts.colours(data.group_value(c, by) for c in cases)

@@ -15,6 +15,7 @@ from kernelwatch.dashboard.safe import plot as esc
 from kernelwatch.gate.bisect import bisect_command, rerun_command
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from kernelwatch.gate.detect import change_points
+from kernelwatch.gate.statuses import p_text
 from kernelwatch.store import queries
 
 
@@ -143,7 +144,7 @@ else:
         f"candidate: run {cand['id'][:8]} on {cand['branch']}, GPU {verdict['GPU'] or 'not recorded'}",
     ]
     p = verdict["p"]
-    st.caption(md(" · ".join([*sides, *([f"p={p:.2g}"] if p is not None else [])])))
+    st.caption(md(" · ".join([*sides, *([p_text(p)] if p is not None else [])])))
     if verdict["details"]:
         st.caption(md(verdict["details"], limit=700))
     confirmations.show(eng, fp, case=case)
@@ -194,7 +195,7 @@ if not perf.empty:
                     "x": row["x"],
                     "y": row["median_us"],
                     "kind": "change point",
-                    "hover": f"change point: {cp.change:+.1%} from here (p={cp.pvalue:.1e})<br>"
+                    "hover": f"change point: {cp.change:+.1%} from here ({p_text(cp.pvalue)})<br>"
                     f"{cp.before * 1e3:.4g} -> {cp.after * 1e3:.4g} us",
                 }
             )

@@ -11,7 +11,7 @@ import streamlit as st
 from kernelwatch.dashboard import charts, common, data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
-from kernelwatch.gate.statuses import RED_FILL
+from kernelwatch.gate.statuses import RED_FILL, p_value
 from kernelwatch.store import queries
 from kernelwatch.store.export import export_run
 
@@ -110,7 +110,7 @@ for key in sorted(set(pa) & set(pb)):
             "B µs": rb["median_ms"] * 1e3,
             "B/A time": rb["median_ms"] / ra["median_ms"] if ra["median_ms"] and rb["median_ms"] else None,
             "gate": v.get("verdict"),
-            "p": v.get("p"),
+            "p": None if v.get("p") is None else p_value(v["p"]),
             "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
             "budget B": (acc_b.get(key[0]) or {}).get("error_budget"),
         }
@@ -168,8 +168,8 @@ else:
             "gate": st.column_config.TextColumn(width=130, help="The merge gate's verdict on B against A"),
             **{c: st.column_config.NumberColumn(format="%.4g", width=70) for c in ("A µs", "B µs")},
             "B/A time": st.column_config.NumberColumn(format="%.3f", width=70),
-            "p": st.column_config.NumberColumn(
-                format="%.1e", width=70, help="The gate's p-value (for a faster case, its test with the runs swapped)"
+            "p": st.column_config.TextColumn(
+                width=70, help="The gate's p-value (for a faster case, its test with the runs swapped)"
             ),
             **{
                 c: st.column_config.NumberColumn(format="%.3g", width=80)

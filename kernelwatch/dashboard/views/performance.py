@@ -10,6 +10,7 @@ from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import plot as esc
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from kernelwatch.gate.detect import change_points
+from kernelwatch.gate.statuses import counted, p_text
 from kernelwatch.store import queries
 
 METRICS = ("speedup over eager and torch.compile", "time per call (µs)", "% of roofline floor")
@@ -200,7 +201,7 @@ for fp in hardware:
                     "value": data.geomean(list(rows["time_us"]))
                     if metric == METRICS[1]
                     else data.geomean(list(rows["pct_peak"])),
-                    "hover": f"{esc(by)} {esc(group)}: geometric mean of the {len(rows)} case(s) every run of "
+                    "hover": f"{esc(by)} {esc(group)}: geometric mean of the {counted(len(rows), 'case')} every run of "
                     f"this line holds<br>commit {esc(first['commit'][:12])} "
                     f"{esc(first['subject'] or '')}<br>branch {esc(branch)} · run {esc(run_id[:8])} · "
                     f"{esc(data.when(first['started']))}" + (" · SYNTHETIC" if first["synthetic"] else ""),
@@ -219,7 +220,7 @@ for fp in hardware:
                     {
                         "x": row["x"],
                         "y": row["vs_eager"] if metric == METRICS[0] else row["value"],
-                        "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here (p={p.pvalue:.1e})",
+                        "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here ({p_text(p.pvalue)})",
                     }
                 )
     marks_frame = pd.DataFrame(marks)

@@ -10,6 +10,7 @@ import streamlit as st
 from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import md
 from kernelwatch.dashboard.safe import plot as esc
+from kernelwatch.gate.statuses import counted
 from kernelwatch.store import queries
 
 
@@ -104,8 +105,8 @@ if with_counters_runs:
     behind = sum((r["started"] or "") > (newest_run["started"] or "") for r in queries.recent_runs(eng, fp, 500))
     st.caption(
         md(
-            f"Counters from {len(with_counters_runs)} run(s); the newest, {data.run_label(newest_run)}, "
-            + (f"is {behind} run(s) behind this hardware's newest: " if behind else "is the newest run: ")
+            f"Counters from {counted(len(with_counters_runs), 'run')}; the newest, {data.run_label(newest_run)}, "
+            + (f"is {counted(behind, 'run')} behind this hardware's newest: " if behind else "is the newest run: ")
             + "kernelwatch collect --profile records new ones.",
             limit=400,
         )

@@ -11,7 +11,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import charts, common, confirmations, data, verdicts
 from kernelwatch.dashboard.safe import md
-from kernelwatch.gate.statuses import NEW, PASS, label_of
+from kernelwatch.gate.statuses import NEW, PASS, label_of, p_value
 from kernelwatch.store import queries
 
 COLUMNS = (
@@ -44,9 +44,8 @@ CONFIG = {
         width=W["effect %"],
         help="candidate / baseline median time - 1 (+ is slower); for an accuracy row, the change of its error budget",
     ),
-    "p": st.column_config.NumberColumn(
+    "p": st.column_config.TextColumn(
         "p",
-        format="%.1e",
         width=W["p"],
         help="Evidence for the change (the gate's p-value, before FDR control; for "
         "a faster case, the same test with the runs swapped)",
@@ -199,6 +198,7 @@ for role, candidate, baseline in sections:
     frame = pd.DataFrame(rows)
     shown = frame.assign(
         case=data.case_labels(list(frame["case"]), list(frame["kernel"])),
+        p=[None if v is None or v != v else p_value(v) for v in frame["p"]],
         **{
             "trend us": [
                 charts.sparkline(t, charts.VERDICT_LINE.get(v, charts.NEUTRAL))
