@@ -10,6 +10,7 @@ from kernelwatch.dashboard import data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.dashboard.state import Params, read_params, show_problems, write_params
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
+from kernelwatch.gate.statuses import NEW, PASS, label_of
 from kernelwatch.store import queries
 from kernelwatch.store.engine import DatabaseError
 
@@ -145,3 +146,19 @@ def judge(candidate: str, baseline: str | None = None) -> dict:
 
 def hardware_help() -> str:
     return f"The parenthesis after a device name is {FINGERPRINT_NOTE}."
+
+
+def story_row(eng, suite: str) -> dict | None:
+    """The change Triage opens on: the most severe row of a ``suite`` ("perf" or "accuracy") that is neither
+    unchanged nor new, in the newest runs of the default hardware. Performance, Accuracy, the case page and the
+    Profiler open on its kernel (and case), so a reader lands on what changed rather than on the first name."""
+    options = data.hardware_options(eng)
+    if not options:
+        return None
+    quiet = (label_of(PASS), label_of(NEW))
+    for _, run in data.triage_runs(eng, default_hardware(eng, options), None):
+        for row in judge(run["id"])["rows"]:
+            accuracy = row["verdict"] in verdicts.ACCURACY_LABELS
+            if row["verdict"] not in quiet and accuracy == (suite == "accuracy"):
+                return row
+    return None

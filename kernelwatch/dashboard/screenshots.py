@@ -4,7 +4,7 @@
                                     [--height 1800] [--case KEY] [--chromium /usr/bin/chromium]
 
 Start the dashboard first (``make demo`` serves one). Each page is captured once its script run is over
-(:func:`settle`); the case page opens on ``--case``, else on the first case Triage links to. A page that
+(:func:`settle`); the case page opens on ``--case``, else on the change Triage opens on. A page that
 shows a Python exception is still captured, and the command then exits 1 naming it.
 """
 
@@ -25,7 +25,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-DEFAULT_CASE = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
 
 
 def settle(page, timeout: float = 180) -> None:
@@ -51,7 +50,7 @@ def capture(
     url: str,
     out: Path,
     width: int = 1280,
-    case: str = DEFAULT_CASE,
+    case: str | None = None,
     chromium: str = "/usr/bin/chromium",
     height: int = 1800,
 ) -> list[tuple[str, Path, bool]]:
@@ -64,7 +63,7 @@ def capture(
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         try:
             for name in PAGES:
-                query = f"?case={urllib.parse.quote(case, safe='')}" if name == "case" else ""
+                query = f"?case={urllib.parse.quote(case, safe='')}" if name == "case" and case else ""
                 page = browser.new_page(viewport={"width": width, "height": height})
                 page.goto(f"{url.rstrip('/')}/{name}{query}", wait_until="domcontentloaded")
                 page.wait_for_selector("h1", timeout=60_000)
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("test-artifacts"))
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=1800, help="the window: the app scrolls inside it")
-    parser.add_argument("--case", default=DEFAULT_CASE)
+    parser.add_argument("--case", default=None, help="the case page's case (default: the change Triage opens on)")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args(argv)
     problem = _missing(args.url, args.chromium)

@@ -67,6 +67,7 @@ SUMMARY = {
     label_of(ACCURACY_WARNING): (label_of(ACCURACY_WARNING),),
     NOT_MEASURED: tuple(label_of(s) for s in (ERROR, MISSING, UNMEASURED, UNRELIABLE)),
     label_of(PASS): (label_of(PASS),),
+    label_of(NEW): (label_of(NEW),),
 }
 ACCURACY_LABELS = (label_of(ACCURACY_FAILED), label_of(ACCURACY_WARNING))
 

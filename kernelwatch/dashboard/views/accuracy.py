@@ -98,7 +98,8 @@ common.table(
 st.subheader("Drift across commits on one hardware")
 d1, d2, d3 = st.columns(3)
 with d1:
-    kernel = common.pick_kernel(eng, params, names=sorted(frame["kernel"].unique()))
+    story = common.story_row(eng, "accuracy")
+    kernel = common.pick_kernel(eng, params, names=sorted(frame["kernel"].unique()), default=story and story["kernel"])
 hw_options = {fp: options[fp] for fp in frame.loc[frame["kernel"] == kernel, "fingerprint"].unique() if fp in options}
 with d2:
     fp = common.pick_hardware(eng, params, options=hw_options or options)

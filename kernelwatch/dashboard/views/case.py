@@ -33,6 +33,9 @@ def verdict_row(candidate: str, case: str) -> tuple[dict, dict | None]:
 
 eng, params = common.start("Case history")
 key = params.get("case")
+if not key:  # no case asked for: the change Triage opens on
+    story = common.story_row(eng, "perf") or common.story_row(eng, "accuracy")
+    key = story["case"] if story else None
 info = queries.case_info(eng, key) if key else None
 if key and info is None:
     near = closest_keys(eng, key)

@@ -72,7 +72,8 @@ def mixed_note(frame: pd.DataFrame, by: str) -> str:
 
 
 eng, params = common.start("Performance across commits")
-kernel = common.pick_kernel(eng, params)
+story = common.story_row(eng, "perf")
+kernel = common.pick_kernel(eng, params, default=story and story["kernel"])
 options = data.hardware_options(eng)
 wanted = [h for h in (params.get("hardware") or "").split(",") if h]
 unknown = [h for h in wanted if h not in options]

@@ -40,7 +40,8 @@ if not kernels:
     common.finish(params, {"hardware": fp})
     st.stop()
 with c2:
-    kernel = common.pick_kernel(eng, params, names=kernels, default=kernels[0])
+    story = common.story_row(eng, "perf")
+    kernel = common.pick_kernel(eng, params, names=kernels, default=story["kernel"] if story else kernels[0])
 runs = queries.recent_runs(eng, fp, params.integer("last", 50, 2, 500), kernel)
 frame = pd.DataFrame(queries.profiler_rows(eng, [r["id"] for r in runs], kernel))
 if frame.empty:
