@@ -70,8 +70,7 @@ def pick(key: str, default: str, column) -> str:
     )
 
 
-c1, c2 = st.columns(2)
-a, b = pick("a", pair[0], c1), pick("b", pair[1], c2)
+a, b = pick("a", pair[0], st), pick("b", pair[1], st)  # one a line: a label says what the run holds
 run_a, run_b = (next(r for r in runs if r["id"] == x) for x in (a, b))
 if run_a["synthetic"] or run_b["synthetic"]:
     common.synthetic_note(True)
@@ -161,7 +160,7 @@ else:
         column_config={
             "kernel": st.column_config.TextColumn(width=150),
             "case": st.column_config.TextColumn(
-                width=400,
+                width=280,
                 help="variant/dtype and the parameters that tell this kernel's rows apart (the CSV has every full key)",
             ),
             "impl": st.column_config.TextColumn(width=110),
@@ -172,7 +171,7 @@ else:
                 width=70, help="The gate's p-value (for a faster case, its test with the runs swapped)"
             ),
             **{
-                c: st.column_config.NumberColumn(format="%.3g", width=80)
+                c: st.column_config.NumberColumn(format="%.3g", width=92)
                 for c in ("budget A", "budget B", "budget delta")
             },
         },

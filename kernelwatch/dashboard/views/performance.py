@@ -277,13 +277,13 @@ for fp in hardware:
         shortfalls(table),
         column_config={
             "case": st.column_config.TextColumn(
-                width=420,
+                width=300,
                 help="variant/dtype and the parameters that tell these cases apart; the case page has the full key",
             ),
             "kernel µs": st.column_config.NumberColumn(format="%.4g"),
             "x eager": st.column_config.NumberColumn(format="%.2f"),
             "x torch.compile": st.column_config.NumberColumn(format="%.2f"),
-            "target": st.column_config.TextColumn(width=260),
+            "target": st.column_config.TextColumn(width=200),
             "open": st.column_config.LinkColumn("case page", display_text="open →", width=80),
         },
     )

@@ -29,7 +29,7 @@ st.caption(
 )
 options = data.hardware_options(eng)
 with_counters = {fp: label for fp, label in options.items() if queries.profiler_kernels(eng, fp)}
-c1, c2, c3 = st.columns(3)
+c1, c2, c3 = st.columns([1, 1, 1.3])
 with c1:
     fp = common.pick_hardware(
         eng, params, options=options, default=next(iter(with_counters), None) if with_counters else None

@@ -199,6 +199,9 @@ for role, candidate, baseline in sections:
     shown = frame.assign(
         case=data.case_labels(list(frame["case"]), list(frame["kernel"])),
         p=[None if v is None or v != v else p_value(v) for v in frame["p"]],
+        # a command is shown whole below the table when its cell is clicked; the cell says what it runs
+        reproduce=["collect" if c else None for c in frame["reproduce"]],
+        bisect=["bisect" if c else None for c in frame["bisect"]],
         **{
             "trend us": [
                 charts.sparkline(t, charts.VERDICT_LINE.get(v, charts.NEUTRAL))
