@@ -86,7 +86,7 @@ def pick_kernel(
 
 # Source Sans at the grid's 14 px, in px per character (measured in Chromium with canvas measureText, 2026-12-04):
 # a column is sized from these so that no cell or header is cut; tests/test_dashboard_browser.py measures the result.
-_NARROW, _WIDE, _UPPER, _OTHER = 3.9, 11.5, 8.6, 7.3
+_NARROW, _WIDE, _UPPER, _OTHER = 3.8, 11.2, 8.4, 7.1
 _CELL_PADDING = 18  # the grid's 8 px each side, and a pixel of rounding each side
 
 

@@ -29,8 +29,8 @@ CHROMIUM_ARGS = [
 
 # Every label a page cuts, as the reader's browser draws it: a table cell or header wider than its column (the
 # grid draws on a canvas: its columns, theme and cells are the props React gave it, measured with the grid's
-# font), a table wider than its box, an element that clips its text, a text ending in an ellipsis, a select
-# box's value wider than the box.
+# font), an element that clips its text, a text ending in an ellipsis, a select box's value wider than the box.
+# A table wider than the page scrolls sideways with every text whole: not a cut.
 TRUNCATED_JS = """
 () => {
   const found = [];
@@ -52,9 +52,6 @@ TRUNCATED_JS = """
     const pad = theme.cellHorizontalPadding;
     const body = `${theme.baseFontStyle} ${theme.fontFamily}`;
     const head = `${theme.headerFontStyle} ${theme.fontFamily}`;
-    const scroller = df.querySelector('.dvn-scroller');
-    if (scroller && scroller.scrollWidth > scroller.clientWidth + 1)
-      found.push(`table ${t}: ${scroller.scrollWidth} px wide in ${scroller.clientWidth} px (columns out of sight)`);
     props.columns.forEach((c, ci) => {
       const title = c.title || '';
       if (title && width(title, head) + pad > c.width + 0.5)

@@ -20,11 +20,11 @@ COLUMNS = (
     "case",
     "effect %",
     "p",
+    "GPU",
     "now us",
     "before us",
     "budget change",
     "trend us",
-    "GPU",
     "reproduce",
     "bisect",
 )
@@ -64,7 +64,8 @@ CONFIG = {
     "GPU": st.column_config.TextColumn(
         "GPU",
         width=W["GPU"],
-        help="The physical device that measured it now (the details say when the baseline came from another one)",
+        help="The model and physical device that measured it now (GPU-…: the start of its UUID; cuda:N: a run "
+        "that recorded no UUID); the details say when the baseline came from another one",
     ),
     "reproduce": st.column_config.TextColumn(
         "reproduce", width=W["reproduce"], help="Click to show the command to copy"
