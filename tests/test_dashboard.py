@@ -899,3 +899,16 @@ def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> N
     url = history_dbs[0]
     counters = _page_at(url, "case", monkeypatch, case=case, hardware=fingerprint(url, "NVIDIA H200")).dataframe[-1]
     assert list(counters.value.columns[2:]) == [point_label(d.run.commit.sha, d.run.id) for d in docs]
+
+
+def test_the_readme_quotes_the_demos_triage_counts(history_dbs, monkeypatch) -> None:
+    """README's "What you will see" quotes Triage's counts line of the demo: read it from the page it describes."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    quoted = re.search(r"SYNTHETIC\": `([^`]+)`", readme)
+    assert quoted, "the README quotes the demo's Triage counts"
+    at = _triage_at(history_dbs[1], monkeypatch)
+    assert at.text[0].value == quoted[1]
+    counts = dict(part.rsplit(": ", 1) for part in quoted[1].split(" · "))
+    words = {"8": "eight", "16": "sixteen"}
+    assert f"The first {words[counts['slower']]} rows are the slowed softmax cases" in readme
+    assert f"the {words[counts['accuracy warning']]} RMSNorm+MatMul accuracy warnings" in readme
