@@ -69,7 +69,10 @@ cases = sorted(sub["case"].unique())
 chosen = st.multiselect(
     f"Cases (at most {charts.MAX_SERIES})",
     cases,
-    default=cases[: charts.MAX_SERIES],
+    # the cases of the change Triage opens on (its variant and dtype) first
+    default=sorted(cases, key=lambda c: not (story and c.startswith(story["case"].rsplit("/", 1)[0] + "/")))[
+        : charts.MAX_SERIES
+    ],
     max_selections=charts.MAX_SERIES,
     format_func=lambda c: data.short_case(c, kernel),
     key="series",
