@@ -146,3 +146,29 @@ def test_the_screenshot_tool_without_a_dashboard_says_so_in_one_line(tmp_path: P
 
 def _kw_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_a_synthetic_run_with_other_content_is_replaced_whole(db_url: str) -> None:
+    """SQLite and PostgreSQL: the rebuilt run's results replace the old ones (none left behind, none doubled)."""
+    from sqlalchemy import func, select
+
+    from kernelwatch.store.models import AccuracyResult, PerfResult, Run
+    from kernelwatch.store.synthetic import demo_branch
+
+    engine = open_database(db_url)
+    first = demo_branch(load_artifact(DEMO_SOURCE))
+    ingest_documents(engine, [("first", d) for d in first])
+    later = demo_branch(load_artifact(DEMO_SOURCE), after=dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc))
+    assert [d.run.id for d in later] == [d.run.id for d in first]
+    with pytest.raises(IngestError):
+        ingest_documents(engine, [("later", d) for d in later])
+    out = ingest_documents(engine, [("later", d) for d in later], replace_synthetic=True)
+    assert [o.status for o in out] == ["replaced", "replaced"]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Run)).scalar() == 2
+        for model, section in ((PerfResult, "perf"), (AccuracyResult, "accuracy")):
+            stored = conn.execute(select(func.count()).select_from(model)).scalar()
+            assert stored == sum(len(getattr(d, section)) for d in later)
+        started = sorted(conn.execute(select(Run.started_at)).scalars())
+    assert started[0].year == 2026 and started[0].month == 12 and started[0].day >= 3
+    engine.dispose()
