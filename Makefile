@@ -20,7 +20,7 @@ TEST_WORKERS ?= auto
 BIN := $(VENV)/bin
 # The real H200 run the SYNTHETIC demo branch is derived from (kernelwatch/store/synthetic.py: demo_branch, DEMO_CHANGES).
 DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz
-# A reduced CPU accuracy run: the 134 fp32 cases (~1.5 minutes on 2 cores); the full 385-case run stays in CI.
+# A reduced CPU accuracy run: the 134 fp32 cases (tests/test_docs.py counts them); the full 385-case run stays in CI.
 DEMO_CPU ?= --match /fp32/
 
 .PHONY: demo test install install-demo lint bench clean compile-check

@@ -110,3 +110,61 @@ def test_every_docs_pointer_names_a_file_that_exists() -> None:
     for doc in (ROOT / "docs").glob("*.md"):  # links between the documents
         for target in re.findall(r"\]\(([\w.-]+\.md)", doc.read_text()):
             assert (ROOT / "docs" / target).is_file(), f"{doc.name} links to {target}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures the README quotes, each read from what it describes
+# ---------------------------------------------------------------------------------------------
+README = (ROOT / "README.md").read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def test_the_readme_quotes_no_figure_that_goes_stale_unchecked() -> None:
+    """It said 1,184 tests (there were 1,428), ~60 s for the CPU run (175 s measured), gate.html about 115 KB
+    (148.7 KB): figures of a machine's mood or of a tree that grows. What stays is checked below."""
+    flat = " ".join(README.split())
+    assert not re.search(r"\b\d[\d,]* tests\b", flat), "a test count"
+    assert not re.search(r"\b\d+(\.\d+)? ?KB for\b|about \d+ KB", flat), "a report's size"
+    assert not re.search(r"CPU run takes ~?\d", flat), "the CPU run's time"
+    assert not re.search(r"\d+(\.\d+)? MB for \d", flat), "the history's size"
+
+
+def test_the_demo_cpu_run_counts_are_the_specs_counts() -> None:
+    """`the 134 fp32 cases` / `The full 385-case CPU run` / `new: 134`: what `--match /fp32/` and no filter select."""
+    from kernelwatch.collect.selection import Options, select_items
+
+    flat = " ".join(README.split())
+    (demo_match,) = re.findall(r"^DEMO_CPU \?= --match (\S+)$", MAKEFILE, re.M)
+    reduced = len(select_items(Options(suites=("accuracy",), match=demo_match))[0])
+    full = len(select_items(Options(suites=("accuracy",)))[0])
+    quoted = re.search(r"the (\d+) fp32 cases .* The full (\d+)-case CPU run", flat)
+    assert quoted and (int(quoted[1]), int(quoted[2])) == (reduced, full), (quoted and quoted.groups(), reduced, full)
+    assert f"`new: {reduced}`" in flat
+    assert f"the {reduced} fp32 cases" in MAKEFILE and f"the full {full}-case run" in MAKEFILE
+
+
+def test_the_fingerprint_note_names_what_the_hash_covers() -> None:
+    """Pages and reports said the fingerprint hashes the "software stack" and the device count; it hashes
+    IDENTITY alone: a driver or a version change leaves it, each IDENTITY field moves it."""
+    from kernelwatch.gate.reports import FINGERPRINT_NOTE
+    from kernelwatch.store.artifact import load_artifact
+    from kernelwatch.store.schema import IDENTITY, hardware_fingerprint
+
+    hw = load_artifact(sorted((ROOT / "ci" / "history").glob("*.json.gz"))[0]).hardware.model_dump()
+    base = hardware_fingerprint(hw)
+    context = [k for k in hw if k not in IDENTITY]
+    assert context and all(hardware_fingerprint({**hw, k: "changed"}) == base for k in context)
+    assert all(hardware_fingerprint({**hw, k: "changed"}) != base for k in IDENTITY)
+    assert "software" not in FINGERPRINT_NOTE and "count" not in FINGERPRINT_NOTE
+    for word in ("vendor", "device model", "compute units", "memory size"):
+        assert word in FINGERPRINT_NOTE
+
+
+def test_gate_help_says_a_branch_baseline_is_assembled_per_case() -> None:
+    """`gate --help` described a branch's baseline as one run (the one sharing the most cases)."""
+    from click.testing import CliRunner
+
+    from kernelwatch.cli import main
+
+    text = " ".join(CliRunner().invoke(main, ["gate", "--help"], terminal_width=200).output.split())
+    assert "assembled per case" in text and "the one sharing the most" not in text

@@ -716,7 +716,9 @@ def test_a_dashboard_on_a_busy_port_fails_before_printing_its_url(gate_db: dict)
         port = busy.getsockname()[1]
         proc = _kw("dashboard", "--db", gate_db["url"], "--port", str(port), timeout=60)
     assert proc.returncode == 2 and "http://" not in proc.stdout, proc.stdout
-    assert f"cannot serve on 127.0.0.1:{port}" in _one_line(proc.stderr)
+    line = _one_line(proc.stderr)
+    assert f"cannot serve on 127.0.0.1:{port}" in line
+    assert "pick another --port" in line  # a second `make demo` beside the first says what to do
 
 
 # ---------------------------------------------------------------------------------------------------------

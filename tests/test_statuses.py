@@ -155,3 +155,24 @@ def test_no_module_spells_a_status_or_label():
 def test_the_scan_finds_a_spelled_status(source: str):
     labels = {s.label for s in TABLE if s.label != s.name}
     assert _spelled(ast.parse(source), labels | set(ROWS), labels)
+
+
+def test_p_values_and_counts_read_as_people_read_them() -> None:
+    """Pages showed p=7.2e-111 and "1 runs"."""
+    from kernelwatch.gate.statuses import counted, p_text, p_value
+
+    assert [p_value(p) for p in (7.2e-111, 9.9e-7, 1e-6, 3.04e-5, 0.0123, 0.9)] == [
+        "< 1e-6",
+        "< 1e-6",
+        "1e-06",
+        "3e-05",
+        "0.012",
+        "0.9",
+    ]
+    assert (p_text(7.2e-111), p_text(0.0123)) == ("p < 1e-6", "p=0.012")
+    assert (counted(1, "run"), counted(2, "run"), counted(0, "case"), counted(1, "GPU", "GPUs")) == (
+        "1 run",
+        "2 runs",
+        "0 cases",
+        "1 GPU",
+    )

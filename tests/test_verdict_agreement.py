@@ -127,9 +127,10 @@ def test_overview_counts_equal_triages_for_every_kernel_and_hardware(page, eng) 
             for line in (t.value for t in triage.text if re.match(r"^[a-z ()]+: \d+", t.value)):
                 for name, n in _parse_counts(line).items():
                     seen[name] = seen.get(name, 0) + n
-            for column, labels in verdicts.SUMMARY.items():
-                assert row[column] == sum(seen.get(v, 0) for v in labels), (run["hardware"], row["kernel"], column)
-            assert row["resolved"] == seen.get(verdicts.RESOLVED, 0)
+            for column, labels in verdicts.SUMMARY.items():  # a column hidden on a hardware has nothing in it: 0
+                shown = row[column] if column in row.index else 0
+                assert shown == sum(seen.get(v, 0) for v in labels), (run["hardware"], row["kernel"], column)
+            assert (row["resolved"] if "resolved" in row.index else 0) == seen.get(verdicts.RESOLVED, 0)
             checked += 1
     assert checked >= 4  # every kernel of the H200
     softmax = overview.dataframe[0].value
@@ -247,7 +248,7 @@ def test_case_page_leads_with_the_verdict_of_the_slowed_softmax_case(page, eng) 
     clean, planted = demo_commits(eng)  # a SYNTHETIC candidate is judged against its own branch's clean copy
     assert metrics["baseline"].value == clean and metrics["candidate"].value == planted
     sides = next(c.value.replace("\\", "") for c in at.caption if "candidate: run" in c.value.replace("\\", ""))
-    assert "baseline: run" in sides and "GPU cuda:" in sides and "p=" in sides
+    assert "baseline: run" in sides and "GPU H200 · cuda:" in sides and ("p=" in sides or "p < 1e-6" in sides)
 
 
 def test_a_stale_case_url_says_unknown_case_first_with_the_closest_keys(page) -> None:

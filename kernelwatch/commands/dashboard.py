@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -74,4 +75,8 @@ def _check_port(address: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(where)
     except OSError as exc:
-        fail(f"cannot serve on {address}:{port}: {exc.strerror or exc}")
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            hint = f" (an earlier dashboard? open http://{address}:{port}, stop it, or pick another --port"
+            hint += "; make demo PORT=N)"
+        fail(f"cannot serve on {address}:{port}: {exc.strerror or exc}{hint}")

@@ -22,9 +22,9 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect,
     "--baseline",
     required=True,
     metavar="BRANCH|RUN_ID",
-    help="A branch (of its complete runs on the candidate's hardware up to the candidate, the one sharing "
-    "the most of its cases, then the newest; never the candidate, a future-dated or an empty run), "
-    "a run id or a unique run-id prefix.",
+    help="A branch: the baseline is assembled per case, each case's newest earlier result in that branch's "
+    "complete runs on the candidate's hardware (never the candidate, a future-dated or an empty run); "
+    "or one run: a run id or a unique run-id prefix.",
 )
 @click.option(
     "--min-effect",

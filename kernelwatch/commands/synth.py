@@ -52,13 +52,13 @@ def command(
     import math
 
     from kernelwatch.store.engine import open_database
-    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.ingest import OUTCOMES, ingest_documents
     from kernelwatch.store.synthetic import DEMO_CHANGES, Step, SyntheticError, SyntheticHistory, demo_branch
 
     if demo_from is not None:
         from kernelwatch.store.artifact import load_artifact
         from kernelwatch.store.queries import list_runs
-        from kernelwatch.store.schema import parse_time
+        from kernelwatch.store.schema import hardware_fingerprint, parse_time
 
         source = load_artifact(demo_from)  # read and derived from before the database is created
         try:
@@ -66,12 +66,20 @@ def command(
         except SyntheticError as exc:
             raise click.BadParameter(str(exc), param_hint="--demo-from") from None
         engine = open_database(db_url)
-        real = [r["started"] for r in list_runs(engine) if not r["synthetic"] and r["started"]]
+        # Dated after the newest real run of the source's hardware only: a run elsewhere (the demo's CPU run,
+        # collected after this) must not move the copies, or the next `make demo` builds other content.
+        own = hardware_fingerprint(source.hardware)
+        real = [
+            r["started"] for r in list_runs(engine) if not r["synthetic"] and r["started"] and r["fingerprint"] == own
+        ]
         docs = demo_branch(source, after=parse_time(max(real)) if real else None)
-        out = ingest_documents(engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)])
+        out = ingest_documents(
+            engine, [(f"synthetic demo run {i}", d) for i, d in enumerate(docs)], replace_synthetic=True
+        )
+        counts = {s: sum(o.status == s for o in out) for s in OUTCOMES}
         click.echo(
-            f"{sum(o.status == 'ingested' for o in out)} SYNTHETIC demo runs ingested (branch synthetic/demo, "
-            f"derived from {demo_from}):"
+            ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+            + f": SYNTHETIC demo runs (branch synthetic/demo, derived from {demo_from}):"
         )
         for change in DEMO_CHANGES:
             click.echo(f"  {change.story}")

@@ -11,6 +11,7 @@ from kernelwatch.dashboard import data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.dashboard.state import Params, read_params, show_problems, write_params
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
+from kernelwatch.gate.statuses import NEW, PASS, label_of
 from kernelwatch.store import queries
 from kernelwatch.store.engine import DatabaseError
 from kernelwatch.store.schema import isolate
@@ -103,10 +104,42 @@ def pick_kernel(
     return None if picked == "all" else picked
 
 
+# Source Sans at the grid's 14 px, in px per character (measured in Chromium with canvas measureText, 2026-12-04):
+# a column is sized from these so that no cell or header is cut; tests/test_dashboard_browser.py measures the result.
+_NARROW, _WIDE, _UPPER, _OTHER = 3.8, 11.2, 8.4, 7.1
+_CELL_PADDING = 18  # the grid's 8 px each side, and a pixel of rounding each side
+
+
+def text_px(text: str) -> float:
+    """An upper estimate of ``text``'s width in a table cell."""
+    return sum(
+        _NARROW if c in " .,:;|!'()[]ijlft/-" else _WIDE if c in "mwMW@%→·" else _UPPER if c.isupper() else _OTHER
+        for c in text
+    )
+
+
+def fitted(frame, config: dict | None) -> dict:
+    """``config`` with each sized column at least as wide as its header and, for a text column, its longest cell."""
+    out = dict(config or {})
+    if isinstance(frame, list):
+        frame = pd.DataFrame(frame)
+    for name, column in out.items():
+        if not isinstance(column, dict) or not isinstance(column.get("width"), int) or name not in frame.columns:
+            continue
+        need = text_px(str(column.get("label") or name)) + _CELL_PADDING / 2
+        if (column.get("type_config") or {}).get("type") == "text":
+            cells = [str(v) for v in frame[name] if v is not None and v == v]
+            need = max([need, *(text_px(v) + _CELL_PADDING for v in cells)])
+        out[name] = {**column, "width": max(column["width"], int(need + 0.999))}
+    return out
+
+
 def table(frame, **kwargs):
-    """A dataframe whose missing cells read "-" (never "None") and whose text cells keep their direction to
-    themselves (:func:`kernelwatch.store.schema.isolate`)."""
+    """A dataframe whose missing cells read "-" (never "None"), every sized column wide enough for what it holds,
+    and whose text cells keep their direction to themselves (:func:`kernelwatch.store.schema.isolate`)."""
     kwargs.setdefault("hide_index", True)
+    if "column_config" in kwargs:
+        kwargs["column_config"] = fitted(getattr(frame, "data", frame), kwargs["column_config"])
     return st.dataframe(_isolated(frame), placeholder="-", **kwargs)
 
 
@@ -148,3 +181,19 @@ def judge(candidate: str, baseline: str | None = None) -> dict:
 
 def hardware_help() -> str:
     return f"The parenthesis after a device name is {FINGERPRINT_NOTE}."
+
+
+def story_row(eng, suite: str) -> dict | None:
+    """The change Triage opens on: the most severe row of a ``suite`` ("perf" or "accuracy") that is neither
+    unchanged nor new, in the newest runs of the default hardware. Performance, Accuracy, the case page and the
+    Profiler open on its kernel (and case), so a reader lands on what changed rather than on the first name."""
+    options = data.hardware_options(eng)
+    if not options:
+        return None
+    quiet = (label_of(PASS), label_of(NEW))
+    for _, run in data.triage_runs(eng, default_hardware(eng, options), None):
+        for row in judge(run["id"])["rows"]:
+            accuracy = row["verdict"] in verdicts.ACCURACY_LABELS
+            if row["verdict"] not in quiet and accuracy == (suite == "accuracy"):
+                return row
+    return None

@@ -373,3 +373,14 @@ def short_gpu(uuid: str | None) -> str | None:
     if not uuid or not isinstance(uuid, str):
         return None
     return uuid.split("-")[0] + ("-" + uuid.split("-")[1] if uuid.count("-") else "")
+
+
+def device_label(device_name: str | None, uuid: str | None, device: str | None) -> str | None:
+    """Where one result was measured, as a row shows it: the model and the physical device,
+    ``H200 · GPU-44f1bea0``; a run that recorded no UUID (before 2026-12-01) names its device label,
+    ``H200 · cuda:1``."""
+    model = re.sub(r"^(NVIDIA|AMD|Intel|Huawei)\s+", "", device_name or "").strip()
+    ident = short_gpu(uuid) or device
+    if ident is None:
+        return None
+    return f"{model} · {ident}" if model else ident

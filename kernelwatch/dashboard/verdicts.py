@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from kernelwatch.dashboard.data import short_gpu, software_changes, triage_runs
+from kernelwatch.dashboard.data import device_label, software_changes, triage_runs
 from kernelwatch.gate.bisect import bisect_command, rerun_command
 from kernelwatch.gate.detect import DEFAULT_MIN_EFFECT, effect_interval
 from kernelwatch.gate.judge import (
@@ -67,6 +67,7 @@ SUMMARY = {
     label_of(ACCURACY_WARNING): (label_of(ACCURACY_WARNING),),
     NOT_MEASURED: tuple(label_of(s) for s in (ERROR, MISSING, UNMEASURED, UNRELIABLE)),
     label_of(PASS): (label_of(PASS),),
+    label_of(NEW): (label_of(NEW),),
 }
 ACCURACY_LABELS = (label_of(ACCURACY_FAILED), label_of(ACCURACY_WARNING))
 
@@ -118,11 +119,9 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     return out
 
 
-def _gpu(perf: Any | None) -> str | None:
-    """The physical device of one perf row: its UUID's first group, else its label ("cuda:1, no UUID")."""
-    if perf is None:
-        return None
-    return short_gpu(perf.device_uuid) or (f"{perf.device} (no UUID)" if perf.device else None)
+def _gpu(perf: Any | None, device_name: str) -> str | None:
+    """The model and physical device of one perf row (:func:`~kernelwatch.dashboard.data.device_label`)."""
+    return None if perf is None else device_label(device_name, perf.device_uuid, perf.device)
 
 
 def _rows(
@@ -197,8 +196,8 @@ def _rows(
                 if budget is None or before_budget is None
                 else f"{before_budget:.3g} → {budget:.3g}",
                 "trend us": spark.get(case, []),
-                "GPU": _gpu(now_p),
-                "before GPU": _gpu(before_p),
+                "GPU": _gpu(now_p, document.hardware.device_name),
+                "before GPU": _gpu(before_p, base_doc.hardware.device_name if base_doc else ""),
                 "reproduce": rerun_command(cand["commit"], case, suite, doc["hardware"]["vendor"]),
                 "bisect": bisect_command(case, cand["fingerprint"][:12]),
                 "details": message,

@@ -74,6 +74,9 @@ from kernelwatch.gate.statuses import (
     UNMEASURED,
     UNRELIABLE,
     WARNING,
+    counted,
+    p_text,
+    p_value,
 )
 from kernelwatch.kernels.names import EAGER_IMPL, GRAPH_TIMINGS, KERNEL_IMPL, TIMING_EVENTS, TIMING_GRAPH_BATCH
 from kernelwatch.store.export import export_run
@@ -908,10 +911,10 @@ class PerfFacts:
     @property
     def evidence(self) -> str:
         c = self.comparison
-        return f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} " + (
-            f"from {c.history} runs of {self.branch}"
+        return f"{p_text(c.p)}: within the runs {p_value(c.p_within)}, between runs {p_value(c.p_between)} " + (
+            f"from {counted(c.history, 'run')} of {self.branch}"
             if c.basis == "history"
-            else f"from the noise floor ({c.history} runs of {self.branch}, fewer than needed)"
+            else f"from the noise floor ({counted(c.history, 'run')} of {self.branch}, fewer than needed)"
         )
 
     @property
@@ -920,7 +923,8 @@ class PerfFacts:
         if self.significant:
             return self.evidence
         s = self.shift
-        return f"part of the run-wide shift ({s.slower} of {s.n} cases slower, sign test p={s.p:.2g}); {self.evidence}"
+        shift = f"{s.slower} of {s.n} cases slower, sign test {p_text(s.p)}"
+        return f"part of the run-wide shift ({shift}); {self.evidence}"
 
     @property
     def times(self) -> str:
@@ -1008,7 +1012,8 @@ def within_noise(f: PerfFacts) -> Judged | None:
 def unchanged(f: PerfFacts) -> Judged:
     """Anything else: pass."""
     c = f.comparison
-    return Judged(PASS, f"{c.effect:+.1%} ({f.times}; p={c.p:.2g}, {c.history} runs of {f.branch}){f.tail}")
+    history = counted(c.history, "run")
+    return Judged(PASS, f"{c.effect:+.1%} ({f.times}; {p_text(c.p)}, {history} of {f.branch}){f.tail}")
 
 
 # The verdict on a compared case, in order; the last always answers.
@@ -1120,7 +1125,7 @@ def _judge_perf(
     if shift is not None:
         result.notes.append(
             f"run-wide shift: {shift.slower} of {shift.n} compared cases are slower past their "
-            f"minimum effect (median {shift.ratio - 1:+.1%}, sign test p={shift.p:.2g}): "
+            f"minimum effect (median {shift.ratio - 1:+.1%}, sign test {p_text(shift.p)}): "
             "judged as one change, not as each case's noise"
         )
     bound = _machine_bounds(compared, gpu_groups, class_of)

@@ -26,12 +26,20 @@ from kernelwatch.gate.statuses import (
     label_of,
 )
 from kernelwatch.store.files import replaced_link_note, write_atomic
-from kernelwatch.store.schema import isolate, printable
+from kernelwatch.store.schema import IDENTITY, isolate, printable
 
 # What a hardware label's parenthesis is, wherever one is shown: "NVIDIA H200 (b10424)".
+_IDENTITY_WORDS = {
+    "vendor": "vendor",
+    "device_name": "device model",
+    "compute_units": "compute units",
+    "memory_bytes": "memory size",
+}
 FINGERPRINT_NOTE = (
-    "the hardware fingerprint: the first characters of a hash of the device model, count, memory "
-    "and software stack; runs with the same one are compared"
+    "the hardware fingerprint: the first characters of a hash of the "
+    + ", ".join(_IDENTITY_WORDS[k] for k in IDENTITY)
+    + " (not the driver, toolkit or library versions: those are each run's context); runs with the same one "
+    "are compared"
 )
 
 

@@ -111,3 +111,23 @@ def label_of(name: str) -> str:
     """The label of a row (a status or a refinement of one); an unknown name is its own label."""
     row = ROWS.get(name)
     return row.label if row is not None else name
+
+
+# How a reader sees a count and a p-value, on every page and in every report.
+P_FLOOR = 1e-6  # below it a p-value's digits say nothing more (the test's own assumptions are coarser)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def p_value(p: float) -> str:
+    """A p-value as people read it: ``0.012``, ``3e-05``, ``< 1e-6``."""
+    return f"< {P_FLOOR:.0e}".replace("e-06", "e-6") if p < P_FLOOR else f"{p:.2g}"
+
+
+def p_text(p: float) -> str:
+    """``p=0.012``, ``p < 1e-6``."""
+    shown = p_value(p)
+    return f"p {shown}" if shown.startswith("<") else f"p={shown}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, or_, select, text, update
+from sqlalchemy import Engine, delete, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -52,11 +52,15 @@ class IngestError(ValueError):
     """An artifact that is valid on its own but conflicts with what the database holds."""
 
 
+# What ingest did with a run: stored it, rebuilt a SYNTHETIC one with other content (write_run), found it stored.
+OUTCOMES = ("ingested", "replaced", "unchanged")
+
+
 @dataclass(frozen=True)
 class IngestOutcome:
     run_id: str
     source: str
-    status: str  # "ingested" or "unchanged"
+    status: str  # one of OUTCOMES
     results: int
 
 
@@ -134,17 +138,27 @@ def _same(stored: Any, given: Any) -> bool:
     return json.dumps(stored, sort_keys=True) == json.dumps(given, sort_keys=True)
 
 
-def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") -> IngestOutcome:
-    """Write one validated document inside the caller's transaction."""
+def write_run(
+    conn: Connection, doc: RunDocument, source: str = "<artifact>", replace_synthetic: bool = False
+) -> IngestOutcome:
+    """Write one validated document inside the caller's transaction. With ``replace_synthetic``, a stored
+    SYNTHETIC run of the same id and other content is deleted and written again (a demo rebuilt over changed
+    history); a real run is never replaced."""
     run = doc.run
     digest = content_hash(doc)
     n_results = len(doc.accuracy) + len(doc.perf) + len(doc.profiler)
-    existing = conn.execute(select(Run.content_hash).where(Run.id == run.id)).scalar_one_or_none()
-    if existing is not None:
-        if existing != digest:
+    stored = conn.execute(select(Run.content_hash, Run.synthetic).where(Run.id == run.id)).one_or_none()
+    status = "ingested"
+    if stored is not None:
+        existing, synthetic = stored
+        if existing == digest:
+            _write_confirmations(conn, _hardware_id(conn, doc), doc.confirmations)
+            return IngestOutcome(run.id, source, "unchanged", n_results)
+        if not (replace_synthetic and synthetic and run.synthetic):
             raise IngestError(f"{source}: run.id: run {run.id} already exists with different content")
-        _write_confirmations(conn, _hardware_id(conn, doc), doc.confirmations)
-        return IngestOutcome(run.id, source, "unchanged", n_results)
+        for model in (AccuracyResult, PerfResult, ProfilerMetric, Run):
+            conn.execute(delete(model).where((model.id if model is Run else model.run_id) == run.id))
+        status = "replaced"
 
     hw_id = _hardware_id(conn, doc)
     conn.execute(Run.__table__.insert().values(**run_row(run, doc.hardware), hardware_id=hw_id, content_hash=digest))
@@ -163,7 +177,7 @@ def write_run(conn: Connection, doc: RunDocument, source: str = "<artifact>") ->
         if batch:
             conn.execute(model.__table__.insert(), batch)
     _write_confirmations(conn, hw_id, doc.confirmations)
-    return IngestOutcome(run.id, source, "ingested", n_results)
+    return IngestOutcome(run.id, source, status, n_results)
 
 
 def _write_confirmations(conn: Connection, hw_id: int, items: list[schema.Confirmation]) -> None:
@@ -196,10 +210,10 @@ def store_confirmations(engine: Engine, hardware: schema.Hardware, items: list[s
     return len(items)
 
 
-def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]]) -> list[IngestOutcome]:
+def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]], replace_synthetic: bool) -> list[IngestOutcome]:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_INGEST_LOCK})
-    return [write_run(conn, doc, source) for source, doc in docs]
+    return [write_run(conn, doc, source, replace_synthetic) for source, doc in docs]
 
 
 def _retryable(exc: SQLAlchemyError) -> bool:
@@ -208,8 +222,11 @@ def _retryable(exc: SQLAlchemyError) -> bool:
     return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) in _RETRY_SQLSTATES
 
 
-def ingest_documents(engine: Engine, docs: Iterable[tuple[str, RunDocument]]) -> list[IngestOutcome]:
-    """Write validated documents, all in one transaction: every run or none.
+def ingest_documents(
+    engine: Engine, docs: Iterable[tuple[str, RunDocument]], replace_synthetic: bool = False
+) -> list[IngestOutcome]:
+    """Write validated documents, all in one transaction: every run or none (``replace_synthetic``:
+    :func:`write_run`).
 
     The model refuses everything either database would refuse, so a database error here is the
     database's own trouble (gone, full, read-only, locked past the timeout): one line, nothing stored.
@@ -220,7 +237,7 @@ def ingest_documents(engine: Engine, docs: Iterable[tuple[str, RunDocument]]) ->
         for attempt in range(_RETRIES):
             try:
                 with engine.begin() as conn:
-                    return _write_all(conn, docs)
+                    return _write_all(conn, docs, replace_synthetic)
             except SQLAlchemyError as exc:
                 if attempt == _RETRIES - 1 or not _retryable(exc):
                     raise

@@ -8,6 +8,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import plot as esc
+from kernelwatch.gate.statuses import counted
 from kernelwatch.store import queries
 
 ERROR = math.inf  # a case that raised has no budget: it is worse than any
@@ -97,7 +98,8 @@ common.table(
 st.subheader("Drift across commits on one hardware")
 d1, d2, d3 = st.columns(3)
 with d1:
-    kernel = common.pick_kernel(eng, params, names=sorted(frame["kernel"].unique()))
+    story = common.story_row(eng, "accuracy")
+    kernel = common.pick_kernel(eng, params, names=sorted(frame["kernel"].unique()), default=story and story["kernel"])
 hw_options = {fp: options[fp] for fp in frame.loc[frame["kernel"] == kernel, "fingerprint"].unique() if fp in options}
 with d2:
     fp = common.pick_hardware(eng, params, options=hw_options or options)
@@ -134,7 +136,7 @@ else:
         .reset_index()
     )
     points["hover"] = [
-        f"{esc(by)} {esc(g)}: worst of {n} case(s) {v:.3g}<br>run {esc(r[:8])}"
+        f"{esc(by)} {esc(g)}: worst of {counted(n, 'case')} {v:.3g}<br>run {esc(r[:8])}"
         for g, n, v, r in zip(points["group"], points["n"], points["value"], points["run_id"])
     ]
     palette = charts.colours(data.group_value(c, by) for c in cases)

@@ -15,6 +15,7 @@ from kernelwatch.dashboard.safe import plot as esc
 from kernelwatch.gate.bisect import bisect_command, rerun_command
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from kernelwatch.gate.detect import change_points
+from kernelwatch.gate.statuses import p_text
 from kernelwatch.store import queries
 from kernelwatch.store.schema import isolate
 
@@ -33,6 +34,9 @@ def verdict_row(candidate: str, case: str) -> tuple[dict, dict | None]:
 
 eng, params = common.start("Case history")
 key = params.get("case")
+if not key:  # no case asked for: the change Triage opens on
+    story = common.story_row(eng, "perf") or common.story_row(eng, "accuracy")
+    key = story["case"] if story else None
 info = queries.case_info(eng, key) if key else None
 if key and info is None:
     near = closest_keys(eng, key)
@@ -90,7 +94,8 @@ runs["when"] = runs["commit_time"].fillna(runs["started"])
 runs = runs.sort_values(["when", "started"]).reset_index(drop=True)
 runs["order"] = range(len(runs))
 runs["x"] = [data.point_label(c, r) for c, r in zip(runs["commit"], runs["run_id"])]
-vendor = next((h["vendor"] for h in queries.list_hardware(eng) if h["fingerprint"] == fp), None)
+hw_row = next((h for h in queries.list_hardware(eng) if h["fingerprint"] == fp), {})
+vendor, hw_name = hw_row.get("vendor"), hw_row.get("device_name")
 suite = "perf" if not perf.empty else "accuracy"
 runs["reproduce"] = [rerun_command(c, case, suite, vendor) for c in runs["commit"]]
 if runs["synthetic"].any():
@@ -108,7 +113,7 @@ if verdict is None:
         )
     )
 else:
-    m1, m2, m3, m4 = st.columns([1.3, 1.6, 1.5, 1.5])
+    m1, m2, m3, m4 = st.columns([2.2, 1.6, 1.3, 1.3])  # "faster (within noise)" whole at 1280 px
     m1.metric(
         "verdict",
         verdict["verdict"],
@@ -143,7 +148,7 @@ else:
         f"candidate: run {cand['id'][:8]} on {isolate(cand['branch'])}, GPU {verdict['GPU'] or 'not recorded'}",
     ]
     p = verdict["p"]
-    st.caption(md(" · ".join([*sides, *([f"p={p:.2g}"] if p is not None else [])])))
+    st.caption(md(" · ".join([*sides, *([p_text(p)] if p is not None else [])])))
     if verdict["details"]:
         st.caption(md(verdict["details"], limit=700))
     confirmations.show(eng, fp, case=case)
@@ -194,7 +199,7 @@ if not perf.empty:
                     "x": row["x"],
                     "y": row["median_us"],
                     "kind": "change point",
-                    "hover": f"change point: {cp.change:+.1%} from here (p={cp.pvalue:.1e})<br>"
+                    "hover": f"change point: {cp.change:+.1%} from here ({p_text(cp.pvalue)})<br>"
                     f"{cp.before * 1e3:.4g} -> {cp.after * 1e3:.4g} us",
                 }
             )
@@ -251,7 +256,9 @@ if not perf.empty:
     table = runs[["run_id", "x", "commit", "started", "synthetic"]].merge(wide, left_on="run_id", right_index=True)
     calls = perf.pivot_table(index="run_id", columns="implementation", values="call_ms", aggfunc="first")
     kernel_rows = perf[perf["implementation"] == data.KERNEL_IMPL].set_index("run_id")
-    gpu_of = {rid: data.short_gpu(u) for rid, u in kernel_rows["device_uuid"].items()}  # the physical device
+    gpu_of = {  # the model and physical device
+        rid: data.device_label(hw_name, r["device_uuid"], r["device"]) for rid, r in kernel_rows.iterrows()
+    }
     timing_of = kernel_rows["timing"].to_dict()
     extra = [i for i in wide.columns if i not in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL)]
     rows = []

@@ -11,7 +11,7 @@ import streamlit as st
 from kernelwatch.dashboard import charts, common, data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
-from kernelwatch.gate.statuses import RED_FILL
+from kernelwatch.gate.statuses import RED_FILL, p_value
 from kernelwatch.store import queries
 from kernelwatch.store.export import export_run
 
@@ -70,8 +70,7 @@ def pick(key: str, default: str, column) -> str:
     )
 
 
-c1, c2 = st.columns(2)
-a, b = pick("a", pair[0], c1), pick("b", pair[1], c2)
+a, b = pick("a", pair[0], st), pick("b", pair[1], st)  # one a line: a label says what the run holds
 run_a, run_b = (next(r for r in runs if r["id"] == x) for x in (a, b))
 if run_a["synthetic"] or run_b["synthetic"]:
     common.synthetic_note(True)
@@ -110,7 +109,7 @@ for key in sorted(set(pa) & set(pb)):
             "B µs": rb["median_ms"] * 1e3,
             "B/A time": rb["median_ms"] / ra["median_ms"] if ra["median_ms"] and rb["median_ms"] else None,
             "gate": v.get("verdict"),
-            "p": v.get("p"),
+            "p": None if v.get("p") is None else p_value(v["p"]),
             "budget A": (acc_a.get(key[0]) or {}).get("error_budget"),
             "budget B": (acc_b.get(key[0]) or {}).get("error_budget"),
         }
@@ -161,18 +160,18 @@ else:
         column_config={
             "kernel": st.column_config.TextColumn(width=150),
             "case": st.column_config.TextColumn(
-                width=400,
+                width=280,
                 help="variant/dtype and the parameters that tell this kernel's rows apart (the CSV has every full key)",
             ),
             "impl": st.column_config.TextColumn(width=110),
             "gate": st.column_config.TextColumn(width=130, help="The merge gate's verdict on B against A"),
             **{c: st.column_config.NumberColumn(format="%.4g", width=70) for c in ("A µs", "B µs")},
             "B/A time": st.column_config.NumberColumn(format="%.3f", width=70),
-            "p": st.column_config.NumberColumn(
-                format="%.1e", width=70, help="The gate's p-value (for a faster case, its test with the runs swapped)"
+            "p": st.column_config.TextColumn(
+                width=70, help="The gate's p-value (for a faster case, its test with the runs swapped)"
             ),
             **{
-                c: st.column_config.NumberColumn(format="%.3g", width=80)
+                c: st.column_config.NumberColumn(format="%.3g", width=92)
                 for c in ("budget A", "budget B", "budget delta")
             },
         },

@@ -151,8 +151,11 @@ for run in latest:
     label = data.hardware_options(eng).get(run["fingerprint"], run["hardware"])
     st.subheader(md(label) + tag, divider="gray", help=common.hardware_help())
     rows = summary(run["fingerprint"], run["id"])
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    # a column with nothing in it on this hardware (a CPU run's speed, counts of 0) is named below, not drawn
+    empty = [c for c in COLUMNS[1:-1] if not any(v is not None and v == v and v != 0 for v in frame[c])]
     common.table(
-        shortfalls(pd.DataFrame(rows, columns=list(COLUMNS))),
+        shortfalls(frame.drop(columns=empty)),
         column_config={
             "kernel": st.column_config.TextColumn(width=170),
             **{
@@ -182,6 +185,8 @@ for run in latest:
             "details": st.column_config.LinkColumn("details", display_text="triage →", width=70),
         },
     )
+    if empty:
+        st.caption(md("none on this hardware: " + ", ".join(SHORT.get(c, c) for c in empty)))
     judged = "; ".join(f"{r['kernel']}: {r['judged run']}" for r in rows)
     started = data.when(run["started"])
     st.caption(

@@ -10,6 +10,7 @@ from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import plot as esc
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
 from kernelwatch.gate.detect import change_points
+from kernelwatch.gate.statuses import counted, p_text
 from kernelwatch.store import queries
 
 METRICS = ("speedup over eager and torch.compile", "time per call (µs)", "% of roofline floor")
@@ -71,7 +72,8 @@ def mixed_note(frame: pd.DataFrame, by: str) -> str:
 
 
 eng, params = common.start("Performance across commits")
-kernel = common.pick_kernel(eng, params)
+story = common.story_row(eng, "perf")
+kernel = common.pick_kernel(eng, params, default=story and story["kernel"])
 options = data.hardware_options(eng)
 wanted = [h for h in (params.get("hardware") or "").split(",") if h]
 unknown = [h for h in wanted if h not in options]
@@ -200,7 +202,7 @@ for fp in hardware:
                     "value": data.geomean(list(rows["time_us"]))
                     if metric == METRICS[1]
                     else data.geomean(list(rows["pct_peak"])),
-                    "hover": f"{esc(by)} {esc(group)}: geometric mean of the {len(rows)} case(s) every run of "
+                    "hover": f"{esc(by)} {esc(group)}: geometric mean of the {counted(len(rows), 'case')} every run of "
                     f"this line holds<br>commit {esc(first['commit'][:12])} "
                     f"{esc(first['subject'] or '')}<br>branch {esc(branch)} · run {esc(run_id[:8])} · "
                     f"{esc(data.when(first['started']))}" + (" · SYNTHETIC" if first["synthetic"] else ""),
@@ -219,7 +221,7 @@ for fp in hardware:
                     {
                         "x": row["x"],
                         "y": row["vs_eager"] if metric == METRICS[0] else row["value"],
-                        "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here (p={p.pvalue:.1e})",
+                        "hover": f"{esc(by)} {esc(group)}: time {p.change:+.1%} from here ({p_text(p.pvalue)})",
                     }
                 )
     marks_frame = pd.DataFrame(marks)
@@ -275,13 +277,13 @@ for fp in hardware:
         shortfalls(table),
         column_config={
             "case": st.column_config.TextColumn(
-                width=420,
+                width=300,
                 help="variant/dtype and the parameters that tell these cases apart; the case page has the full key",
             ),
             "kernel µs": st.column_config.NumberColumn(format="%.4g"),
             "x eager": st.column_config.NumberColumn(format="%.2f"),
             "x torch.compile": st.column_config.NumberColumn(format="%.2f"),
-            "target": st.column_config.TextColumn(width=260),
+            "target": st.column_config.TextColumn(width=200),
             "open": st.column_config.LinkColumn("case page", display_text="open →", width=80),
         },
     )

@@ -10,6 +10,7 @@ import streamlit as st
 from kernelwatch.dashboard import charts, common, data
 from kernelwatch.dashboard.safe import md
 from kernelwatch.dashboard.safe import plot as esc
+from kernelwatch.gate.statuses import counted
 from kernelwatch.store import queries
 
 
@@ -28,7 +29,7 @@ st.caption(
 )
 options = data.hardware_options(eng)
 with_counters = {fp: label for fp, label in options.items() if queries.profiler_kernels(eng, fp)}
-c1, c2, c3 = st.columns(3)
+c1, c2, c3 = st.columns([1, 1, 1.3])
 with c1:
     fp = common.pick_hardware(
         eng, params, options=options, default=next(iter(with_counters), None) if with_counters else None
@@ -39,7 +40,8 @@ if not kernels:
     common.finish(params, {"hardware": fp})
     st.stop()
 with c2:
-    kernel = common.pick_kernel(eng, params, names=kernels, default=kernels[0])
+    story = common.story_row(eng, "perf")
+    kernel = common.pick_kernel(eng, params, names=kernels, default=story["kernel"] if story else kernels[0])
 runs = queries.recent_runs(eng, fp, params.integer("last", 50, 2, 500), kernel)
 frame = pd.DataFrame(queries.profiler_rows(eng, [r["id"] for r in runs], kernel))
 if frame.empty:
@@ -67,7 +69,10 @@ cases = sorted(sub["case"].unique())
 chosen = st.multiselect(
     f"Cases (at most {charts.MAX_SERIES})",
     cases,
-    default=cases[: charts.MAX_SERIES],
+    # the cases of the change Triage opens on (its variant and dtype) first
+    default=sorted(cases, key=lambda c: not (story and c.startswith(story["case"].rsplit("/", 1)[0] + "/")))[
+        : charts.MAX_SERIES
+    ],
     max_selections=charts.MAX_SERIES,
     format_func=lambda c: data.short_case(c, kernel),
     key="series",
@@ -104,8 +109,8 @@ if with_counters_runs:
     behind = sum((r["started"] or "") > (newest_run["started"] or "") for r in queries.recent_runs(eng, fp, 500))
     st.caption(
         md(
-            f"Counters from {len(with_counters_runs)} run(s); the newest, {data.run_label(newest_run)}, "
-            + (f"is {behind} run(s) behind this hardware's newest: " if behind else "is the newest run: ")
+            f"Counters from {counted(len(with_counters_runs), 'run')}; the newest, {data.run_label(newest_run)}, "
+            + (f"is {counted(behind, 'run')} behind this hardware's newest: " if behind else "is the newest run: ")
             + "kernelwatch collect --profile records new ones.",
             limit=400,
         )

@@ -55,12 +55,16 @@ else:
         "read ceiling when the "
         "run has one; otherwise against the copy rate, which a read-only stream can beat (over 100%)."
     )
-    pct = {c: st.column_config.NumberColumn(c, format="%.1f %%") for c in table.columns if c.endswith("(% of floor)")}
+    pct = {  # every column is a % of the floor (the caption says so): headed by the implementation alone
+        c: st.column_config.NumberColumn(c.removesuffix(" (% of floor)"), format="%.1f %%", width=80)
+        for c in table.columns
+        if c.endswith("(% of floor)")
+    }
     common.table(
         table.reset_index(drop=True),
         column_config={
             "kernel": st.column_config.TextColumn(width=170),
-            "case": st.column_config.TextColumn(width=440),
+            "case": st.column_config.TextColumn(width=280),
             **pct,
         },
     )

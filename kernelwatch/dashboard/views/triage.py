@@ -11,7 +11,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import charts, common, confirmations, data, verdicts
 from kernelwatch.dashboard.safe import md
-from kernelwatch.gate.statuses import NEW, PASS, label_of
+from kernelwatch.gate.statuses import NEW, PASS, label_of, p_value
 from kernelwatch.store import queries
 from kernelwatch.store.schema import isolate
 
@@ -21,11 +21,11 @@ COLUMNS = (
     "case",
     "effect %",
     "p",
+    "GPU",
     "now us",
     "before us",
     "budget change",
     "trend us",
-    "GPU",
     "reproduce",
     "bisect",
 )
@@ -45,9 +45,8 @@ CONFIG = {
         width=W["effect %"],
         help="candidate / baseline median time - 1 (+ is slower); for an accuracy row, the change of its error budget",
     ),
-    "p": st.column_config.NumberColumn(
+    "p": st.column_config.TextColumn(
         "p",
-        format="%.1e",
         width=W["p"],
         help="Evidence for the change (the gate's p-value, before FDR control; for "
         "a faster case, the same test with the runs swapped)",
@@ -66,7 +65,8 @@ CONFIG = {
     "GPU": st.column_config.TextColumn(
         "GPU",
         width=W["GPU"],
-        help="The physical device that measured it now (the details say when the baseline came from another one)",
+        help="The model and physical device that measured it now (GPU-…: the start of its UUID; cuda:N: a run "
+        "that recorded no UUID); the details say when the baseline came from another one",
     ),
     "reproduce": st.column_config.TextColumn(
         "reproduce", width=W["reproduce"], help="Click to show the command to copy"
@@ -200,6 +200,10 @@ for role, candidate, baseline in sections:
     frame = pd.DataFrame(rows)
     shown = frame.assign(
         case=data.case_labels(list(frame["case"]), list(frame["kernel"])),
+        p=[None if v is None or v != v else p_value(v) for v in frame["p"]],
+        # a command is shown whole below the table when its cell is clicked; the cell says what it runs
+        reproduce=["collect" if c else None for c in frame["reproduce"]],
+        bisect=["bisect" if c else None for c in frame["bisect"]],
         **{
             "trend us": [
                 charts.sparkline(t, charts.VERDICT_LINE.get(v, charts.NEUTRAL))
