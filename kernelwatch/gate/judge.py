@@ -308,6 +308,7 @@ class Baseline:
     sources: list[dict[str, Any]]
     run_of: dict[str, str]
     document: RunDocument | None = None
+    rule: str = ""  # why the baseline branch is not the one asked for (baseline_branch), else ""
 
     @property
     def ref(self) -> dict[str, Any]:
@@ -398,19 +399,23 @@ def choose_baseline(
     return found.run if found else None
 
 
-def default_baseline(engine: Engine, candidate: RunDocument, branch: str) -> Baseline | None:
-    """Triage's default: the baseline assembled from ``branch`` when the candidate is on another branch and
-    ``branch`` has one, else from every branch. A SYNTHETIC candidate is judged against the earlier runs of its own
-    branch: generated history is never compared with measured history."""
-    if candidate.run.synthetic:
-        found = assemble_baseline(engine, candidate, candidate.run.commit.branch)
-        if found is not None:
-            return found
-    if candidate.run.commit.branch != branch:
-        found = assemble_baseline(engine, candidate, branch)
-        if found is not None:
-            return found
-    return assemble_baseline(engine, candidate, None)
+BASE_BRANCH = "main"  # the configured baseline branch: the workflows' `--baseline main`, the dashboard's default
+
+
+def baseline_branch(candidate: RunDocument, configured: str = BASE_BRANCH) -> str:
+    """The baseline rule, stated once (the gate, Triage, Overview, Compare, the case page and confirm read it
+    here): a run of branch B is judged against the runs of the ``configured`` branch, which for a run of that
+    branch means its own earlier runs only (:func:`assemble_baseline` never takes the candidate or a later run),
+    never a side branch's. A SYNTHETIC run declares its own branch as its baseline (its notes say so,
+    :mod:`kernelwatch.store.synthetic`): generated history is judged against the earlier runs it was generated
+    with, never against measurements."""
+    return candidate.run.commit.branch if candidate.run.synthetic else configured
+
+
+def default_baseline(engine: Engine, candidate: RunDocument, branch: str = BASE_BRANCH) -> Baseline | None:
+    """The dashboard's baseline of a run: :func:`assemble_baseline` from :func:`baseline_branch` (None: that branch
+    has no earlier run on the candidate's hardware sharing a case with it; the gate then cannot decide either)."""
+    return assemble_baseline(engine, candidate, baseline_branch(candidate, branch))
 
 
 def _describe(run: dict[str, Any]) -> str:
@@ -468,6 +473,16 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             "accuracy": len(accuracy_case_runs(engine, [run["id"]], acc).get(run["id"], ())),
         }
         return Baseline(run=run, sources=[source], run_of={})
+    declared = baseline_branch(candidate, spec)
+    if declared != spec:
+        found = assemble_baseline(engine, candidate, declared)
+        if found is None:
+            raise GateUndecided(
+                f"the candidate is SYNTHETIC: it is judged only against earlier runs of its own branch {declared!r}, "
+                f"and none on {device_name} shares a case with it"
+            )
+        found.rule = f"the candidate is SYNTHETIC: judged against the earlier runs of its own branch {declared}"
+        return found
     if not branch:
         listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
         raise GateUndecided(
@@ -1191,6 +1206,8 @@ def decide(
     }
     result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy) if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
+    if assembled.rule:
+        result.notes.append(assembled.rule)
     if assembled.run_of:
         result.notes.append(assembled.describe())
     base = retire(result, candidate, carry_over(result, candidate, base))

@@ -340,6 +340,10 @@ def demo_branch(
     for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2, after=after, now=now)):
         data = to_data(copy)
         data["run"]["commit"]["branch"] = DEMO_BRANCH
+        data["run"]["notes"] += (
+            f"; judged against the earlier runs of {DEMO_BRANCH} alone, never against measured history "
+            "(kernelwatch.gate.judge.baseline_branch)"
+        )
         if index == 1:
             data["run"]["commit"]["subject"] = "[synthetic] demo: " + "; ".join(c.story for c in changes)
             for change in changes:
