@@ -78,10 +78,10 @@ def command(
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
     from kernelwatch.gate.judge import GateUndecided, check_values, decide
-    from kernelwatch.gate.reports import markdown, publish
+    from kernelwatch.gate.reports import fold, plain, publish
     from kernelwatch.kernels import discover
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
-    from kernelwatch.output import say, terminal
+    from kernelwatch.output import say
     from kernelwatch.store.artifact import load_artifact
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.export import export_run, find_run_id
@@ -113,9 +113,9 @@ def command(
         if message is None:
             raise
         fail(f"cannot decide: {message}")
-    say(terminal(markdown(result)))
+    say(plain(result, Path(report_dir)))
     for line in publish(result, Path(report_dir)):
-        say(terminal(line), err=line.startswith("warning"))
+        say("\n".join(fold(line, indent="  ")), err=line.startswith("warning"))
     if result.undecided:
         fail(f"cannot decide: {result.undecided}")
     sys.exit(result.exit_code)

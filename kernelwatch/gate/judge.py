@@ -924,9 +924,9 @@ class PerfFacts:
     def evidence(self) -> str:
         c = self.comparison
         return f"p={c.p:.2g}: within the runs {c.p_within:.2g}, between runs {c.p_between:.2g} " + (
-            f"from {c.history} runs of {self.branch}"
+            f"from {_runs(c.history)} of {self.branch}"
             if c.basis == "history"
-            else f"from the noise floor ({c.history} runs of {self.branch}, fewer than needed)"
+            else f"from the noise floor ({_runs(c.history)} of {self.branch}, fewer than needed)"
         )
 
     @property
@@ -954,6 +954,10 @@ class PerfFacts:
             )
         )
         return vs_ref + (f"; {self.note}" if self.note else "")
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
 
 
 def contaminated(f: PerfFacts) -> Judged | None:
@@ -1023,7 +1027,7 @@ def within_noise(f: PerfFacts) -> Judged | None:
 def unchanged(f: PerfFacts) -> Judged:
     """Anything else: pass."""
     c = f.comparison
-    return Judged(PASS, f"{c.effect:+.1%} ({f.times}; p={c.p:.2g}, {c.history} runs of {f.branch}){f.tail}")
+    return Judged(PASS, f"{c.effect:+.1%} ({f.times}; p={c.p:.2g}, {_runs(c.history)} of {f.branch}){f.tail}")
 
 
 # The verdict on a compared case, in order; the last always answers.
