@@ -68,6 +68,7 @@ from kernelwatch.gate.statuses import (
     NEW,
     NOISY,
     PASS,
+    REBASELINED,
     REGRESSION,
     STATUSES,
     SUSPECT,
@@ -75,7 +76,13 @@ from kernelwatch.gate.statuses import (
     UNRELIABLE,
     WARNING,
 )
-from kernelwatch.kernels.names import EAGER_IMPL, GRAPH_TIMINGS, KERNEL_IMPL, TIMING_EVENTS, TIMING_GRAPH_BATCH
+from kernelwatch.kernels.names import (
+    EAGER_IMPL,
+    GRAPH_TIMINGS,
+    KERNEL_IMPL,
+    TIMING_EVENTS,
+    calls_per_sample,
+)
 from kernelwatch.store.export import export_run
 from kernelwatch.store.queries import (
     accuracy_case_runs,
@@ -531,11 +538,11 @@ def _histories(
     """(per case, (the kernel's median, its GPU UUID) in commit order; how many runs were read): the history
     that judges the candidate, from :func:`kernelwatch.store.queries.judging_runs` (the last HISTORY_RUNS complete runs
     of ``branch`` on the candidate's hardware, no PR push, none after the candidate or ``now``; one query).
-    A case's history holds only timings taken like the candidate's, one call or a graph of many per sample
-    (:data:`TIMING_GRAPH_BATCH`): a launch-bound MSELoss reads 5.8 us one way and 1.95 us the other, and a history
+    A case's history holds only timings taken like the candidate's, one call or a batch of many per sample
+    (:func:`calls_per_sample`): a launch-bound MSELoss reads 5.8 us one way and 1.95 us the other, and a history
     holding both would make its noise look like 50%."""
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
-    batched = {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL and p.timing == TIMING_GRAPH_BATCH}
+    method = {p.case: calls_per_sample(p.timing) for p in candidate.perf if p.implementation == KERNEL_IMPL}
     runs = judging_runs(
         engine,
         fingerprint,
@@ -549,7 +556,7 @@ def _histories(
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float, str | None]]] = {}
     for r in rows:
-        if r[column] and (r["timing"] == TIMING_GRAPH_BATCH) == (r["case"] in batched):
+        if r[column] and calls_per_sample(r["timing"]) == method.get(r["case"]):
             out.setdefault(r["case"], []).append((order[r["run_id"]], r[column], r["device_uuid"]))
     return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}, len(runs)
 
@@ -832,6 +839,7 @@ class PerfInput:
     samples: list[float]
     baseline: PerfResult | None
     baseline_samples: list[float]
+    timing: str | None = None
 
 
 def errored(x: PerfInput) -> Judged | None:
@@ -858,8 +866,22 @@ def baseline_unsampled(x: PerfInput) -> Judged | None:
     )
 
 
+def timing_changed(x: PerfInput) -> Judged | None:
+    """Candidate and baseline hold different calls per sample (:func:`calls_per_sample`): what the number means
+    changed, not the kernel's speed: re-baselined, never faster or slower."""
+    now, then = calls_per_sample(x.timing), calls_per_sample(x.baseline.timing if x.baseline else None)
+    if x.baseline is None or now == then:
+        return None
+    return Judged(
+        REBASELINED,
+        f"timed with {now} per sample now ({x.timing or TIMING_EVENTS}), with {then} in the baseline "
+        f"({x.baseline.timing or TIMING_EVENTS}): a new measurement, not a speed change; the runs after it are "
+        "judged against it",
+    )
+
+
 # Whether a case can be compared at all; a case none of them answers is compared, then judged by PERF_RULES.
-INPUT_RULES = (errored, no_samples, no_baseline, baseline_unsampled)
+INPUT_RULES = (errored, no_samples, no_baseline, baseline_unsampled, timing_changed)
 
 
 @dataclass(frozen=True)
@@ -1079,7 +1101,7 @@ def _judge_perf(
             p.case, kernel, NEW, time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
         )
         result.verdicts.append(v)
-        judged = first_answer(INPUT_RULES, PerfInput(p.error, mine, b, theirs))
+        judged = first_answer(INPUT_RULES, PerfInput(p.error, mine, b, theirs, p.timing))
         if judged is not None:
             v.status, v.message = judged.status, judged.message
             continue
