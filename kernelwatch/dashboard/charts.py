@@ -10,6 +10,7 @@ goes through ``safe.plot`` (Plotly renders a subset of HTML, links included, in 
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import zlib
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from kernelwatch.kernels.names import (
     LABELS,
     LIGER_IMPL,
     PEER_LABELS,
+    calls_per_sample,
 )
 from kernelwatch.kernels.names import label as impl_label
 
@@ -452,7 +454,8 @@ def case_kernel_time(
     (a 15% step is 15% of the height, not a few pixels of a log axis shared with eager), the runs ``points``
     names (role -> x: the baseline and the candidate) marked and labelled with their commits.
 
-    ``frame`` columns: x, order, commit, median_us, p20_us, p80_us, hover, synthetic.
+    ``frame`` columns: x, order, commit, median_us, p20_us, p80_us, hover, synthetic, and timing when known: the
+    line breaks where the calls per sample change (:func:`kernelwatch.kernels.names.calls_per_sample`).
     """
     fig = go.Figure()
     rows = frame.sort_values("order")
@@ -484,18 +487,24 @@ def case_kernel_time(
                 hoverinfo="skip",
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=rows["x"],
-            y=rows["median_us"],
-            mode="lines+markers",
-            name=LABELS[KERNEL_IMPL],
-            line={"color": colour},
-            hovertext=rows["hover"],
-            hoverinfo="text",
-            marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]], "size": 8},
+    # one line per stretch timed one way: a change of what a sample holds breaks the line (the page marks it)
+    method = [calls_per_sample(t) for t in rows["timing"]] if "timing" in rows else [""] * len(rows)
+    stretch = list(itertools.accumulate(int(a != b) for a, b in zip(method, method[:1] + method[:-1])))
+    for n, part in rows.groupby(stretch, sort=True):
+        fig.add_trace(
+            go.Scatter(
+                x=part["x"],
+                y=part["median_us"],
+                mode="lines+markers",
+                name=LABELS[KERNEL_IMPL],
+                legendgroup="kernel",
+                showlegend=n == 0,
+                line={"color": colour},
+                hovertext=part["hover"],
+                hoverinfo="text",
+                marker={"symbol": ["diamond-open" if s else "circle" for s in part["synthetic"]], "size": 8},
+            )
         )
-    )
     styles = {"baseline": ("square-open", "#444444"), "candidate": ("star", "#C00000")}
     for role, x in (points or {}).items():
         hit = rows[rows["x"] == x]
@@ -594,7 +603,11 @@ def case_relative(frame: pd.DataFrame, title: str, targets: dict[str, float] | N
 def _marks(fig: go.Figure, marks: pd.DataFrame | None, row: int | None = None) -> None:
     if marks is None or marks.empty:
         return
-    styles = {"change point": ("x", "#C00000", 14), "acknowledged": ("star", "#7F3C8D", 16)}
+    styles = {
+        "change point": ("x", "#C00000", 14),
+        "acknowledged": ("star", "#7F3C8D", 16),
+        "timing changed": ("line-ew-open", "#555555", 16),
+    }
     for kind, rows in marks.groupby("kind", sort=True):
         symbol, colour, size = styles.get(kind, ("circle-open", "#333", 12))
         trace = go.Scatter(

@@ -6,11 +6,11 @@ import inspect
 import shlex
 import statistics
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from kernelwatch.gate.detect import MIN_SERIES, ChangePoint, change_points
+from kernelwatch.gate.detect import MIN_SERIES, ChangePoint, change_points, change_points_within, method_starts
 from kernelwatch.kernels.names import KERNEL_IMPL, calls_per_sample
 from kernelwatch.store.queries import case_history
 from kernelwatch.store.queries import find_hardware as find_hardware  # the one --hardware rule
@@ -104,14 +104,12 @@ def steps(
     medians = [h["median_ms"] for h in history]
     sha = [h["commit_sha"] for h in history]
     method = [calls_per_sample(h["timing"]) for h in history]
-    starts = [0] + [i for i in range(1, len(history)) if method[i] != method[i - 1]]
+    starts = method_starts([h["timing"] for h in history])
     methods = [MethodChange(method[i - 1], method[i], sha[i - 1], sha[i]) for i in starts[1:]]
-    found: list[Step] = []
-    for lo, hi in zip(starts, [*starts[1:], len(history)]):
-        for p in change_points(medians[lo:hi], min_effect=min_effect):
-            at = lo + p.index
-            point = replace(p, index=at)
-            found.append(Step(point, sha[at - 1], sha[at], commits_between(sha[at - 1], sha[at]) or [sha[at]]))
+    found = [
+        Step(p, sha[p.index - 1], sha[p.index], commits_between(sha[p.index - 1], sha[p.index]) or [sha[p.index]])
+        for p in change_points_within(medians, [h["timing"] for h in history], min_effect)
+    ]
     last = max([starts[-1], *(s.point.index for s in found if s.point.index >= starts[-1])])
     tail = medians[last:]
     head = None if found else edge_change(tail, min_effect, ends=("before",))

@@ -109,6 +109,7 @@ from kernelwatch.store.schema import (
     to_data,
     whole_from_notes,
 )
+from kernelwatch.store.synthetic import SYNTHETIC_BRANCHES
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
@@ -414,9 +415,11 @@ def baseline_branch(candidate: RunDocument, configured: str = BASE_BRANCH) -> st
     here): a run of branch B is judged against the runs of the ``configured`` branch, which for a run of that
     branch means its own earlier runs only (:func:`assemble_baseline` never takes the candidate or a later run),
     never a side branch's. A SYNTHETIC run declares its own branch as its baseline (its notes say so,
-    :mod:`kernelwatch.store.synthetic`): generated history is judged against the earlier runs it was generated
-    with, never against measurements."""
-    return candidate.run.commit.branch if candidate.run.synthetic else configured
+    :mod:`kernelwatch.store.synthetic`) unless the configured one is generated too: generated history is judged
+    against the earlier runs it was generated with, never against measurements."""
+    if candidate.run.synthetic and not configured.startswith(SYNTHETIC_BRANCHES):
+        return candidate.run.commit.branch
+    return configured
 
 
 def default_baseline(engine: Engine, candidate: RunDocument, branch: str = BASE_BRANCH) -> Baseline | None:
@@ -480,6 +483,12 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             "accuracy": len(accuracy_case_runs(engine, [run["id"]], acc).get(run["id"], ())),
         }
         return Baseline(run=run, sources=[source], run_of={})
+    if not branch:
+        listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
+        raise GateUndecided(
+            f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
+            f"branches with runs on {device_name}: {listing}"
+        )
     declared = baseline_branch(candidate, spec)
     if declared != spec:
         found = assemble_baseline(engine, candidate, declared)
@@ -490,12 +499,6 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             )
         found.rule = f"the candidate is SYNTHETIC: judged against the earlier runs of its own branch {declared}"
         return found
-    if not branch:
-        listing = ", ".join(f"{b} ({n})" for b, n in branches_on(engine, fingerprint)[:10]) or "none"
-        raise GateUndecided(
-            f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
-            f"branches with runs on {device_name}: {listing}"
-        )
     found = assemble_baseline(engine, candidate, spec)
     if found is not None:
         return found

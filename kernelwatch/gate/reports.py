@@ -225,7 +225,7 @@ def plain(result: GateResult, folder: Path | None = None) -> str:
     for note in result.notes:
         out += fold(note, indent="  ", first="note: ")
     out += fold(" · ".join(f"{s}: {n}" for s, n in counts(result)) or "none", indent=" " * 11, first="cases      ")
-    for title, rows in (("failures", result.failed), ("warnings", result.warnings)):
+    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
         if not rows:
             continue
         shown = by_severity(rows, result)[:TERMINAL_ROWS]
