@@ -631,3 +631,41 @@ def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Pat
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [CASE, "MODULES []"], out.stdout
     assert _git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_dry_run_fails_and_says_why_on_stdout_when_the_job_fails_whatever_is_confirmed(cli, tmp_path: Path) -> None:
+    """`confirm --dry-run` exited 0 with empty stdout while stderr said "the gate also fails on 12 case(s) ... (the job
+    fails whatever is confirmed)": a script reading its exit status went ahead."""
+    import copy
+
+    from kernelwatch.store.artifact import dumps
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import RunDocument
+
+    other = CASE.replace("shape=64", "shape=128")
+
+    def with_other(doc: dict) -> dict:  # a second case, timed as in the baseline
+        doc = copy.deepcopy(doc)
+        doc["cases"].append({**doc["cases"][0], "key": other, "params": {"shape": [128]}})
+        doc["perf"].append({**_run_doc("a" * 40, 1.0, "GPU-a-0", 8)["perf"][0], "case": other})
+        return doc
+
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    base = with_other(_run_doc("a" * 40, 1.0, "GPU-a-0", 8))
+    ingest_documents(open_database(url), [("base", RunDocument.model_validate(base))])
+    path = tmp_path / "candidate.json"
+    source = ["confirm", "--artifact", str(path), "--baseline", "main", "--db", url, "--dry-run"]
+    path.write_text(dumps(with_other(_run_doc("b" * 40, 1.5, "GPU-b-0", 9))))  # a suspect, nothing else
+    listed = cli.invoke(main, source)
+    assert listed.exit_code == 0 and listed.stdout.splitlines() == [CASE], listed.output
+    path.write_text(dumps(_run_doc("b" * 40, 1.5, "GPU-b-0", 9)))  # the suspect, and the other case missing
+    failing = cli.invoke(main, source)
+    assert failing.exit_code == 1, failing.output
+    assert failing.stdout.splitlines()[0].startswith("kernelwatch confirm: the gate also fails on 1 case(s)")
+    assert f"{other} (perf missing)" in failing.stdout and "(the job fails whatever is confirmed)" in failing.stdout
+    assert failing.stdout.splitlines()[1:] == [CASE]
+    doc = _run_doc("b" * 40, 1.0, "GPU-a-0", 9)  # nothing to confirm, the other case missing: still failing
+    path.write_text(dumps(doc))
+    nothing = cli.invoke(main, source)
+    assert nothing.exit_code == 1 and "the gate also fails on 1 case(s)" in nothing.stdout, nothing.output

@@ -133,10 +133,10 @@ def test_every_implementation_slower_is_no_machine_of_this_model(factor, full_ma
     """Probe: kernel, eager, compile and cuBLAS all x10 (or x2, x1.5) was "machine: 62 · pass: 358", exit 0. No two
     H200s in ci/history differ by more than 4.5% over a run: the run is unmeasured, exit 1."""
     result = gate(cli, db_url, everything(full_main, factor), tmp_path)
-    _unmeasured(result, factor)
+    _unmeasured(result, factor, tmp_path)
 
 
-def _unmeasured(result, factor: float) -> None:
+def _unmeasured(result, factor: float, tmp_path: Path) -> None:
     """Every kernel timing unmeasured, but the one GEMM case 5.8% slower than its cuBLAS even so (a regression)."""
     counts = statuses(_md(tmp_path))
     assert result.exit_code == 1, result.output
@@ -152,7 +152,7 @@ def test_with_the_measured_ceilings_cut_too(full_main, db_url, tmp_path, cli) ->
     for key in ("peak_gbps", "peak_tflops", "peak_read_gbps"):
         if doc["hardware"].get(key):
             doc["hardware"][key] /= 10
-    _unmeasured(gate(cli, db_url, doc, tmp_path), 10.0)
+    _unmeasured(gate(cli, db_url, doc, tmp_path), 10.0, tmp_path)
 
 
 def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> None:
@@ -169,7 +169,7 @@ def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> Non
 def test_stored_and_gated_by_id(full_main, db_url, tmp_path, cli) -> None:
     doc = moved(everything(full_main, 10.0), 1)
     ingest(db_url, doc)
-    _unmeasured(gate(cli, db_url, None, tmp_path, "--candidate", doc["run"]["id"]), 10.0)
+    _unmeasured(gate(cli, db_url, None, tmp_path, "--candidate", doc["run"]["id"]), 10.0, tmp_path)
 
 
 def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli) -> None:
@@ -194,7 +194,7 @@ def repeats_main(db_url: str) -> dict:
     return run(REPEATS[-1])
 
 
-def _regressed(result) -> None:
+def _regressed(result, tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     for case in SLOWED:
         assert "| slower |" in rows(_md(tmp_path), case), rows(_md(tmp_path), case)
@@ -210,7 +210,7 @@ def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tm
     ]
     ingest(db_url, *junk)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
+    _regressed(result, tmp_path)
     assert "history: 6 complete runs of main" in _md(tmp_path)
     assert "from 6 runs of main" in rows(_md(tmp_path), SLOWED[0])
 
@@ -222,7 +222,7 @@ def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp
     future = [moved(slower(repeats_main, 10.0), YEAR + i, commit_too=True) for i in range(1, 4)]
     ingest(db_url, empty, *future)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
+    _regressed(result, tmp_path)
     assert "history: 6 complete runs of main" in _md(tmp_path)
 
 
@@ -232,7 +232,7 @@ def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_ur
     future = [moved(slower(repeats_main, 10.0), YEAR // 2 + i, commit_too=True) for i in range(3)]
     ingest(db_url, *future)
     result = gate(cli, db_url, moved(slower(repeats_main, 1.3, cases=SLOWED), YEAR, commit_too=True), tmp_path)
-    _regressed(result)
+    _regressed(result, tmp_path)
     assert "history: 6 complete runs of main" in _md(tmp_path)
 
 
@@ -242,7 +242,7 @@ def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_pa
     push = moved(slower(repeats_main, 10.0), -1, branch="main", trigger="pr")
     ingest(db_url, push)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
+    _regressed(result, tmp_path)
     assert push["run"]["id"][:8] not in _md(tmp_path).split("Note:")[0]
     assert "history: 6 complete runs of main" in _md(tmp_path)
 

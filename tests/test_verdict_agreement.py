@@ -461,3 +461,22 @@ def test_bisect_locates_the_step_triage_flagged_and_says_it_cannot_test_it(demo_
     )
     steps = re.findall(r"^a change of ([+-][\d.]+)% \(p=", out.stdout, re.M)
     assert steps and all(abs(float(s)) < 30 for s in steps), steps  # the 3x of the method change is no step
+
+
+def test_the_case_chart_breaks_its_line_and_marks_a_change_of_timing_method(page, eng) -> None:
+    """When launch-bound MSELoss moved to a graph of 100 calls per sample (621ddb38) its case chart halved with
+    nothing saying why, and a change point could be drawn across the method change."""
+    import json
+
+    from kernelwatch.kernels.names import KERNEL_IMPL, LABELS
+
+    fp = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]["fingerprint"]
+    at = page("case", case="mse_loss/atomic/fp32/direction=fwd,reduction=mean,shape=4096", hardware=fp)
+    times = json.loads(at.get("plotly_chart")[0].proto.spec)
+    lines = [t for t in times["data"] if t.get("name") == LABELS[KERNEL_IMPL] and t.get("mode") == "lines+markers"]
+    assert len(lines) == 3, [len(t["x"]) for t in lines]  # one call, a batch (621ddb38 on), one call (the copies)
+    (marks,) = [t for t in times["data"] if t.get("name") == "timing changed"]
+    assert len(marks["x"]) == 2 and [t["x"][0] for t in lines[1:]] == list(marks["x"])
+    assert "one call per sample before (graph), a batch of calls from here (graph-batch)" in marks["hovertext"][0]
+    points = [t for t in times["data"] if t.get("name") == "change point"]
+    assert not points or not set(points[0]["x"]) & set(marks["x"])

@@ -22,8 +22,8 @@ from kernelwatch.options import clean_errors, db_option, expected_message, fail
     "--baseline",
     required=True,
     metavar="BRANCH|RUN_ID",
-    help="A branch (of its complete runs on the candidate's hardware up to the candidate, the one sharing "
-    "the most of its cases, then the newest; never the candidate, a future-dated or an empty run), "
+    help="A branch: each case's newest earlier result among its complete runs on the candidate's hardware (never "
+    "the candidate, a later, future-dated or empty run; a SYNTHETIC candidate: its own branch's), "
     "a run id or a unique run-id prefix.",
 )
 @click.option(
@@ -75,7 +75,8 @@ def command(
     Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the
     baseline measured is missing or unmeasured, or a case regressed by more than the minimum effect with
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
-    Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
+    Exit 2: cannot decide (bad options, no baseline, nothing comparable measured). Prints a plain summary at most
+    100 columns wide; the Markdown, HTML and JUnit reports go to --report-dir.
     """
     from kernelwatch.gate.judge import GateUndecided, check_values, decide
     from kernelwatch.gate.reports import fold, plain, publish
