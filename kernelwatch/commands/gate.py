@@ -82,7 +82,7 @@ def command(
     from kernelwatch.gate.reports import fold, plain, publish
     from kernelwatch.kernels import discover
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
-    from kernelwatch.output import say
+    from kernelwatch.output import say, terminal
     from kernelwatch.store.artifact import load_artifact
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.export import export_run, find_run_id
@@ -116,7 +116,8 @@ def command(
         fail(f"cannot decide: {message}")
     say(plain(result, Path(report_dir)))
     for line in publish(result, Path(report_dir)):
-        say("\n".join(fold(line, indent="  ")), err=line.startswith("warning"))
+        warning = line.startswith("warning")  # one line on stderr, whole: what a log search finds
+        say(terminal(line) if warning else "\n".join(fold(line, indent="  ")), err=warning)
     if result.undecided:
         fail(f"cannot decide: {result.undecided}")
     sys.exit(result.exit_code)

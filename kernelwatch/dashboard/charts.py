@@ -336,24 +336,58 @@ def grouped_metric(
     y_title: str,
     log: bool = True,
     reference: tuple[float, str] | None = None,
+    method: str | None = None,
 ) -> go.Figure:
-    """One panel, one line per group. ``series`` columns: x, order, group, value, hover, synthetic."""
+    """One panel, one line per group. ``series`` columns: x, order, group, value, hover, synthetic, and ``method``
+    when given (what a number means: e.g. the profiled launch): a group's line breaks where it changes, marked
+    "<method> changed" (a new measurement, never a change of the kernel)."""
     fig = go.Figure()
     xs = _categories(series) if not series.empty else ["-"]
+    changed: list[tuple[str, float, str]] = []
     for group, rows in series.groupby("group", sort=True):
         rows = rows.sort_values("order")
+        means = list(rows[method].fillna("not recorded")) if method else [""] * len(rows)
+        stretch = list(itertools.accumulate(int(a != b) for a, b in zip(means, means[:1] + means[:-1])))
+        for n, part in rows.groupby(stretch, sort=True):
+            fig.add_trace(
+                go.Scatter(
+                    x=part["x"],
+                    y=part["value"],
+                    mode="lines+markers",
+                    name=esc(group),
+                    legendgroup=esc(group),
+                    showlegend=n == 0,
+                    hovertext=part["hover"],
+                    hoverinfo="text",
+                    line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
+                    marker={"symbol": ["diamond-open" if s else "circle" for s in part["synthetic"]], "size": 7},
+                )
+            )
+            if n:
+                before = means[list(rows.index).index(part.index[0]) - 1]
+                changed.append(
+                    (
+                        part["x"].iloc[0],
+                        part["value"].iloc[0],
+                        f"{group}: {before} before, {means[stretch.index(n)]} here",
+                    )
+                )
+    if changed:
         fig.add_trace(
             go.Scatter(
-                x=rows["x"],
-                y=rows["value"],
-                mode="lines+markers",
-                name=esc(group),
-                hovertext=rows["hover"],
+                x=[c[0] for c in changed],
+                y=[c[1] for c in changed],
+                mode="markers",
+                name=f"{esc(method)} changed",
+                hovertext=[
+                    esc(f"{method} changed: {c[2]} (a new measurement, not a change of the kernel)") for c in changed
+                ],
                 hoverinfo="text",
-                line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
-                marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]], "size": 7},
+                marker={"symbol": "line-ew-open", "size": 16, "color": "#555555", "line": {"width": 2}},
             )
         )
+        for x in dict.fromkeys(c[0] for c in changed):
+            fig.add_vline(x=x, line_dash="dot", line_color="#555555", line_width=1, opacity=0.6)
     if reference:
         _hline(fig, xs, reference[0], reference[1], "#C00000", "dash")
     _run_axis(fig, xs, title="run (commit·run id, commit order)")
