@@ -489,7 +489,8 @@ def case_kernel_time(
     names (role -> x: the baseline and the candidate) marked and labelled with their commits.
 
     ``frame`` columns: x, order, commit, median_us, p20_us, p80_us, hover, synthetic, and timing when known: the
-    line breaks where the calls per sample change (:func:`kernelwatch.kernels.names.calls_per_sample`).
+    line breaks where the calls per sample change (:func:`kernelwatch.kernels.names.calls_per_sample`) and where
+    SYNTHETIC runs begin or end.
     """
     fig = go.Figure()
     rows = frame.sort_values("order")
@@ -521,8 +522,10 @@ def case_kernel_time(
                 hoverinfo="skip",
             )
         )
-    # one line per stretch timed one way: a change of what a sample holds breaks the line (the page marks it)
-    method = [calls_per_sample(t) for t in rows["timing"]] if "timing" in rows else [""] * len(rows)
+    # one line per stretch timed one way (a change of what a sample holds breaks it; the page marks it) and of one
+    # kind: SYNTHETIC copies never continue a measured line
+    timing = rows["timing"] if "timing" in rows else [None] * len(rows)
+    method = [(calls_per_sample(t), bool(s)) for t, s in zip(timing, rows["synthetic"])]
     stretch = list(itertools.accumulate(int(a != b) for a, b in zip(method, method[:1] + method[:-1])))
     for n, part in rows.groupby(stretch, sort=True):
         fig.add_trace(
