@@ -348,7 +348,8 @@ def grouped_metric(
         rows = rows.sort_values("order")
         means = list(rows[method].fillna("not recorded")) if method else [""] * len(rows)
         stretch = list(itertools.accumulate(int(a != b) for a, b in zip(means, means[:1] + means[:-1])))
-        for n, part in rows.groupby(stretch, sort=True):
+        for n in sorted(set(stretch)):
+            part = rows[[k == n for k in stretch]]
             fig.add_trace(
                 go.Scatter(
                     x=part["x"],
@@ -364,13 +365,9 @@ def grouped_metric(
                 )
             )
             if n:
-                before = means[list(rows.index).index(part.index[0]) - 1]
+                at = stretch.index(n)
                 changed.append(
-                    (
-                        part["x"].iloc[0],
-                        part["value"].iloc[0],
-                        f"{group}: {before} before, {means[stretch.index(n)]} here",
-                    )
+                    (part["x"].iloc[0], part["value"].iloc[0], f"{group}: {means[at - 1]} before, {means[at]} here")
                 )
     if changed:
         fig.add_trace(
@@ -527,7 +524,8 @@ def case_kernel_time(
     timing = rows["timing"] if "timing" in rows else [None] * len(rows)
     method = [(calls_per_sample(t), bool(s)) for t, s in zip(timing, rows["synthetic"])]
     stretch = list(itertools.accumulate(int(a != b) for a, b in zip(method, method[:1] + method[:-1])))
-    for n, part in rows.groupby(stretch, sort=True):
+    for n in sorted(set(stretch)):
+        part = rows[[k == n for k in stretch]]
         fig.add_trace(
             go.Scatter(
                 x=part["x"],
