@@ -511,6 +511,7 @@ def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_pat
     assert cli.invoke(main, ["ingest", "--db", url, str(tmp_path / "base.json")]).exit_code == 0
     gate = ["gate", "--artifact", str(path), "--baseline", "main", "--db", url, "--report-dir", str(tmp_path / "r")]
     before = cli.invoke(main, gate)
+    before.md = (tmp_path / "r" / "gate.md").read_text()  # the gate's tables (its terminal report is plain text)
     source = ["--artifact", str(path), "--baseline", "main", "--db", url]
     listed = cli.invoke(main, ["confirm", *source, "--dry-run"])
     confirmed = cli.invoke(
@@ -530,7 +531,9 @@ def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_pat
             "20",
         ],
     )
-    return before, listed, confirmed, cli.invoke(main, gate)
+    after = cli.invoke(main, gate)
+    after.md = (tmp_path / "r" / "gate.md").read_text()
+    return before, listed, confirmed, after
 
 
 def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scratch, tmp_path: Path) -> None:
@@ -542,12 +545,12 @@ def test_a_cross_device_suspect_confirmed_slower_fails_as_a_regression(cli, scra
     before, listed, confirmed, after = _gate_and_confirm(
         cli, repo, url, _run_doc(c1, 1.0, "GPU-aaaa1111-0000", 8), _run_doc(c2, 1.5, "GPU-bbbb2222-0000", 9), tmp_path
     )
-    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.md, before.output
     assert listed.exit_code == 0 and listed.output.splitlines() == [CASE], listed.output
     assert confirmed.exit_code == 1 and f"| `{CASE}` | SLOWER |" in confirmed.output, confirmed.output
     assert "stored 1 confirmation(s)" in confirmed.output
     assert after.exit_code == 1, after.output
-    line = next(x for x in after.output.splitlines() if x.startswith(f"| `{CASE}`"))
+    line = next(x for x in after.md.splitlines() if x.startswith(f"| `{CASE}`"))
     assert "| slower |" in line and "confirmed SLOWER on cpu: ×1." in line and "rounds" in line, line
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.queries import confirmations
@@ -586,11 +589,11 @@ def test_a_cross_device_suspect_confirmed_same_is_cleared(cli, scratch, tmp_path
     before, listed, confirmed, after = _gate_and_confirm(
         cli, repo, url, _run_doc(c2, 1.5, "GPU-aaaa1111-0000", 8), _run_doc(c3, 1.95, "GPU-bbbb2222-0000", 9), tmp_path
     )
-    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.output, before.output
+    assert before.exit_code == 1 and f"| `{CASE}` | suspect (confirm) |" in before.md, before.output
     cleared = (f"| `{CASE}` | SAME |", f"| `{CASE}` | NOT_SLOWER |")  # a loaded host may stretch the low end
     assert confirmed.exit_code == 0 and any(c in confirmed.output for c in cleared), confirmed.output
-    assert after.exit_code == 0 and "## KernelWatch gate: PASS" in after.output, after.output
-    assert "decided by a stored confirmation" in after.output
+    assert after.exit_code == 0 and after.output.startswith("KernelWatch gate: PASS"), after.output
+    assert "decided by a stored confirmation" in after.md
 
 
 def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Path) -> None:
@@ -636,3 +639,41 @@ def test_dry_run_lists_suspects_without_torch_or_a_worker(scratch, tmp_path: Pat
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [CASE, "MODULES []"], out.stdout
     assert _git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_dry_run_fails_and_says_why_on_stdout_when_the_job_fails_whatever_is_confirmed(cli, tmp_path: Path) -> None:
+    """`confirm --dry-run` exited 0 with empty stdout while stderr said "the gate also fails on 12 case(s) ... (the job
+    fails whatever is confirmed)": a script reading its exit status went ahead."""
+    import copy
+
+    from kernelwatch.store.artifact import dumps
+    from kernelwatch.store.engine import open_database
+    from kernelwatch.store.ingest import ingest_documents
+    from kernelwatch.store.schema import RunDocument
+
+    other = CASE.replace("shape=64", "shape=128")
+
+    def with_other(doc: dict) -> dict:  # a second case, timed as in the baseline
+        doc = copy.deepcopy(doc)
+        doc["cases"].append({**doc["cases"][0], "key": other, "params": {"shape": [128]}})
+        doc["perf"].append({**_run_doc("a" * 40, 1.0, "GPU-a-0", 8)["perf"][0], "case": other})
+        return doc
+
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    base = with_other(_run_doc("a" * 40, 1.0, "GPU-a-0", 8))
+    ingest_documents(open_database(url), [("base", RunDocument.model_validate(base))])
+    path = tmp_path / "candidate.json"
+    source = ["confirm", "--artifact", str(path), "--baseline", "main", "--db", url, "--dry-run"]
+    path.write_text(dumps(with_other(_run_doc("b" * 40, 1.5, "GPU-b-0", 9))))  # a suspect, nothing else
+    listed = cli.invoke(main, source)
+    assert listed.exit_code == 0 and listed.stdout.splitlines() == [CASE], listed.output
+    path.write_text(dumps(_run_doc("b" * 40, 1.5, "GPU-b-0", 9)))  # the suspect, and the other case missing
+    failing = cli.invoke(main, source)
+    assert failing.exit_code == 1, failing.output
+    assert failing.stdout.splitlines()[0].startswith("kernelwatch confirm: the gate also fails on 1 case(s)")
+    assert f"{other} (perf missing)" in failing.stdout and "(the job fails whatever is confirmed)" in failing.stdout
+    assert failing.stdout.splitlines()[1:] == [CASE]
+    doc = _run_doc("b" * 40, 1.0, "GPU-a-0", 9)  # nothing to confirm, the other case missing: still failing
+    path.write_text(dumps(doc))
+    nothing = cli.invoke(main, source)
+    assert nothing.exit_code == 1 and "the gate also fails on 1 case(s)" in nothing.stdout, nothing.output

@@ -31,6 +31,11 @@ def _history(db_url: str, steps=(), seed: int = 0, runs: int = RUNS, **kwargs) -
     return to_data(docs[-1])
 
 
+def _md(tmp_path: Path, folder: str = "report") -> str:
+    """The gate's Markdown report (the terminal gets plain text; the tables are in gate.md)."""
+    return (tmp_path / folder / "gate.md").read_text()
+
+
 def _gate(cli, db_url: str, doc: dict, tmp_path: Path, *extra: str):
     path = tmp_path / "candidate.json"
     path.write_text(dumps(doc))
@@ -347,13 +352,13 @@ def test_baseline_by_run_id_prefix_and_branch_never_the_candidate(db_url, tmp_pa
 
     for spec in (first["run"]["id"], first["run"]["id"][:6]):
         result = gate(spec)
-        assert result.exit_code == 0 and f"run `{first['run']['id'][:8]}`" in result.output, result.output
+        assert result.exit_code == 0 and f"run `{first['run']['id'][:8]}`" in _md(tmp_path, "r"), result.output
     _ingest(db_url, candidate)  # now the candidate is the newest run of its branch
     result = gate("synthetic/main", "--candidate", candidate["run"]["id"])
-    assert result.exit_code == 0 and f"baseline `{first['run']['commit']['sha'][:12]}`" in result.output
+    assert result.exit_code == 0 and f"baseline `{first['run']['commit']['sha'][:12]}`" in _md(tmp_path, "r")
     _ingest(db_url, second)
     result = gate("synthetic/main", "--candidate", candidate["run"]["id"][:8])
-    assert result.exit_code == 0 and f"baseline `{second['run']['commit']['sha'][:12]}`" in result.output
+    assert result.exit_code == 0 and f"baseline `{second['run']['commit']['sha'][:12]}`" in _md(tmp_path, "r")
     itself = gate(candidate["run"]["id"][:10], "--candidate", candidate["run"]["id"])
     assert itself.exit_code == 2 and "is the candidate run itself" in itself.output
 
@@ -402,11 +407,11 @@ def test_a_launch_bound_outlier_run_is_noisy_not_a_regression(db_url, tmp_path, 
     result = _gate(cli, db_url, candidate, tmp_path)
     # such a run cannot be decided from the runs: a suspect, failing until a confirmation decides it
     assert result.exit_code == 1, result.output
-    assert f"| `{case}` | suspect (confirm) |" in result.output and "| slower |" not in result.output
-    assert "launch-bound: one run cannot be told from the 2-6x outlier runs" in result.output
+    assert f"| `{case}` | suspect (confirm) |" in _md(tmp_path) and "| slower |" not in _md(tmp_path)
+    assert "launch-bound: one run cannot be told from the 2-6x outlier runs" in _md(tmp_path)
     candidate = _history(db_url, steps=[Step(RUNS, 8.0, case)], base_ms=0.005, seed=1)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and f"| `{case}` | slower |" in result.output
+    assert result.exit_code == 1 and f"| `{case}` | slower |" in _md(tmp_path)
 
 
 def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path, cli) -> None:
@@ -415,12 +420,12 @@ def test_with_little_history_a_within_run_p_alone_does_not_fail(db_url, tmp_path
     case = "mse_loss/persistent/fp16/n=4096,synthetic=0"
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.06, case)], base_ms=0.025, noise=0.002)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and "| slower |" not in result.output, result.output  # a suspect
-    assert f"| `{case}` | suspect (confirm) |" in result.output
-    assert "within this case's between-run noise" in result.output
+    assert result.exit_code == 1 and "| slower |" not in _md(tmp_path), result.output  # a suspect
+    assert f"| `{case}` | suspect (confirm) |" in _md(tmp_path)
+    assert "within this case's between-run noise" in _md(tmp_path)
     candidate = _history(db_url, runs=1, steps=[Step(1, 1.25, case)], base_ms=0.025, seed=3)
     result = _gate(cli, db_url, candidate, tmp_path)
-    assert result.exit_code == 1 and f"| `{case}` | slower |" in result.output
+    assert result.exit_code == 1 and f"| `{case}` | slower |" in _md(tmp_path)
 
 
 def _repeats_by_commit() -> dict[str, list[Path]]:
@@ -460,7 +465,7 @@ def test_a_to_a_on_real_h200_repeats_passes(commit, held_out, db_url, tmp_path, 
     result = cli.invoke(main, [*gate, "--baseline", "main"])
     # no regression and nothing else failing; a case 6-11% apart that the statistics call noisy (a
     # launch-bound MSELoss, the atomic one at 268M elements) is a suspect, which a same-device confirmation decides
-    failing = re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|", result.output, re.M)
+    failing = re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|", _md(tmp_path, "r"), re.M)
     assert all(status == "suspect (confirm)" for _, status in failing), result.output
     assert result.exit_code == (1 if failing else 0) and len(failing) <= 3, result.output  # 3 of 38 at most
 
@@ -510,7 +515,8 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     texts = {"terminal": result.output, **{f.name: f.read_text() for f in report.iterdir() if f.suffix != ".png"}}
     for name, text in texts.items():
         assert not set(text) & set("\x1b\r\x08\x07"), name
-    assert "main\\\\x1b\\[2J" in result.output  # shown (as Markdown source), not swallowed
+    assert "(main\\x1b[2J\\x1b[32mPASS" in result.output  # shown escaped, not swallowed (plain text, no Markdown)
+    assert "main\\\\x1b\\[2J" in _md(tmp_path)  # gate.md: escaped, as Markdown source
     suites = ET.fromstring((report / "gate-junit.xml").read_text())
     assert any("boom" in (f.get("message") or "") for f in suites.iter("failure"))
 
@@ -587,6 +593,6 @@ def test_the_cost_per_call_can_be_gated_too(db_url, tmp_path, cli) -> None:
         row["call_ms"] = sorted(row["call_samples_ms"])[5]
         path.write_text(dumps(candidate))
         result = cli.invoke(main, gate)
-        assert result.exit_code == code and f"| `{slow}` | {status} |" in result.output, result.output
-    assert result.output.count("| slower |") == 1
+        assert result.exit_code == code and f"| `{slow}` | {status} |" in _md(tmp_path, "s"), result.output
+    assert _md(tmp_path, "s").count("| slower |") == 1
     assert cli.invoke(main, gate[:-4] + ["--artifact", str(path)]).exit_code == 0

@@ -101,6 +101,11 @@ def gate(cli, db_url: str, doc: dict | None, tmp_path: Path, *extra: str):
     return cli.invoke(main, args)
 
 
+def _md(tmp_path: Path) -> str:
+    """The gate's Markdown report (the terminal gets plain text; the tables are in gate.md)."""
+    return (tmp_path / "report" / "gate.md").read_text()
+
+
 def statuses(output: str) -> dict[str, int]:
     """{verdict label (kernelwatch.gate.reports.LABELS): rows} of the gate's report tables."""
     counts: dict[str, int] = {}
@@ -128,16 +133,16 @@ def test_every_implementation_slower_is_no_machine_of_this_model(factor, full_ma
     """Probe: kernel, eager, compile and cuBLAS all x10 (or x2, x1.5) was "machine: 62 · pass: 358", exit 0. No two
     H200s in ci/history differ by more than 4.5% over a run: the run is unmeasured, exit 1."""
     result = gate(cli, db_url, everything(full_main, factor), tmp_path)
-    _unmeasured(result, factor)
+    _unmeasured(result, factor, tmp_path)
 
 
-def _unmeasured(result, factor: float) -> None:
+def _unmeasured(result, factor: float, tmp_path: Path) -> None:
     """Every kernel timing unmeasured, but the one GEMM case 5.8% slower than its cuBLAS even so (a regression)."""
-    counts = statuses(result.output)
+    counts = statuses(_md(tmp_path))
     assert result.exit_code == 1, result.output
     assert "machine" not in counts and "unchanged" not in counts and "slower (within noise)" not in counts, counts
     assert counts["unmeasured"] >= 60 and counts["unmeasured"] + counts.get("slower", 0) == 62, counts
-    note = next(line for line in result.output.splitlines() if "the run is unmeasured" in line)
+    note = next(line for line in _md(tmp_path).splitlines() if "the run is unmeasured" in line)
     assert re.search(r"this machine ran (\d+\.?\d*)x slower", note) and "re-run on a healthy runner" in note, note
     assert abs(float(re.search(r"ran (\d+\.?\d*)x", note).group(1)) / factor - 1) < 0.05, note
 
@@ -147,7 +152,7 @@ def test_with_the_measured_ceilings_cut_too(full_main, db_url, tmp_path, cli) ->
     for key in ("peak_gbps", "peak_tflops", "peak_read_gbps"):
         if doc["hardware"].get(key):
             doc["hardware"][key] /= 10
-    _unmeasured(gate(cli, db_url, doc, tmp_path), 10.0)
+    _unmeasured(gate(cli, db_url, doc, tmp_path), 10.0, tmp_path)
 
 
 def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> None:
@@ -156,7 +161,7 @@ def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> Non
     kept = sorted({p["case"] for p in doc["perf"]})[::2]
     doc["perf"] = [p for p in doc["perf"] if p["case"] in kept]
     result = gate(cli, db_url, doc, tmp_path)
-    counts = statuses(result.output)
+    counts = statuses(_md(tmp_path))
     assert result.exit_code == 1 and counts.get("unmeasured") and counts.get("missing"), result.output
     assert "machine" not in counts
 
@@ -164,15 +169,15 @@ def test_a_partial_run_ten_times_slower(full_main, db_url, tmp_path, cli) -> Non
 def test_stored_and_gated_by_id(full_main, db_url, tmp_path, cli) -> None:
     doc = moved(everything(full_main, 10.0), 1)
     ingest(db_url, doc)
-    _unmeasured(gate(cli, db_url, None, tmp_path, "--candidate", doc["run"]["id"]), 10.0)
+    _unmeasured(gate(cli, db_url, None, tmp_path, "--candidate", doc["run"]["id"]), 10.0, tmp_path)
 
 
 def test_ten_times_slower_on_one_implementation(full_main, db_url, tmp_path, cli) -> None:
     """The kernel alone x10 is 62 regressions; eager alone x10 leaves the kernel's times, which pass."""
     result = gate(cli, db_url, slower(full_main, 10.0), tmp_path)
-    assert result.exit_code == 1 and statuses(result.output).get("slower") == 62, result.output
+    assert result.exit_code == 1 and statuses(_md(tmp_path)).get("slower") == 62, result.output
     result = gate(cli, db_url, slower(full_main, 10.0, ("torch_eager",)), tmp_path)
-    counts = statuses(result.output)
+    counts = statuses(_md(tmp_path))
     # eager's rows moved, the kernel's did not: nothing is slower or unmeasured; a launch-bound case that two GPUs
     # measured 10% apart is a suspect (kernelwatch confirm decides it), whatever eager did
     assert set(counts) <= {"unchanged", "slower (within noise)", "accuracy warning", "suspect (confirm)"}, result.output
@@ -189,11 +194,11 @@ def repeats_main(db_url: str) -> dict:
     return run(REPEATS[-1])
 
 
-def _regressed(result) -> None:
+def _regressed(result, tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     for case in SLOWED:
-        assert "| slower |" in rows(result.output, case), rows(result.output, case)
-    assert statuses(result.output).get("slower") == len(SLOWED), result.output
+        assert "| slower |" in rows(_md(tmp_path), case), rows(_md(tmp_path), case)
+    assert statuses(_md(tmp_path)).get("slower") == len(SLOWED), result.output
 
 
 def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tmp_path, cli) -> None:
@@ -205,9 +210,9 @@ def test_a_regression_among_junk_runs_of_other_branches(repeats_main, db_url, tm
     ]
     ingest(db_url, *junk)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
-    assert "history: 6 complete runs of main" in result.output
-    assert "from 6 runs of main" in rows(result.output, SLOWED[0])
+    _regressed(result, tmp_path)
+    assert "history: 6 complete runs of main" in _md(tmp_path)
+    assert "from 6 runs of main" in rows(_md(tmp_path), SLOWED[0])
 
 
 def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp_path, cli) -> None:
@@ -217,8 +222,8 @@ def test_a_regression_beside_future_dated_runs_on_main(repeats_main, db_url, tmp
     future = [moved(slower(repeats_main, 10.0), YEAR + i, commit_too=True) for i in range(1, 4)]
     ingest(db_url, empty, *future)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
-    assert "history: 6 complete runs of main" in result.output
+    _regressed(result, tmp_path)
+    assert "history: 6 complete runs of main" in _md(tmp_path)
 
 
 def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_url, tmp_path, cli) -> None:
@@ -227,8 +232,8 @@ def test_a_future_dated_candidate_is_judged_by_the_past_only(repeats_main, db_ur
     future = [moved(slower(repeats_main, 10.0), YEAR // 2 + i, commit_too=True) for i in range(3)]
     ingest(db_url, *future)
     result = gate(cli, db_url, moved(slower(repeats_main, 1.3, cases=SLOWED), YEAR, commit_too=True), tmp_path)
-    _regressed(result)
-    assert "history: 6 complete runs of main" in result.output
+    _regressed(result, tmp_path)
+    assert "history: 6 complete runs of main" in _md(tmp_path)
 
 
 def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_path, cli) -> None:
@@ -237,9 +242,9 @@ def test_a_pull_request_push_stored_before_the_gate(repeats_main, db_url, tmp_pa
     push = moved(slower(repeats_main, 10.0), -1, branch="main", trigger="pr")
     ingest(db_url, push)
     result = gate(cli, db_url, slower(repeats_main, 1.3, cases=SLOWED), tmp_path)
-    _regressed(result)
-    assert push["run"]["id"][:8] not in result.output.split("Note:")[0]
-    assert "history: 6 complete runs of main" in result.output
+    _regressed(result, tmp_path)
+    assert push["run"]["id"][:8] not in _md(tmp_path).split("Note:")[0]
+    assert "history: 6 complete runs of main" in _md(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +266,7 @@ def test_a_forged_error_budget_fails(full_main, db_url, tmp_path, cli) -> None:
     row.update(max_abs_err=row["max_abs_err"] * 1000, max_rel_err=row["max_rel_err"] * 1000, error_budget=0.5)
     result = gate(cli, db_url, doc, tmp_path)
     assert result.exit_code == 1, result.output
-    line = rows(result.output, case)
+    line = rows(_md(tmp_path), case)
     assert "| accuracy failed |" in line and "disagrees with its errors" in line, line
     assert "'passed: true' disagrees" in line
 
@@ -274,8 +279,8 @@ def test_a_forged_tolerance_or_an_impossible_budget_fails(full_main, db_url, tmp
     high.update(error_budget=high["max_abs_err"] / high["atol"] * 2)  # more than the largest error allows
     result = gate(cli, db_url, doc, tmp_path)
     assert result.exit_code == 1, result.output
-    assert "looser than the spec's" in rows(result.output, loose["case"])
-    assert "larger than its errors allow" in rows(result.output, high["case"])
+    assert "looser than the spec's" in rows(_md(tmp_path), loose["case"])
+    assert "larger than its errors allow" in rows(_md(tmp_path), high["case"])
 
 
 def test_a_run_without_its_kernel_timings_is_missing_them(full_main, db_url, tmp_path, cli) -> None:
@@ -284,6 +289,6 @@ def test_a_run_without_its_kernel_timings_is_missing_them(full_main, db_url, tmp
     doc = copy.deepcopy(full_main)
     doc["perf"] = [p for p in doc["perf"] if p["implementation"] != "triton"]
     result = gate(cli, db_url, doc, tmp_path)
-    counts = statuses(result.output)
+    counts = statuses(_md(tmp_path))
     assert result.exit_code == 1 and counts.get("missing") == 62, result.output
-    assert "but not the kernel" in result.output
+    assert "but not the kernel" in _md(tmp_path)

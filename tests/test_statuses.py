@@ -31,6 +31,7 @@ QUOTED = {
     "noisy": "slower (within noise)",
     "machine": "machine",
     "new": "new",
+    "rebaselined": "re-baselined: timing changed",
     "pass": "unchanged",
     "suspect": "suspect (confirm)",
 }

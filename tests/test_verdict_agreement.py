@@ -7,8 +7,10 @@ from __future__ import annotations
 import atexit
 import base64
 import functools
+import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -299,3 +301,183 @@ def test_the_readmes_demo_numbers_are_the_demos(eng) -> None:
     fp32 = sum("/fp32/" in c.key for spec in kernels.discover().values() for c in spec.accuracy_cases())
     assert f"the {fp32} fp32 cases" in readme and f"`new: {fp32}`" in readme, fp32
     assert f"the {fp32} fp32 cases" in (ROOT / "Makefile").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# One baseline rule: every run of the demo database (the committed history and the SYNTHETIC branch), judged by the
+# pages' data layer and by the gate with the workflows' arguments (`gate --candidate ID --baseline main`)
+# ---------------------------------------------------------------------------------------------
+WORKFLOW_BASELINE = "main"  # ci/workflows/nightly-nvidia.yml: kernelwatch gate ... --baseline main
+
+
+@pytest.fixture(scope="module")
+def every_run(eng) -> list[tuple[dict, dict, object]]:
+    """[(run, Triage's judgement as the pages get it, the gate's result or its GateUndecided)] for every run."""
+    from kernelwatch.gate.judge import GateUndecided
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import tolerances
+
+    tol = tolerances(discover())
+    out = []
+    for run in queries.list_runs(eng, limit=1000):
+        judged = _judge(eng)(run["id"])
+        try:
+            result = decide(eng, export_run(eng, run["id"]), WORKFLOW_BASELINE, tolerances=tol)
+        except GateUndecided as exc:
+            result = exc
+        out.append((run, judged, result))
+    return out
+
+
+def test_every_run_is_judged_alike_by_the_pages_and_by_the_gate_with_the_workflows_arguments(eng, every_run) -> None:
+    """Triage judged the newest real run (da7e61dc, of main) against a run of branch demo/zero-output, and the
+    SYNTHETIC run `slower: 8` where `gate --baseline main` said `missing 8 · suspect 19 · accuracy warning 17`."""
+    from collections import Counter
+
+    from kernelwatch.gate.judge import GateUndecided
+
+    assert len(every_run) == len(list(queries.list_runs(eng, limit=1000))) >= 60
+    for run, judged, result in every_run:
+        pages = Counter(r["gate"] for r in judged["rows"])  # the gate's word; "verdict" may add (resolved)
+        if isinstance(result, GateUndecided):
+            assert judged["undecided"] == str(result), run["id"]
+            continue
+        assert judged["undecided"] == result.undecided, run["id"]
+        assert dict(pages) == dict(gate_counts(result)), (run["id"], run["branch"])
+        assert judged["baseline"]["id"] == result.baseline["id"], run["id"]
+        branches = {s["branch"] for s in result.baseline["sources"]}
+        assert branches == {run["branch"] if run["synthetic"] else WORKFLOW_BASELINE}, (run["id"], branches)
+    newest_real = next(j for r, j, _ in every_run if r["id"].startswith("da7e61dc"))
+    assert newest_real["baseline"]["branch"] == "main"
+    synthetic = next(res for r, _, res in every_run if r["synthetic"] and not isinstance(res, GateUndecided))
+    assert dict(gate_counts(synthetic)) == {
+        "slower": 8,
+        "accuracy warning": 16,
+        "faster": 2,
+        "faster (within noise)": 2,
+        "unchanged": 388,
+    }
+
+
+def test_the_launch_bound_mse_move_to_graph_batch_is_re_baselined(every_run) -> None:
+    """621ddb38 timed launch-bound MSELoss as a graph of 100 calls per sample: Triage called 9 cases "faster (within
+    noise)" at -38% to -66%. A change of calls per sample is a new measurement, never faster or slower."""
+    run, judged, result = next(x for x in every_run if x[0]["commit"].startswith("621ddb38"))
+    moved = [r for r in judged["rows"] if r["verdict"] == "re-baselined: timing changed"]
+    assert len(moved) >= 8 and all(r["kernel"] == "mse_loss" for r in moved), [r["case"] for r in moved]
+    assert all("a batch of calls per sample now (graph-batch)" in r["details"] for r in moved)
+    faster = [r for r in judged["rows"] if r["verdict"].startswith("faster") and (r["effect %"] or 0) < -30]
+    assert not faster, [(r["case"], r["effect %"]) for r in faster]
+    assert not result.failed or all(v.status != "rebaselined" for v in result.failed)
+
+
+def test_the_terminal_report_of_every_run_fits_100_columns_without_markdown_or_emoji(every_run) -> None:
+    """The gate printed raw Markdown: lines up to 1,118 characters, emoji, literal \\_ and \\` escapes."""
+    from kernelwatch.gate.judge import GateUndecided
+    from kernelwatch.gate.reports import ICONS, TERMINAL_WIDTH, plain
+
+    checked = 0
+    for run, _, result in every_run:
+        if isinstance(result, GateUndecided):
+            continue
+        text = plain(result, Path("gate-report"))
+        for line in text.splitlines():
+            assert len(line) <= TERMINAL_WIDTH == 100, (run["id"], line)
+        assert not any(icon in text for icon in ICONS.values()), run["id"]
+        assert "\\_" not in text and "\\`" not in text and "| ---" not in text and "##" not in text, run["id"]
+        assert text.startswith(f"KernelWatch gate: {result.verdict}\n"), run["id"]
+        checked += 1
+    assert checked >= 50
+
+
+def _kw(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_the_gate_command_prints_what_triage_shows(demo_db, eng, tmp_path) -> None:
+    """`kernelwatch gate --candidate ID --baseline main`, as the nightly workflow runs it, on the SYNTHETIC run and
+    the newest real run: Triage's counts line, word for word, in a plain report of at most 100 columns."""
+    for run in (demo_runs(eng)[1], next(r for r in queries.list_runs(eng) if r["id"].startswith("da7e61dc"))):
+        judged = _judge(eng)(run["id"])
+        line = " · ".join(
+            f"{name}: {n}" for name, n in verdicts.counts([{**r, "verdict": r["gate"]} for r in judged["rows"]])
+        )
+        out = _kw(
+            "gate",
+            "--candidate",
+            run["id"],
+            "--baseline",
+            WORKFLOW_BASELINE,
+            "--db",
+            demo_db,
+            "--report-dir",
+            str(tmp_path),
+        )
+        assert out.returncode == (1 if judged["failed"] else 0), out.stderr
+        assert f"cases      {line}" in out.stdout, out.stdout
+        assert max(len(x) for x in out.stdout.splitlines()) <= 100 and not out.stderr, out.stderr
+        assert "## KernelWatch gate" in (tmp_path / "gate.md").read_text()  # the Markdown still goes to the folder
+
+
+def demo_runs(eng) -> list[dict]:
+    return sorted((r for r in queries.list_runs(eng, limit=500) if r["synthetic"]), key=lambda r: r["started"])
+
+
+def test_synthetic_copies_are_dated_after_every_real_run(eng) -> None:
+    """Generated runs never interleave with measured ones: a chart's real line is never cut by a copy."""
+    runs = queries.list_runs(eng, limit=1000)
+    newest_real = max(r["started"] for r in runs if not r["synthetic"])
+    assert all(r["started"] > newest_real for r in runs if r["synthetic"])
+    assert all(r["branch"] == "synthetic/demo" for r in runs if r["synthetic"])
+
+
+def test_bisect_locates_the_step_triage_flagged_and_says_it_cannot_test_it(demo_db, eng) -> None:
+    """For the slowed softmax case bisect reported an old -33% change and nothing about the +15.5% step Triage
+    flagged; for the MSELoss atomic fp32 4096 case, "no change of 5% or more in 44 runs" beside a chart that halves."""
+    clean, planted = (r["commit"][:12] for r in demo_runs(eng))
+    softmax = SOFTMAX.replace("32x16x2048x2048", "8x16x4096x4096")
+    out = _kw("bisect", "--db", demo_db, "--hardware", "H200", "--", softmax)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"a change of +15% in the last 1 run (from {planted} on): too few runs after it"), lines[
+        0
+    ]
+    assert lines[1] == f"  range: {clean}..{planted} (the last run before the change, the first after it)"
+    assert lines[2].startswith(f"  it cannot be tested: {planted} is a SYNTHETIC run's commit")
+    assert "a change of -33% after 1 run (between c177115e7de0 and 3dc8b7158126)" in out.stdout  # the old one too
+    mse = "mse_loss/atomic/fp32/direction=fwd,reduction=mean,shape=4096"
+    out = _kw("bisect", "--db", demo_db, "--hardware", "H200", "--", mse)
+    assert out.returncode == 0 and "no change of" not in out.stdout, out.stdout
+    assert out.stdout.startswith(f"a change of -20% in the last 1 run (from {planted} on)"), out.stdout[:200]
+    assert (
+        "timing changed between 5e02f011fd95 and 621ddb3894ae: one call per sample before, a batch of calls after"
+        in out.stdout
+    )
+    steps = re.findall(r"^a change of ([+-][\d.]+)% \(p=", out.stdout, re.M)
+    assert steps and all(abs(float(s)) < 30 for s in steps), steps  # the 3x of the method change is no step
+
+
+def test_the_case_chart_breaks_its_line_and_marks_a_change_of_timing_method(page, eng) -> None:
+    """When launch-bound MSELoss moved to a graph of 100 calls per sample (621ddb38) its case chart halved with
+    nothing saying why, and a change point could be drawn across the method change."""
+    import json
+
+    from kernelwatch.kernels.names import KERNEL_IMPL, LABELS
+
+    fp = sorted(queries.latest_runs(eng), key=data.hardware_rank)[0]["fingerprint"]
+    at = page("case", case="mse_loss/atomic/fp32/direction=fwd,reduction=mean,shape=4096", hardware=fp)
+    times = json.loads(at.get("plotly_chart")[0].proto.spec)
+    lines = [t for t in times["data"] if t.get("name") == LABELS[KERNEL_IMPL] and t.get("mode") == "lines+markers"]
+    assert len(lines) == 3, [len(t["x"]) for t in lines]  # one call, a batch (621ddb38 on), one call (the copies)
+    (marks,) = [t for t in times["data"] if t.get("name") == "timing changed"]
+    assert len(marks["x"]) == 2 and [t["x"][0] for t in lines[1:]] == list(marks["x"])
+    assert "one call per sample before (graph), a batch of calls from here (graph-batch)" in marks["hovertext"][0]
+    points = [t for t in times["data"] if t.get("name") == "change point"]
+    assert not points or not set(points[0]["x"]) & set(marks["x"])

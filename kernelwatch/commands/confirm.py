@@ -132,7 +132,8 @@ def command(
     the flagged perf cases only: every suspect, regression and unreliable case, each against the commit of
     the run that supplied its baseline. With a database (--db), each case's verdict and its per-round data
     are stored there, and the next gate run of this commit uses it. Exit 0: every case SAME, NOT_SLOWER or
-    FASTER (or nothing to confirm; --dry-run). Exit 1: a case is SLOWER, or the gate fails on something else.
+    FASTER (or nothing to confirm; --dry-run). Exit 1: a case is SLOWER, or the gate fails on something else
+    (also with --dry-run, which then says why on stdout).
     Exit 2: a case is UNKNOWN, or bad options.
     """
     from kernelwatch.collect.confirm import (
@@ -164,20 +165,18 @@ def command(
                 groups = {baseline_commit: [k for keys in groups.values() for k in keys]}
             cand_sha = candidate_commit or cand_sha
             if others:
-                click.echo(
-                    terminal(
-                        f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
-                        "re-measurement cannot settle (the job fails whatever is confirmed): "
-                        + "; ".join(others[:5])
-                        + (" ..." if len(others) > 5 else "")
-                    ),
-                    err=True,
+                why = terminal(
+                    f"kernelwatch confirm: the gate also fails on {len(others)} case(s) that a "
+                    "re-measurement cannot settle (the job fails whatever is confirmed): "
+                    + "; ".join(others[:5])
+                    + (" ..." if len(others) > 5 else "")
                 )
+                click.echo(why, err=not dry_run)
         keys = [k for group in groups.values() for k in group]
         if dry_run:
             for key in keys:
                 click.echo(terminal(key))
-            sys.exit(0)
+            sys.exit(1 if others else 0)
         if not keys:
             click.echo("kernelwatch confirm: nothing to confirm: the gate flags no performance case")
             sys.exit(1 if others else 0)

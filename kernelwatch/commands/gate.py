@@ -23,8 +23,8 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect,
     required=True,
     metavar="BRANCH|RUN_ID",
     help="A branch: the baseline is assembled per case, each case's newest earlier result in that branch's "
-    "complete runs on the candidate's hardware (never the candidate, a future-dated or an empty run); "
-    "or one run: a run id or a unique run-id prefix.",
+    "complete runs on the candidate's hardware (never the candidate, a later, future-dated or an empty run; a "
+    "SYNTHETIC candidate: its own branch's); or one run: a run id or a unique run-id prefix.",
 )
 @click.option(
     "--min-effect",
@@ -76,10 +76,11 @@ def command(
     Exit 0: every case measured and well. Exit 1: an accuracy case fails, a case errored, a case the
     baseline measured is missing or unmeasured, or a case regressed by more than the minimum effect with
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
-    Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
+    Exit 2: cannot decide (bad options, no baseline, nothing comparable measured). Prints a plain summary at most
+    100 columns wide; the Markdown, HTML and JUnit reports go to --report-dir.
     """
     from kernelwatch.gate.judge import GateUndecided, check_values, decide
-    from kernelwatch.gate.reports import markdown, publish
+    from kernelwatch.gate.reports import fold, plain, publish
     from kernelwatch.kernels import discover
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
@@ -114,9 +115,10 @@ def command(
         if message is None:
             raise
         fail(f"cannot decide: {message}")
-    say(terminal(markdown(result)))
+    say(plain(result, Path(report_dir)))
     for line in publish(result, Path(report_dir)):
-        say(terminal(line), err=line.startswith("warning"))
+        warning = line.startswith("warning")  # one line on stderr, whole: what a log search finds
+        say(terminal(line) if warning else "\n".join(fold(line, indent="  ")), err=warning)
     if result.undecided:
         fail(f"cannot decide: {result.undecided}")
     sys.exit(result.exit_code)

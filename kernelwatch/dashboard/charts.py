@@ -10,6 +10,7 @@ goes through ``safe.plot`` (Plotly renders a subset of HTML, links included, in 
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import zlib
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from kernelwatch.kernels.names import (
     LABELS,
     LIGER_IMPL,
     PEER_LABELS,
+    calls_per_sample,
 )
 from kernelwatch.kernels.names import label as impl_label
 
@@ -334,24 +336,55 @@ def grouped_metric(
     y_title: str,
     log: bool = True,
     reference: tuple[float, str] | None = None,
+    method: str | None = None,
 ) -> go.Figure:
-    """One panel, one line per group. ``series`` columns: x, order, group, value, hover, synthetic."""
+    """One panel, one line per group. ``series`` columns: x, order, group, value, hover, synthetic, and ``method``
+    when given (what a number means: e.g. the profiled launch): a group's line breaks where it changes, marked
+    "<method> changed" (a new measurement, never a change of the kernel)."""
     fig = go.Figure()
     xs = _categories(series) if not series.empty else ["-"]
+    changed: list[tuple[str, float, str]] = []
     for group, rows in series.groupby("group", sort=True):
         rows = rows.sort_values("order")
+        means = list(rows[method].fillna("not recorded")) if method else [""] * len(rows)
+        stretch = list(itertools.accumulate(int(a != b) for a, b in zip(means, means[:1] + means[:-1])))
+        for n in sorted(set(stretch)):
+            part = rows[[k == n for k in stretch]]
+            fig.add_trace(
+                go.Scatter(
+                    x=part["x"],
+                    y=part["value"],
+                    mode="lines+markers",
+                    name=esc(group),
+                    legendgroup=esc(group),
+                    showlegend=n == 0,
+                    hovertext=part["hover"],
+                    hoverinfo="text",
+                    line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
+                    marker={"symbol": ["diamond-open" if s else "circle" for s in part["synthetic"]], "size": 7},
+                )
+            )
+            if n:
+                at = stretch.index(n)
+                changed.append(
+                    (part["x"].iloc[0], part["value"].iloc[0], f"{group}: {means[at - 1]} before, {means[at]} here")
+                )
+    if changed:
         fig.add_trace(
             go.Scatter(
-                x=rows["x"],
-                y=rows["value"],
-                mode="lines+markers",
-                name=esc(group),
-                hovertext=rows["hover"],
+                x=[c[0] for c in changed],
+                y=[c[1] for c in changed],
+                mode="markers",
+                name=f"{esc(method)} changed",
+                hovertext=[
+                    esc(f"{method} changed: {c[2]} (a new measurement, not a change of the kernel)") for c in changed
+                ],
                 hoverinfo="text",
-                line={"color": palette.get(group, "#333"), "dash": _dash(rows)},
-                marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]], "size": 7},
+                marker={"symbol": "line-ew-open", "size": 16, "color": "#555555", "line": {"width": 2}},
             )
         )
+        for x in dict.fromkeys(c[0] for c in changed):
+            fig.add_vline(x=x, line_dash="dot", line_color="#555555", line_width=1, opacity=0.6)
     if reference:
         _hline(fig, xs, reference[0], reference[1], "#C00000", "dash")
     _run_axis(fig, xs, title="run (commit·run id, commit order)")
@@ -452,7 +485,9 @@ def case_kernel_time(
     (a 15% step is 15% of the height, not a few pixels of a log axis shared with eager), the runs ``points``
     names (role -> x: the baseline and the candidate) marked and labelled with their commits.
 
-    ``frame`` columns: x, order, commit, median_us, p20_us, p80_us, hover, synthetic.
+    ``frame`` columns: x, order, commit, median_us, p20_us, p80_us, hover, synthetic, and timing when known: the
+    line breaks where the calls per sample change (:func:`kernelwatch.kernels.names.calls_per_sample`) and where
+    SYNTHETIC runs begin or end.
     """
     fig = go.Figure()
     rows = frame.sort_values("order")
@@ -484,18 +519,27 @@ def case_kernel_time(
                 hoverinfo="skip",
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=rows["x"],
-            y=rows["median_us"],
-            mode="lines+markers",
-            name=LABELS[KERNEL_IMPL],
-            line={"color": colour},
-            hovertext=rows["hover"],
-            hoverinfo="text",
-            marker={"symbol": ["diamond-open" if s else "circle" for s in rows["synthetic"]], "size": 8},
+    # one line per stretch timed one way (a change of what a sample holds breaks it; the page marks it) and of one
+    # kind: SYNTHETIC copies never continue a measured line
+    timing = rows["timing"] if "timing" in rows else [None] * len(rows)
+    method = [(calls_per_sample(t), bool(s)) for t, s in zip(timing, rows["synthetic"])]
+    stretch = list(itertools.accumulate(int(a != b) for a, b in zip(method, method[:1] + method[:-1])))
+    for n in sorted(set(stretch)):
+        part = rows[[k == n for k in stretch]]
+        fig.add_trace(
+            go.Scatter(
+                x=part["x"],
+                y=part["median_us"],
+                mode="lines+markers",
+                name=LABELS[KERNEL_IMPL],
+                legendgroup="kernel",
+                showlegend=n == 0,
+                line={"color": colour},
+                hovertext=part["hover"],
+                hoverinfo="text",
+                marker={"symbol": ["diamond-open" if s else "circle" for s in part["synthetic"]], "size": 8},
+            )
         )
-    )
     styles = {"baseline": ("square-open", "#444444"), "candidate": ("star", "#C00000")}
     for role, x in (points or {}).items():
         hit = rows[rows["x"] == x]
@@ -594,7 +638,11 @@ def case_relative(frame: pd.DataFrame, title: str, targets: dict[str, float] | N
 def _marks(fig: go.Figure, marks: pd.DataFrame | None, row: int | None = None) -> None:
     if marks is None or marks.empty:
         return
-    styles = {"change point": ("x", "#C00000", 14), "acknowledged": ("star", "#7F3C8D", 16)}
+    styles = {
+        "change point": ("x", "#C00000", 14),
+        "acknowledged": ("star", "#7F3C8D", 16),
+        "timing changed": ("line-ew-open", "#555555", 16),
+    }
     for kind, rows in marks.groupby("kind", sort=True):
         symbol, colour, size = styles.get(kind, ("circle-open", "#333", 12))
         trace = go.Scatter(

@@ -15,6 +15,7 @@ import streamlit as st
 from sqlalchemy import Engine
 
 from kernelwatch.dashboard.charts import IMPL_NAMES
+from kernelwatch.gate.judge import BASE_BRANCH as GATE_BASE_BRANCH
 from kernelwatch.kernels.names import (
     ALL_LABELS,
     COMPILE_IMPL,
@@ -28,7 +29,7 @@ from kernelwatch.store.engine import open_database
 from kernelwatch.store.schema import isolate
 
 NAMES = IMPL_NAMES  # implementation -> what a page calls it (one table, in kernelwatch/dashboard/charts.py)
-BASE_BRANCH = "main"  # runs of other branches (pull requests, synthetic demos) are compared with its runs first
+BASE_BRANCH = GATE_BASE_BRANCH  # the baseline rule is kernelwatch.gate.judge.baseline_branch
 
 
 @st.cache_resource(show_spinner=False)

@@ -87,8 +87,8 @@ class Triage:
 
 
 def baseline_for(eng: Engine, doc: RunDocument, branch: str) -> Baseline | None:
-    """The default baseline, by the gate's rule (``kernelwatch.gate.judge.default_baseline``): assembled per case from
-    ``branch`` when the candidate is on another branch and ``branch`` has runs, else from every branch."""
+    """The default baseline, by the gate's rule (``kernelwatch.gate.judge.baseline_branch``): assembled per case from
+    ``branch``'s earlier runs (a SYNTHETIC run's: its own branch's), never another branch's."""
     return default_baseline(eng, doc, branch)
 
 
@@ -103,7 +103,12 @@ def triage(eng: Engine, candidate_id: str, baseline_id: str | None, branch: str 
     out = Triage(candidate=cand, baseline=base, hardware=cand["hardware"])
     result, base_doc = None, None
     if base is None:
-        out.undecided = "no earlier run on this hardware shares a case with this one: nothing to compare with"
+        try:  # the gate's own words for why it cannot decide
+            decide(eng, document, branch)
+        except GateUndecided as exc:
+            out.undecided = str(exc)
+        else:
+            raise AssertionError(f"the gate found a baseline of {branch} for run {candidate_id}; Triage did not")
     else:
         out.software = software_changes(base, cand)
         try:
@@ -183,6 +188,7 @@ def _rows(
         rows.append(
             {
                 "verdict": verdict,
+                "gate": verdict,  # the gate's own word; "verdict" may refine it (slower (resolved))
                 "kernel": kernel_of[case],
                 "case": case,
                 "effect %": None if effect is None else 100 * effect,

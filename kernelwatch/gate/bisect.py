@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from kernelwatch.gate.detect import MIN_SERIES, ChangePoint, change_points
-from kernelwatch.kernels.names import KERNEL_IMPL
+from kernelwatch.gate.detect import MIN_SERIES, ChangePoint, change_points, change_points_within, method_starts
+from kernelwatch.kernels.names import KERNEL_IMPL, calls_per_sample
 from kernelwatch.store.queries import case_history
 from kernelwatch.store.queries import find_hardware as find_hardware  # the one --hardware rule
 from kernelwatch.store.schema import is_commit_sha
@@ -40,7 +40,7 @@ class EdgeChange:
 
     @property
     def short_side(self) -> str:
-        return "before" if self.runs_before < MIN_SEGMENT else "after"
+        return "after" if self.runs_after < MIN_SEGMENT else "before"
 
     @property
     def note(self) -> str:
@@ -62,40 +62,84 @@ class EdgeChange:
         return self.good if self.short_side == "before" else self.bad
 
 
+@dataclass(frozen=True)
+class MethodChange:
+    """Where the case's timing changed what one sample holds (:func:`calls_per_sample`): never a step."""
+
+    before: str  # calls per sample before, e.g. "one call"
+    after: str
+    good: str  # the last commit timed the old way
+    bad: str  # the first commit timed the new way
+
+
+@dataclass(frozen=True)
+class Bisection:
+    """What ``kernelwatch bisect`` answers about one case on one hardware.
+
+    * ``runs``: the runs of its history;
+    * ``steps``: every step found, oldest first, each within one timing method;
+    * ``edges``: changes past the minimum effect that too few runs on one side keep from being called a step,
+      newest first: the newest change after the last step (what Triage flags on the newest run: a change with one
+      run after it), then, when no step was found, one with too few runs before it;
+    * ``methods``: where the timing method changed (never read as a step);
+    * ``synthetic``: commits of SYNTHETIC runs (no commit to re-run).
+    """
+
+    runs: int
+    steps: list[Step]
+    edges: list[EdgeChange]
+    methods: list[MethodChange]
+    synthetic: frozenset[str]
+
+
 def steps(
     engine: Engine, case: str, fingerprint: str, implementation: str = KERNEL_IMPL, min_effect: float = 0.05
-) -> tuple[int, list[Step], EdgeChange | None]:
-    """(number of runs in the history, the steps found in it, and when none is found, a change at either end of
-    the history that too few runs on one side keep from being called one: :func:`edge_change`)."""
+) -> Bisection:
+    """The steps of ``case``'s history on one hardware, looked for within each stretch timed one way (a method
+    change is reported, never called a step), and the newest change past ``min_effect`` after the last step that
+    too few runs keep from being tested (:func:`edge_change`), and when no step is found, one too few runs before."""
     history = case_history(engine, case, fingerprint, implementation)
     if len(history) < MIN_SERIES:
         raise LookupError(f"{case} has {len(history)} runs on this hardware: at least {MIN_SERIES} are needed")
     medians = [h["median_ms"] for h in history]
-    found = []
-    for p in change_points(medians, min_effect=min_effect):
-        good, bad = history[p.index - 1]["commit_sha"], history[p.index]["commit_sha"]
-        found.append(Step(p, good, bad, commits_between(good, bad) or [bad]))
-    edge = None
-    if not found:
-        at = edge_change(medians, min_effect)
-        if at is not None:
-            k, change = at
-            good, bad = history[k - 1]["commit_sha"], history[k]["commit_sha"]
-            edge = EdgeChange(change, k, len(history) - k, good, bad, commits_between(good, bad))
-    return len(history), found, edge
+    sha = [h["commit_sha"] for h in history]
+    method = [calls_per_sample(h["timing"]) for h in history]
+    starts = method_starts([h["timing"] for h in history])
+    methods = [MethodChange(method[i - 1], method[i], sha[i - 1], sha[i]) for i in starts[1:]]
+    found = [
+        Step(p, sha[p.index - 1], sha[p.index], commits_between(sha[p.index - 1], sha[p.index]) or [sha[p.index]])
+        for p in change_points_within(medians, [h["timing"] for h in history], min_effect)
+    ]
+    last = max([starts[-1], *(s.point.index for s in found if s.point.index >= starts[-1])])
+    tail = medians[last:]
+    head = None if found else edge_change(tail, min_effect, ends=("before",))
+    skip = head[0] if head else 0
+    edges = []
+    for at, edge in ((skip, edge_change(tail[skip:], min_effect, ends=("after",))), (0, head)):
+        if edge is not None:
+            k = last + at + edge[0]
+            good, bad = sha[k - 1], sha[k]
+            edges.append(EdgeChange(edge[1], k - starts[-1], len(history) - k, good, bad, commits_between(good, bad)))
+    synthetic = frozenset(h["commit_sha"] for h in history if h["synthetic"])
+    return Bisection(len(history), found, edges, methods, synthetic)
 
 
-def edge_change(medians: list[float], min_effect: float) -> tuple[int, float] | None:
+def edge_change(
+    medians: list[float], min_effect: float, ends: tuple[str, ...] = ("before", "after")
+) -> tuple[int, float] | None:
     """A change the detector cannot call because it has fewer than :data:`MIN_SEGMENT` runs on one side.
 
-    For each split ``k`` that leaves 1 to MIN_SEGMENT - 1 runs at the start or the end, the runs before
-    and after must not overlap (every run on the short side beyond every run on the other) and the
-    medians of the two sides must differ by at least ``min_effect``; the largest such change is returned
-    as (k, median after / median before - 1), ``k`` the number of runs before it. None if there is none.
+    For each split ``k`` that leaves 1 to MIN_SEGMENT - 1 runs at the start ("before" in ``ends``) or the end
+    ("after"), the runs before and after must not overlap (every run on the short side beyond every run
+    on the other) and the medians of the two sides must differ by at least ``min_effect``; the largest such
+    change is returned as (k, median after / median before - 1), ``k`` the number of runs before it. None if
+    there is none.
     """
     n = len(medians)
     best: tuple[int, float] | None = None
-    for k in [*range(1, MIN_SEGMENT), *range(n - MIN_SEGMENT + 1, n)]:
+    heads = range(1, MIN_SEGMENT) if "before" in ends else range(0)
+    tails = range(n - MIN_SEGMENT + 1, n) if "after" in ends else range(0)
+    for k in [*heads, *tails]:
         if not 0 < k < n:
             continue
         before, after = medians[:k], medians[k:]

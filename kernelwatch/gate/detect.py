@@ -22,10 +22,13 @@ benchmark share it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
+
+from kernelwatch.kernels.names import calls_per_sample
 
 DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_FDR = 0.05
@@ -503,6 +506,25 @@ def change_points(
 
     split(0, len(x))
     return sorted(found, key=lambda c: c.index)
+
+
+def method_starts(timings: Sequence[str | None]) -> list[int]:
+    """The index of the first run of each stretch of a history timed one way (the same
+    :func:`kernelwatch.kernels.names.calls_per_sample`), 0 first: where a number's meaning changed."""
+    method = [calls_per_sample(t) for t in timings]
+    return [0] + [i for i in range(1, len(method)) if method[i] != method[i - 1]]
+
+
+def change_points_within(
+    values: list[float], timings: Sequence[str | None], min_effect: float = DEFAULT_MIN_EFFECT
+) -> list[ChangePoint]:
+    """:func:`change_points` of each stretch timed one way (:func:`method_starts`), indexes into ``values``: a
+    change of timing method is never reported as a step."""
+    starts = method_starts(timings)
+    found = []
+    for lo, hi in zip(starts, [*starts[1:], len(values)]):
+        found += [replace(p, index=lo + p.index) for p in change_points(values[lo:hi], min_effect=min_effect)]
+    return found
 
 
 def effect_interval(

@@ -68,6 +68,7 @@ from kernelwatch.gate.statuses import (
     NEW,
     NOISY,
     PASS,
+    REBASELINED,
     REGRESSION,
     STATUSES,
     SUSPECT,
@@ -78,7 +79,13 @@ from kernelwatch.gate.statuses import (
     p_text,
     p_value,
 )
-from kernelwatch.kernels.names import EAGER_IMPL, GRAPH_TIMINGS, KERNEL_IMPL, TIMING_EVENTS, TIMING_GRAPH_BATCH
+from kernelwatch.kernels.names import (
+    EAGER_IMPL,
+    GRAPH_TIMINGS,
+    KERNEL_IMPL,
+    TIMING_EVENTS,
+    calls_per_sample,
+)
 from kernelwatch.store.export import export_run
 from kernelwatch.store.queries import (
     accuracy_case_runs,
@@ -105,6 +112,7 @@ from kernelwatch.store.schema import (
     to_data,
     whole_from_notes,
 )
+from kernelwatch.store.synthetic import SYNTHETIC_BRANCHES
 
 HISTORY_RUNS = 30
 BUDGET_GROWTH_WARNING = 2.0
@@ -311,6 +319,7 @@ class Baseline:
     sources: list[dict[str, Any]]
     run_of: dict[str, str]
     document: RunDocument | None = None
+    rule: str = ""  # why the baseline branch is not the one asked for (baseline_branch), else ""
 
     @property
     def ref(self) -> dict[str, Any]:
@@ -401,19 +410,25 @@ def choose_baseline(
     return found.run if found else None
 
 
-def default_baseline(engine: Engine, candidate: RunDocument, branch: str) -> Baseline | None:
-    """Triage's default: the baseline assembled from ``branch`` when the candidate is on another branch and
-    ``branch`` has one, else from every branch. A SYNTHETIC candidate is judged against the earlier runs of its own
-    branch: generated history is never compared with measured history."""
-    if candidate.run.synthetic:
-        found = assemble_baseline(engine, candidate, candidate.run.commit.branch)
-        if found is not None:
-            return found
-    if candidate.run.commit.branch != branch:
-        found = assemble_baseline(engine, candidate, branch)
-        if found is not None:
-            return found
-    return assemble_baseline(engine, candidate, None)
+BASE_BRANCH = "main"  # the configured baseline branch: the workflows' `--baseline main`, the dashboard's default
+
+
+def baseline_branch(candidate: RunDocument, configured: str = BASE_BRANCH) -> str:
+    """The baseline rule, stated once (the gate, Triage, Overview, Compare, the case page and confirm read it
+    here): a run of branch B is judged against the runs of the ``configured`` branch, which for a run of that
+    branch means its own earlier runs only (:func:`assemble_baseline` never takes the candidate or a later run),
+    never a side branch's. A SYNTHETIC run declares its own branch as its baseline (its notes say so,
+    :mod:`kernelwatch.store.synthetic`) unless the configured one is generated too: generated history is judged
+    against the earlier runs it was generated with, never against measurements."""
+    if candidate.run.synthetic and not configured.startswith(SYNTHETIC_BRANCHES):
+        return candidate.run.commit.branch
+    return configured
+
+
+def default_baseline(engine: Engine, candidate: RunDocument, branch: str = BASE_BRANCH) -> Baseline | None:
+    """The dashboard's baseline of a run: :func:`assemble_baseline` from :func:`baseline_branch` (None: that branch
+    has no earlier run on the candidate's hardware sharing a case with it; the gate then cannot decide either)."""
+    return assemble_baseline(engine, candidate, baseline_branch(candidate, branch))
 
 
 def _describe(run: dict[str, Any]) -> str:
@@ -477,6 +492,16 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             f"--baseline {spec!r} is neither a run id, a run-id prefix nor a branch with runs; "
             f"branches with runs on {device_name}: {listing}"
         )
+    declared = baseline_branch(candidate, spec)
+    if declared != spec:
+        found = assemble_baseline(engine, candidate, declared)
+        if found is None:
+            raise GateUndecided(
+                f"the candidate is SYNTHETIC: it is judged only against earlier runs of its own branch {declared!r}, "
+                f"and none on {device_name} shares a case with it"
+            )
+        found.rule = f"the candidate is SYNTHETIC: judged against the earlier runs of its own branch {declared}"
+        return found
     found = assemble_baseline(engine, candidate, spec)
     if found is not None:
         return found
@@ -519,11 +544,11 @@ def _histories(
     """(per case, (the kernel's median, its GPU UUID) in commit order; how many runs were read): the history
     that judges the candidate, from :func:`kernelwatch.store.queries.judging_runs` (the last HISTORY_RUNS complete runs
     of ``branch`` on the candidate's hardware, no PR push, none after the candidate or ``now``; one query).
-    A case's history holds only timings taken like the candidate's, one call or a graph of many per sample
-    (:data:`TIMING_GRAPH_BATCH`): a launch-bound MSELoss reads 5.8 us one way and 1.95 us the other, and a history
+    A case's history holds only timings taken like the candidate's, one call or a batch of many per sample
+    (:func:`calls_per_sample`): a launch-bound MSELoss reads 5.8 us one way and 1.95 us the other, and a history
     holding both would make its noise look like 50%."""
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
-    batched = {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL and p.timing == TIMING_GRAPH_BATCH}
+    method = {p.case: calls_per_sample(p.timing) for p in candidate.perf if p.implementation == KERNEL_IMPL}
     runs = judging_runs(
         engine,
         fingerprint,
@@ -537,7 +562,7 @@ def _histories(
     rows = perf_rows(engine, list(order), implementations=(KERNEL_IMPL,), with_params=False)
     out: dict[str, list[tuple[int, float, str | None]]] = {}
     for r in rows:
-        if r[column] and (r["timing"] == TIMING_GRAPH_BATCH) == (r["case"] in batched):
+        if r[column] and calls_per_sample(r["timing"]) == method.get(r["case"]):
             out.setdefault(r["case"], []).append((order[r["run_id"]], r[column], r["device_uuid"]))
     return {case: [(m, u) for _, m, u in sorted(points)] for case, points in out.items()}, len(runs)
 
@@ -820,6 +845,7 @@ class PerfInput:
     samples: list[float]
     baseline: PerfResult | None
     baseline_samples: list[float]
+    timing: str | None = None
 
 
 def errored(x: PerfInput) -> Judged | None:
@@ -846,8 +872,22 @@ def baseline_unsampled(x: PerfInput) -> Judged | None:
     )
 
 
+def timing_changed(x: PerfInput) -> Judged | None:
+    """Candidate and baseline hold different calls per sample (:func:`calls_per_sample`): what the number means
+    changed, not the kernel's speed: re-baselined, never faster or slower."""
+    now, then = calls_per_sample(x.timing), calls_per_sample(x.baseline.timing if x.baseline else None)
+    if x.baseline is None or now == then:
+        return None
+    return Judged(
+        REBASELINED,
+        f"timed with {now} per sample now ({x.timing or TIMING_EVENTS}), with {then} in the baseline "
+        f"({x.baseline.timing or TIMING_EVENTS}): a new measurement, not a speed change; the runs after it are "
+        "judged against it",
+    )
+
+
 # Whether a case can be compared at all; a case none of them answers is compared, then judged by PERF_RULES.
-INPUT_RULES = (errored, no_samples, no_baseline, baseline_unsampled)
+INPUT_RULES = (errored, no_samples, no_baseline, baseline_unsampled, timing_changed)
 
 
 @dataclass(frozen=True)
@@ -943,6 +983,10 @@ class PerfFacts:
             )
         )
         return vs_ref + (f"; {self.note}" if self.note else "")
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"
 
 
 def contaminated(f: PerfFacts) -> Judged | None:
@@ -1065,7 +1109,7 @@ def _judge_perf(
             p.case, kernel, NEW, time_ms=getattr(p, median), baseline_ms=getattr(b, median) if b is not None else None
         )
         result.verdicts.append(v)
-        judged = first_answer(INPUT_RULES, PerfInput(p.error, mine, b, theirs))
+        judged = first_answer(INPUT_RULES, PerfInput(p.error, mine, b, theirs, p.timing))
         if judged is not None:
             v.status, v.message = judged.status, judged.message
             continue
@@ -1196,6 +1240,8 @@ def decide(
     }
     result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy) if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
+    if assembled.rule:
+        result.notes.append(assembled.rule)
     if assembled.run_of:
         result.notes.append(assembled.describe())
     base = retire(result, candidate, carry_over(result, candidate, base))

@@ -187,6 +187,72 @@ def markdown(result: GateResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+TERMINAL_WIDTH = 100  # the widest line of the terminal report (a CI log)
+TERMINAL_ROWS = 10  # failing (and warning) rows the terminal report lists; the rest are in gate.md / gate.html
+
+
+def fold(text: str, width: int = TERMINAL_WIDTH, indent: str = "", first: str = "") -> list[str]:
+    """``first`` + ``text`` as lines of at most ``width`` characters, the rest indented by ``indent``: broken at
+    spaces, else after a comma, slash or equals sign of a case key, else anywhere."""
+    text = printable(" ".join(str(text).split()))
+    lines, line, filled = [], first, False
+    for piece in (p for p in re.split(r"(?<=[ ,/=])", text) if p):
+        if filled and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line, filled = indent, False
+        while len(line) + len(piece.rstrip()) > width:  # a piece longer than a whole line
+            room = width - len(line)
+            lines.append(line + piece[:room])
+            line, piece = indent, piece[room:]
+        line, filled = line + piece, True
+    lines.append(line.rstrip())
+    return lines
+
+
+def plain(result: GateResult, folder: Path | None = None) -> str:
+    """The gate's report for a terminal or a CI log: plain text, no Markdown, no emoji, lines of at most
+    TERMINAL_WIDTH characters: the verdict, the runs and hardware, the counts, the first failing and warning rows
+    with what they measured. gate.md and gate.html (``folder``) hold every row."""
+    c, b = result.candidate, result.baseline
+    out = [f"KernelWatch gate: {result.verdict}"]
+    out += fold(
+        f"{c['commit']['sha'][:12]} ({c['commit']['branch']}, run {c['id'][:8]}, {c['status']})",
+        indent=" " * 11,
+        first="candidate  ",
+    )
+    out += fold(f"{b['commit'][:12]} ({b['branch']}, run {b['id'][:8]})", indent=" " * 11, first="baseline   ")
+    out += fold(hardware_text(result), indent=" " * 11, first="hardware   ")
+    metric = "wall time per call (calls back to back)" if result.metric == "call" else "GPU time"
+    out += fold(
+        f"{metric}; minimum effect {result.min_effect:.0%}, false discovery rate {result.fdr:.0%}",
+        indent=" " * 11,
+        first="judged     ",
+    )
+    if result.undecided:
+        out += fold(result.undecided, indent="  ", first="cannot decide: ")
+    for note in result.notes:
+        out += fold(note, indent="  ", first="note: ")
+    out += fold(" · ".join(f"{s}: {n}" for s, n in counts(result)) or "none", indent=" " * 11, first="cases      ")
+    for title, rows in (("Failures", result.failed), ("Warnings", result.warnings)):
+        if not rows:
+            continue
+        shown = by_severity(rows, result)[:TERMINAL_ROWS]
+        more = f", the first {len(shown)}" if len(shown) < len(rows) else ""
+        out += ["", f"{title} ({len(rows)}{more}):"]
+        for v in shown:
+            before, now = (
+                (_fmt_ms(v.baseline_ms), _fmt_ms(v.time_ms))
+                if v.suite == "perf"
+                else tuple("-" if x is None else f"{x:.3g}" for x in (v.baseline_budget, v.budget))
+            )
+            measured = f" ({before} -> {now})" if (before, now) != ("-", "-") else ""
+            out += fold(v.case, indent="    ", first="  ")
+            out += fold(f"{label(v, result)}{measured}: {v.message}", indent="      ", first="    ")
+    if folder is not None:
+        out += ["", *fold(f"every row: {folder / 'gate.md'} and {folder / 'gate.html'}")]
+    return "\n".join(out)
+
+
 def junit(result: GateResult) -> str:
     """JUnit XML; every text escaped to printable characters (XML 1.0 cannot hold ESC or backspace)."""
     suites = ET.Element("testsuites", name="kernelwatch-gate")

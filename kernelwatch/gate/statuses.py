@@ -64,6 +64,7 @@ ACKNOWLEDGED = "acknowledged"  # a regression `kernelwatch ack` recorded
 NOISY = "noisy"  # slower past the minimum effect, within the case's noise
 MACHINE = "machine"  # slower with its same-run reference: the machine, not the kernel
 NEW = "new"  # no baseline to compare with
+REBASELINED = "rebaselined"  # timed another way than the baseline (calls per sample): a new measurement, not a speed
 FASTER = "faster"  # (reports) a passing case faster past the minimum effect, its swapped test significant
 FASTER_NOISY = "faster_noisy"  # (reports) a passing case faster past the minimum effect, not significantly
 PASS = "pass"
@@ -81,6 +82,7 @@ TABLE: tuple[Status, ...] = (
     Status(ACKNOWLEDGED, "acknowledged", GATE_PASS, css="ack", icon="☑️", fill=VIOLET_FILL, line=VIOLET_LINE),
     Status(NOISY, "slower (within noise)", GATE_WARN, css="warn", icon="〰️", fill=AMBER_FILL, line=AMBER_LINE),
     Status(MACHINE, "machine", GATE_WARN, css="warn", icon="🖥️"),
+    Status(REBASELINED, "re-baselined: timing changed", GATE_PASS, css="ok", icon="↪️"),
     Status(NEW, "new", GATE_PASS, css="ok", icon="🆕"),
     Status(FASTER, "faster", GATE_PASS, css="ok", icon="✅", fill=GREEN_FILL, line="#1A7F37", refines=PASS),
     Status(

@@ -52,3 +52,12 @@ GRAPH_TIMINGS = (TIMING_GRAPH, TIMING_GRAPH_BATCH)
 # A stack case in mode=eager (kernelwatch.kernels.spec.stack_of): host wall time of each pass of the stack, synchronised
 # before and after, divided by its layers: the host path and the device work as a model called eagerly pays them.
 TIMING_WALL = "wall"
+
+
+def calls_per_sample(timing: str | None) -> str:
+    """What one sample of a timing holds: "one call" or "a batch of calls" (:data:`TIMING_GRAPH_BATCH`). The two
+    measure different things (a launch-bound MSELoss reads 5.8 us one way and 1.95 us the other), so a change
+    from one to the other is a change of what the number means, never of the kernel's speed: the gate
+    re-baselines it, the charts break their line at it, change points and bisect never cross it. Unrecorded
+    timings (older runs) were one call per sample."""
+    return "a batch of calls" if timing == TIMING_GRAPH_BATCH else "one call"

@@ -173,7 +173,7 @@ def case_history(
         select(
             Run.id, Run.commit_sha, Run.commit_subject, Run.commit_time, Run.started_at, Run.synthetic,
             PerfResult.median_ms, PerfResult.p20_ms, PerfResult.p80_ms, PerfResult.min_ms, PerfResult.samples_ms,
-            PerfResult.speedup_vs_eager, PerfResult.gbps, PerfResult.pct_peak,
+            PerfResult.speedup_vs_eager, PerfResult.gbps, PerfResult.pct_peak, PerfResult.timing,
         )
         .select_from(PerfResult)
         .join(Run, Run.id == PerfResult.run_id)

@@ -59,6 +59,9 @@ STAND_INS = (
 )
 
 
+SYNTHETIC_BRANCHES = "synthetic/"  # every generated run's branch starts so
+
+
 class SyntheticError(ValueError):
     """Options that make a run the schema refuses; the message names the run and the field."""
 
@@ -112,7 +115,7 @@ class SyntheticHistory:
         when = self.start + dt.timedelta(hours=7 * index)
         return {
             "sha": sha,
-            "branch": "synthetic/main",
+            "branch": f"{SYNTHETIC_BRANCHES}main",
             "time": format_time(when),
             "subject": f"[synthetic] change {index}",
             "dirty": False,
@@ -267,7 +270,7 @@ def stepped_copies(
         )
         run["commit"] = {
             "sha": hashlib.sha1(f"stepped-{seed}-{index}".encode()).hexdigest(),
-            "branch": "synthetic/step",
+            "branch": f"{SYNTHETIC_BRANCHES}step",
             "time": format_time(when),
             "dirty": False,
             "subject": f"[synthetic] copy {index} of {data['run']['commit']['sha'][:8]}"
@@ -323,7 +326,7 @@ DEMO_CHANGES = (
         "RMSNorm+MatMul fold_gamma fp16 error budgets x3 (still <= 1)",
     ),
 )
-DEMO_BRANCH = "synthetic/demo"
+DEMO_BRANCH = f"{SYNTHETIC_BRANCHES}demo"
 
 
 def demo_branch(
@@ -340,6 +343,10 @@ def demo_branch(
     for index, copy in enumerate(stepped_copies(doc, 2, 1.0, "", at=2, after=after, now=now)):
         data = to_data(copy)
         data["run"]["commit"]["branch"] = DEMO_BRANCH
+        data["run"]["notes"] += (
+            f"; judged against the earlier runs of {DEMO_BRANCH} alone, never against measured history "
+            "(kernelwatch.gate.judge.baseline_branch)"
+        )
         if index == 1:
             data["run"]["commit"]["subject"] = "[synthetic] demo: " + "; ".join(c.story for c in changes)
             for change in changes:

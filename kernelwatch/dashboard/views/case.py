@@ -14,8 +14,9 @@ from kernelwatch.dashboard.safe import md
 from kernelwatch.dashboard.safe import plot as esc
 from kernelwatch.gate.bisect import bisect_command, rerun_command
 from kernelwatch.gate.detect import MIN_SERIES as MIN_HISTORY  # change points need this many runs
-from kernelwatch.gate.detect import change_points
+from kernelwatch.gate.detect import change_points_within, method_starts
 from kernelwatch.gate.statuses import p_text
+from kernelwatch.kernels.names import calls_per_sample
 from kernelwatch.store import queries
 from kernelwatch.store.schema import isolate
 
@@ -191,8 +192,9 @@ if not perf.empty:
     kern = perf[perf["implementation"] == data.KERNEL_IMPL].sort_values("order")
     marks = []
     series = [v for v in kern["median_ms"] if v and v > 0]
+    timings = list(kern["timing"])
     if len(series) == len(kern) and len(series) >= MIN_HISTORY:
-        for cp in change_points(series):
+        for cp in change_points_within(series, timings):
             row = kern.iloc[cp.index]
             marks.append(
                 {
@@ -203,6 +205,18 @@ if not perf.empty:
                     f"{cp.before * 1e3:.4g} -> {cp.after * 1e3:.4g} us",
                 }
             )
+    for i in method_starts(timings)[1:]:
+        row, was = kern.iloc[i], kern.iloc[i - 1]
+        marks.append(
+            {
+                "x": row["x"],
+                "y": row["median_us"],
+                "kind": "timing changed",
+                "hover": f"timing changed: {calls_per_sample(was['timing'])} per sample before "
+                f"({esc(was['timing'] or 'events')}), {calls_per_sample(row['timing'])} from here "
+                f"({esc(row['timing'] or 'events')}): a new measurement, not a speed change",
+            }
+        )
     for a in acks:
         at = runs[runs["commit"].str.startswith(a["commit"])]
         hit = kern[kern["run_id"].isin(at["run_id"])]

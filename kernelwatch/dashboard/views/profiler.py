@@ -88,7 +88,13 @@ sub["hover"] = [
 ideal = sub["ideal"].dropna().iloc[0] if sub["ideal"].notna().any() else None
 shown_name = data.metric_name(metric)
 fig = charts.grouped_metric(
-    sub, palette, "case", f"{kernel}: {shown_name}", f"{shown_name} ({units[metric] or 'no unit'})", log=False
+    sub.assign(**{"profiled launch": [data.launch_of([k]) for k in sub["launch"]]}),
+    palette,
+    "case",
+    f"{kernel}: {shown_name}",
+    f"{shown_name} ({units[metric] or 'no unit'})",
+    log=False,
+    method="profiled launch",
 )
 if ideal and ideal[0] in "<>":
     bound = float(ideal[1:])
