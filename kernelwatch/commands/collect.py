@@ -251,7 +251,13 @@ def _only_changed(opts, ref: str):
             + (f"; skipped (unchanged): {', '.join(changes.skipped)}" if changes.skipped else ""),
             err=True,
         )
-    return replace(opts, kernels=tuple(changes.run), notes=[*opts.notes, *changes.notes()])
+    return replace(
+        opts,
+        kernels=tuple(changes.run),
+        carried=tuple(changes.skipped),
+        carried_since=changes.commit,
+        notes=[*opts.notes, *changes.notes()],
+    )
 
 
 @click.command("collect")

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
 import click
 
 from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect, expected_message, fail
+
+
+@functools.cache
+def unchanged_since(commit: str) -> set[str]:
+    """The kernels none of whose sources differ between ``commit`` and this tree (kernelwatch.collect.changes, the
+    rule of ``collect --changed-since``); empty where git cannot tell (not a repository, an unknown commit)."""
+    from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules
+
+    try:
+        return set(changed_kernels(commit, kernel_modules()).skipped)
+    except ChangeError:
+        return set()
 
 
 @click.command("gate")
@@ -78,9 +91,10 @@ def command(
     statistical support (its samples and its between-run noise on this hardware, FDR controlled).
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured).
     """
-    from kernelwatch.gate.judge import GateUndecided, check_values, decide
+    from kernelwatch.gate.judge import GateUndecided, SpecCases, check_values, decide
     from kernelwatch.gate.reports import markdown, publish
     from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import case_kernels
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
     from kernelwatch.store.artifact import load_artifact
@@ -108,7 +122,9 @@ def command(
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(discover()))
+        specs = discover()
+        defined = SpecCases(case_kernels(specs), unchanged_since)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(specs), defined)
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
         if message is None:

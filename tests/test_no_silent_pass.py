@@ -1,0 +1,200 @@
+"""Issue 38's silent PASSes of the gate and the store, each a test that failed on d3bce35: the shipped history
+(ci/history) stored, a copy of a real H200 run edited as a hostile user would, gated with ``--baseline main`` on
+SQLite and PostgreSQL. Before each fix, every probe here exited 0 (its test says what it printed)."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import functools
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from kernelwatch.cli import main
+from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import format_time, parse_time
+from tests.pgserver import drop_database
+from tests.test_gate_probes import slower, statuses
+
+HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
+CD36845F = HISTORY / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"  # a full run, its notes say no scope
+NEWEST = HISTORY / "2026-12-03T1253-621ddb38-h200-full-cold-peers-gpu44f1bea0.json.gz"  # "every case of its specs"
+REPEAT14 = HISTORY / "2026-11-30T1903-73812d88-h200-mse-softmax-perf-repeat14.json.gz"
+WARM = HISTORY / "2026-12-02T2206-5e02f011-h200-full-warm-peers-gpu8cb9cd62.json.gz"
+OTHER_GPU = "GPU-00000000-1111-2222-3333-444444444444"
+
+
+@functools.cache
+def _load(path: Path) -> dict:
+    return to_data(load_artifact(path))
+
+
+def run(path: Path) -> dict:
+    return copy.deepcopy(_load(path))
+
+
+def as_new_run(doc: dict, started: str | None = None, minutes: int = 0) -> dict:
+    """The same run under a new id, started at ``started`` (or ``minutes`` after it was)."""
+    doc["run"]["id"] = str(uuid.uuid4())
+    start = parse_time(doc["run"]["started_at"])
+    when = parse_time(started) if started else start + dt.timedelta(minutes=minutes)
+    doc["run"]["started_at"] = format_time(when)
+    if doc["run"].get("finished_at"):
+        doc["run"]["finished_at"] = format_time(when + (parse_time(doc["run"]["finished_at"]) - start))
+    return doc
+
+
+def kernel_of(doc: dict) -> dict[str, str]:
+    return {c["key"]: c["kernel"] for c in doc["cases"]}
+
+
+def drop_perf(doc: dict, keep) -> dict:
+    """``doc`` without the perf (and profiler) rows ``keep`` refuses, and the case entries left without a row."""
+    doc["perf"] = [p for p in doc["perf"] if keep(p)]
+    timed = {p["case"] for p in doc["perf"]}
+    doc["profiler"] = [m for m in doc["profiler"] if m["case"] in timed]
+    used = timed | {a["case"] for a in doc["accuracy"]}
+    doc["cases"] = [c for c in doc["cases"] if c["key"] in used]
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# The shipped history, stored once per module and copied for each test
+# ---------------------------------------------------------------------------------------------
+def _store_history(url: str) -> None:
+    engine = open_database(url)
+    ingest_documents(engine, [(p.name, load_artifact(p)) for p in sorted(HISTORY.glob("*.json.gz"))])
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def sqlite_history(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("history") / "history.db"
+    _store_history(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pg_history(pg_admin: str) -> Iterator[str]:
+    name = f"kw_hist_{uuid.uuid4().hex[:12]}"
+    _create(pg_admin, f'CREATE DATABASE "{name}"')
+    _store_history(f"{pg_admin.rsplit('/', 1)[0]}/{name}")
+    try:
+        yield name
+    finally:
+        drop_database(pg_admin, name)
+
+
+def _create(admin: str, sql: str) -> None:
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def history_url(request, tmp_path: Path) -> Iterator[str]:
+    """A database holding every run of ci/history (a fresh copy per test)."""
+    if request.param == "sqlite":
+        path = tmp_path / "kw.db"
+        shutil.copy(request.getfixturevalue("sqlite_history"), path)
+        yield f"sqlite:///{path}"
+        return
+    admin, template = request.getfixturevalue("pg_admin"), request.getfixturevalue("pg_history")
+    name = f"kw_test_{uuid.uuid4().hex[:12]}"
+    _create(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield f"{admin.rsplit('/', 1)[0]}/{name}"
+    finally:
+        drop_database(admin, name)
+
+
+def gate(cli, db_url: str, tmp_path: Path, doc: dict | None = None, *extra: str):
+    args = ["gate", "--baseline", "main", "--db", db_url, "--report-dir", str(tmp_path / "report"), *extra]
+    if doc is not None:
+        path = tmp_path / "candidate.json"
+        path.write_text(dumps(doc))
+        args += ["--artifact", str(path)]
+    return cli.invoke(main, args)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. What the candidate must measure comes from the specs, not from the artifact
+# ---------------------------------------------------------------------------------------------
+def test_probe1_a_run_without_kernel_timings_fails_as_missing(history_url, tmp_path, cli) -> None:
+    """Probe 1: cd36845f's full run with every kernel timing removed (references kept), dated 2026-12-01T20:00Z.
+    Was PASS (exit 0), "baseline assembled per case from 2 runs ... 0 perf + 288 accuracy": the baseline was
+    assembled only for the cases the candidate measured. Now every perf case the specs define and main measured
+    is missing: exit 1."""
+    doc = drop_perf(as_new_run(run(CD36845F), "2026-12-01T20:00:00Z"), lambda p: p["implementation"] != "triton")
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 1, result.output
+    counts = statuses(result.output)
+    assert counts.get("missing", 0) >= 62, counts
+    assert "torch_eager, torch_rms_norm but not the kernel" in result.output.replace("\\_", "_")  # references named
+
+
+@pytest.mark.parametrize("kernels", [("scaled_masked_softmax",), None])
+def test_probe2_dropping_a_kernels_timings_is_missing_never_retired(kernels, history_url, tmp_path, cli) -> None:
+    """Probe 2: the newest run (its notes: "every case of its specs") with every perf row of scaled_masked_softmax
+    (or of every kernel) dropped. Was PASS, "retired: 24 cases of the baseline the candidate's specs no longer
+    define" (72 for every kernel): the artifact's notes retired them. The checked-out specs still define all of
+    them: each is missing, none retired, exit 1."""
+    doc = as_new_run(run(NEWEST), minutes=60)
+    kernel = kernel_of(doc)
+    dropped = {p["case"] for p in doc["perf"] if p["implementation"] == "triton"}
+    if kernels:
+        dropped = {c for c in dropped if kernel[c] in kernels}
+    doc = drop_perf(doc, lambda p: p["case"] not in dropped)
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 1, result.output
+    counts = statuses(result.output)
+    assert counts.get("missing") == len(dropped) and len(dropped) >= 24, (counts, len(dropped))
+    assert "retired" not in result.output
+
+
+def rename(doc: dict, cases: set[str], suffix: str = ",rev=2") -> dict:
+    """``cases`` under new keys (``suffix`` appended) in every section."""
+    new = {c: c + suffix for c in cases}
+    for c in doc["cases"]:
+        if c["key"] in new:
+            c["key"] = new[c["key"]]
+            c["params"] = {**c["params"], "rev": 2}
+    for section in ("accuracy", "perf", "profiler"):
+        for item in doc[section]:
+            item["case"] = new.get(item["case"], item["case"])
+    return doc
+
+
+def _slowed_and_renamed(doc: dict) -> tuple[dict, list[str]]:
+    """Seven of the newest run's large cases 8-12% slower, on another GPU, their keys given a suffix ",rev=2"."""
+    large = sorted(p["case"] for p in doc["perf"] if p["implementation"] == "triton" and p["median_ms"] > 0.1)[:7]
+    for i, case in enumerate(large):
+        doc = slower(doc, 1.08 + 0.04 * i / 6, cases=(case,))
+    for p in doc["perf"]:
+        p["device_uuid"] = OTHER_GPU
+    return rename(doc, set(large)), large
+
+
+def test_probe3_renamed_slow_cases_are_missing_not_new(history_url, tmp_path, cli) -> None:
+    """Probe 3: seven cases 8-12% slower on another GPU, their keys renamed ",rev=2". Was PASS, "new: 7 ·
+    unchanged: 450" (the old keys retired). The specs still define the old keys: missing, exit 1; the renamed
+    ones are new."""
+    doc, large = _slowed_and_renamed(as_new_run(run(NEWEST), minutes=60))
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 1, result.output
+    counts = statuses(result.output)
+    assert counts.get("missing") == 7, counts
+    assert re.search(r"Cases: .*new: 7\b", result.output), result.output[:600]
+    for case in large:
+        assert f"| `{case}` | missing |" in result.output.replace("\\_", "_")
