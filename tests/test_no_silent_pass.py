@@ -198,3 +198,124 @@ def test_probe3_renamed_slow_cases_are_missing_not_new(history_url, tmp_path, cl
     assert re.search(r"Cases: .*new: 7\b", result.output), result.output[:600]
     for case in large:
         assert f"| `{case}` | missing |" in result.output.replace("\\_", "_")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Confirmations come only from `kernelwatch confirm`
+# ---------------------------------------------------------------------------------------------
+CONFIRMED_AT = "2026-12-03T15:00:00Z"  # after the newest run's commit (2026-12-03T12:47Z)
+
+
+def _suspect(history_url: str) -> tuple[dict, str]:
+    """The newest run again, on another GPU, one large case 10% slower: a suspect (the runs cannot decide)."""
+    doc = as_new_run(run(NEWEST), minutes=60)
+    case = sorted(p["case"] for p in doc["perf"] if p["implementation"] == "triton" and p["median_ms"] > 0.1)[0]
+    doc = slower(doc, 1.10, cases=(case,))
+    for p in doc["perf"]:
+        p["device_uuid"] = OTHER_GPU
+    return doc, case
+
+
+def confirmation(doc: dict, case: str, verdict: str = "SAME", **change) -> dict:
+    sha = doc["run"]["commit"]["sha"]
+    row = {
+        "case": case,
+        "baseline_commit": sha,
+        "candidate_commit": sha,
+        "verdict": verdict,
+        "rounds": 12,
+        "ratio": 1.001,
+        "low": 0.998,
+        "high": 1.004,
+        "min_effect": 0.05,
+        "device_uuid": OTHER_GPU,
+        "seconds": 30.0,
+        "confirmed_at": CONFIRMED_AT,
+    }
+    return {**row, **change}
+
+
+def store(db_url: str, doc: dict, *rows: dict) -> None:
+    """Rows stored as `kernelwatch confirm --db` stores them."""
+    from kernelwatch.store.ingest import store_confirmations
+    from kernelwatch.store.schema import Confirmation, Hardware
+
+    store_confirmations(
+        open_database(db_url), Hardware.model_validate(doc["hardware"]), [Confirmation.model_validate(r) for r in rows]
+    )
+
+
+def _confirmation_rows(db_url: str) -> int:
+    engine = open_database(db_url, readonly=True)
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM confirmation")).scalar_one()
+
+
+def test_probe4_a_valid_confirmation_still_clears_its_suspect(history_url, tmp_path, cli) -> None:
+    """The control of probe 4: the suspect fails, and a SAME that `confirm` stored for both whole shas, after both
+    commits, at the gate's minimum effect, clears it (exit 0)."""
+    doc, case = _suspect(history_url)
+    before = gate(cli, history_url, tmp_path, doc)
+    assert before.exit_code == 1 and statuses(before.output) == {"suspect (confirm)": 1}, before.output
+    store(history_url, doc, confirmation(doc, case))
+    after = gate(cli, history_url, tmp_path, doc)
+    assert after.exit_code == 0 and "confirmed SAME" in after.output, after.output
+
+
+def test_probe4_ingest_never_stores_an_artifacts_confirmations(history_url, tmp_path, cli) -> None:
+    """Probe 4: `ingest` of an artifact carrying a SAME stored it, and the gate cleared the suspect (exit 0).
+    Ingest now stores the run and says in one line that the confirmation was not stored; the suspect still
+    fails. Re-ingesting the stored run with confirmations added ("unchanged") stored rows too: none now."""
+    doc, case = _suspect(history_url)
+    forged = copy.deepcopy(doc)
+    forged["confirmations"] = [confirmation(doc, case)]
+    path = tmp_path / "forged.json"
+    path.write_text(dumps(forged))
+    result = cli.invoke(main, ["ingest", "--db", history_url, str(path)])
+    assert result.exit_code == 0, result.output
+    assert "1 confirmation not stored: only `kernelwatch confirm` stores confirmations" in result.output
+    assert _confirmation_rows(history_url) == 0
+    assert gate(cli, history_url, tmp_path, None, "--candidate", doc["run"]["id"]).exit_code == 1
+    forged["confirmations"].append(confirmation(doc, case, confirmed_at="2026-12-03T16:00:00Z"))
+    path.write_text(dumps(forged))
+    again = cli.invoke(main, ["ingest", "--db", history_url, str(path)])
+    assert again.exit_code == 0 and again.output.startswith("unchanged"), again.output
+    assert _confirmation_rows(history_url) == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"candidate_commit": "SHORT"}, id="prefix-sha"),
+        pytest.param({"baseline_commit": "SHORT"}, id="prefix-baseline-sha"),
+        pytest.param({"confirmed_at": "2020-01-01T00:00:00Z"}, id="before-the-commits"),
+        pytest.param({"min_effect": 9.0}, id="min-effect-9"),
+        pytest.param({"min_effect": None}, id="no-min-effect"),
+    ],
+)
+def test_probe4_a_confirmation_that_does_not_match_decides_nothing(change, history_url, tmp_path, cli) -> None:
+    """Probe 4: stored SAMEs of a commit *prefix* (shared with another commit), confirmed in 2020 (before the
+    commit existed), with a minimum effect of 9.0 (900%) against the gate's 5%: each cleared the suspect (exit 0).
+    None of them applies now: exit 1."""
+    doc, case = _suspect(history_url)
+    sha = doc["run"]["commit"]["sha"]
+    change = {k: (sha[:8] if v == "SHORT" else v) for k, v in change.items()}
+    store(history_url, doc, confirmation(doc, case, **change))
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 1 and statuses(result.output) == {"suspect (confirm)": 1}, result.output
+
+
+@pytest.mark.parametrize("cautious", ["SLOWER", "UNKNOWN"])
+def test_probe4_the_more_cautious_confirmation_wins(cautious, history_url, tmp_path, cli) -> None:
+    """Probe 4: a SLOWER and a later SAME for one case: the SAME won (exit 0). The more cautious wins now (SLOWER
+    over UNKNOWN over SAME), whatever the order: exit 1."""
+    doc, case = _suspect(history_url)
+    store(
+        history_url,
+        doc,
+        confirmation(doc, case, cautious, ratio=1.09, low=1.07, high=1.11),
+        confirmation(doc, case, "SAME", confirmed_at="2026-12-03T16:00:00Z"),
+    )
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 1, result.output
+    assert f"confirmed {cautious}" in result.output, result.output

@@ -1369,7 +1369,11 @@ def decide(
             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
             f"baseline run {base_ref['id']}"
         )
-    mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result))
+    times = {}
+    for source in assembled.sources:
+        info = run_info(engine, source["id"]) or {}
+        times[source["commit"]] = info.get("commit_time") or info.get("started")
+    mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result), times)
     acknowledge(engine, result, fingerprint, candidate)
     result.faster_tests = speedup_tests(engine, candidate, result)
     result.faster = set(speedups(engine, candidate, result, result.faster_tests))
@@ -1380,7 +1384,6 @@ def decide(
 # Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
 # ---------------------------------------------------------------------------------------------
 UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
-CLEARS = ("SAME", "NOT_SLOWER", "FASTER")
 # Where candidate and baseline were not measured alike (another GPU, another timing method), a slowdown of at
 # least this fraction of the minimum effect is a suspect: a faster machine hides part of a real change. Runs of
 # one CUDA code on three H200s (benchmarks/cross_machine_aa.py, docs/design.md): at 1.0, 97.8% of the cases
@@ -1425,6 +1428,7 @@ def mark_suspects(
     base: RunDocument,
     baseline: Baseline,
     confirmations: list[dict[str, Any]],
+    commit_times: Mapping[str, str | None] | None = None,
 ) -> None:
     """The post-pass over the judged perf cases (after the rules, before acknowledgements).
 
@@ -1439,9 +1443,8 @@ def mark_suspects(
     is past what outlier runs do) and keeps its verdict, as does every other case. Contaminated samples are
     already "unreliable" (failing, re-measured by confirm too).
 
-    Then the stored confirmations (``kernelwatch confirm --db``) of the candidate's commit against the commit
-    of the run that supplied the case's baseline decide every confirmable case (newest first): SAME,
-    NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+    Then the stored confirmations (``kernelwatch confirm --db``) that :func:`applicable_confirmations` keeps decide
+    every confirmable case: SAME, NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
 
     GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
     included) is not one it can judge and keeps the rules' verdict.
@@ -1473,24 +1476,16 @@ def mark_suspects(
                 f"both commits on one device (kernelwatch confirm) [the statistics: {was}: {v.message}]"
             )
             suspects += 1
-    sha = candidate.run.commit.sha
-    newest: dict[str, dict[str, Any]] = {}
-    for row in sorted(confirmations, key=lambda r: r["confirmed_at"]):
-        base_sha = baseline.commit_of(row["case"])
-        if _same_commit(row["candidate_commit"], sha) and base_sha and _same_commit(row["baseline_commit"], base_sha):
-            newest[row["case"]] = row
+    chosen = applicable_confirmations(result, candidate, baseline, confirmations, commit_times or {})
     applied = 0
     for v in result.verdicts:
-        row = newest.get(v.case)
+        row = chosen.get(v.case)
         if v.suite != "perf" or row is None or v.status not in CONFIRMABLE:
             continue
         line, was = Confirmation.model_validate(row).describe(), v.status
-        if row["verdict"] in CLEARS:
-            v.status, v.message = PASS, f"{line}: cleared [the runs: {was}: {v.message}]"
-        elif row["verdict"] == "SLOWER":
-            v.status, v.message = REGRESSION, f"{line} [the runs: {was}: {v.message}]"
-        else:
-            v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
+        v.status = CONFIRMED[row["verdict"]][1]
+        said = {PASS: ": cleared", SUSPECT: ": still undecided"}.get(v.status, "")
+        v.message = f"{line}{said} [the runs: {was}: {v.message}]"
         applied += 1
     if suspects:
         result.notes.append(
@@ -1501,12 +1496,68 @@ def mark_suspects(
     if applied:
         result.notes.append(
             f"{applied} case{'s' if applied != 1 else ''} decided by a stored confirmation "
-            f"(paired re-measurement of {sha[:12]} against its baseline on one device)"
+            f"(paired re-measurement of {candidate.run.commit.sha[:12]} against its baseline on one device)"
         )
 
 
-def _same_commit(a: str, b: str) -> bool:
-    return bool(a) and bool(b) and is_commit_sha(a) and is_commit_sha(b) and (a.startswith(b) or b.startswith(a))
+# A confirmation's verdict: (how cautious it is, 0 most; the status it gives a confirmable case). Between
+# confirmations of one case that disagree, the most cautious decides (a later SAME never outvotes a SLOWER).
+# A new verdict is one line here.
+CONFIRMED = {
+    "SLOWER": (0, REGRESSION),
+    "UNKNOWN": (1, SUSPECT),
+    "SAME": (2, PASS),
+    "NOT_SLOWER": (2, PASS),
+    "FASTER": (2, PASS),
+}
+FULL_SHA = 40
+
+
+def _full_sha(value: Any) -> str | None:
+    """``value`` as a whole commit sha (40 hex digits, lower case), else None: a prefix can name two commits."""
+    if not isinstance(value, str) or len(value) != FULL_SHA or not is_commit_sha(value):
+        return None
+    return value.lower()
+
+
+def applicable_confirmations(
+    result: GateResult,
+    candidate: RunDocument,
+    baseline: Baseline,
+    confirmations: list[dict[str, Any]],
+    commit_times: Mapping[str, str | None],
+) -> dict[str, dict[str, Any]]:
+    """Per case, the stored confirmation that decides it: of the candidate's whole commit sha against the whole sha
+    of the commit that supplied the case's baseline (no prefixes), on the candidate's hardware (the query's
+    fingerprint), re-measured with a minimum effect no larger than the gate's for the case, and confirmed after
+    both commits were made (``commit_times``: commit -> its time; the candidate's from its run). Of several, the
+    most cautious (:data:`CONFIRMED`), then the newest."""
+    sha = _full_sha(candidate.run.commit.sha)
+    if sha is None:
+        return {}
+    effect = {v.case: v.comparison.min_effect for v in result.verdicts if v.comparison is not None}
+    made = candidate.run.commit.time or candidate.run.started_at
+    chosen: dict[str, dict[str, Any]] = {}
+    for row in confirmations:
+        base_sha = _full_sha(baseline.commit_of(row["case"]))
+        base_time = commit_times.get(baseline.commit_of(row["case"]) or "")
+        if (
+            base_sha is None
+            or _full_sha(row["candidate_commit"]) != sha
+            or _full_sha(row["baseline_commit"]) != base_sha
+            or row["verdict"] not in CONFIRMED
+            or row["min_effect"] is None
+            or row["case"] not in effect
+            or row["min_effect"] > effect[row["case"]] + 1e-12
+            or not base_time
+            or parse_time(row["confirmed_at"]) <= max(parse_time(made), parse_time(base_time))
+        ):
+            continue
+        held = chosen.get(row["case"])
+        key = (-CONFIRMED[row["verdict"]][0], row["confirmed_at"])
+        if held is None or key > (-CONFIRMED[held["verdict"]][0], held["confirmed_at"]):
+            chosen[row["case"]] = row
+    return chosen
 
 
 def stored_confirmations(engine: Engine, fingerprint: str, result: GateResult) -> list[dict[str, Any]]:
