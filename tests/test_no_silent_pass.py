@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from kernelwatch.cli import main
-from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_data
+from kernelwatch.store.artifact import dumps, load_artifact, to_data
 from kernelwatch.store.engine import open_database
 from kernelwatch.store.ingest import ingest_documents
 from kernelwatch.store.schema import format_time, parse_time

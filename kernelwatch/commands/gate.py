@@ -123,7 +123,8 @@ def command(
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
         specs = discover()
-        defined = SpecCases(case_kernels(specs), unchanged_since)
+        # generated history's cases are the generator's, not the specs' (and it is judged only against its own kind)
+        defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(specs), defined)
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)

@@ -168,8 +168,9 @@ def expected_cases(candidate: RunDocument, specs: SpecCases) -> Expected:
     eager or cuBLAS set out to time the kernel too). The scope can only narrow what the specs ask; what it claims
     to carry over is checked later (:func:`carry_over`)."""
     run, scope = candidate.run, candidate.run.scope
-    if run.status != "complete":
-        suites, kernels, match, keys, carried = set(specs.suites), None, None, frozenset(), ()
+    if run.status != "complete":  # cut short: everything, less what it skipped on purpose as unchanged
+        carried = tuple(scope.carried) if scope is not None else ()
+        suites, kernels, match, keys = set(specs.suites), None, None, frozenset()
     elif scope is None:
         suites = {"accuracy"} if any(a.kind == "gate" for a in candidate.accuracy) else set()
         if candidate.perf:
@@ -1316,6 +1317,11 @@ def decide(
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
     expected = expected_cases(candidate, specs) if specs is not None else None
     assembled = baseline_run(engine, baseline_spec, candidate, expected)
+    infos = {source["id"]: run_info(engine, source["id"]) or {} for source in assembled.sources}
+    if candidate.run.synthetic and not all(info.get("synthetic") for info in infos.values()):
+        raise GateUndecided(
+            "the candidate is synthetic history (generated, not measured): it is never judged against measured runs"
+        )
     base_ref, base = assembled.ref, baseline_document(engine, assembled)
     cand_run = to_data(candidate)["run"]
     result = GateResult(
@@ -1371,7 +1377,7 @@ def decide(
         )
     times = {}
     for source in assembled.sources:
-        info = run_info(engine, source["id"]) or {}
+        info = infos[source["id"]]
         times[source["commit"]] = info.get("commit_time") or info.get("started")
     mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result), times)
     acknowledge(engine, result, fingerprint, candidate)
