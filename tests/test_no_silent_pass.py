@@ -319,3 +319,92 @@ def test_probe4_the_more_cautious_confirmation_wins(cautious, history_url, tmp_p
     result = gate(cli, history_url, tmp_path, doc)
     assert result.exit_code == 1, result.output
     assert f"confirmed {cautious}" in result.output, result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Who may write the baseline's history
+# ---------------------------------------------------------------------------------------------
+ROLES_SQL = Path(__file__).resolve().parents[1] / "ci" / "workflows" / "postgres-roles.sql"
+
+
+def _probe5(tmp_path: Path) -> tuple[dict, dict, dict]:
+    """(the planted main run written by a pull request's job, the same run as the PR's own branch, a candidate
+    1.3x slower on five large cases)."""
+    newest = run(NEWEST)
+    five = tuple(sorted(p["case"] for p in newest["perf"] if p["implementation"] == "triton" and p["median_ms"] > 0.1))
+    five = five[:5]
+    planted = slower(as_new_run(run(NEWEST), minutes=30), 1.5, cases=five)
+    planted["run"]["trigger"] = "pr"
+    own = copy.deepcopy(planted)
+    own["run"]["id"], own["run"]["commit"]["branch"] = str(uuid.uuid4()), "feature/faster"
+    candidate = slower(as_new_run(run(NEWEST), minutes=60), 1.3, cases=five)
+    candidate["run"]["trigger"], candidate["run"]["commit"]["branch"] = "pr", "feature/faster"
+    return planted, own, candidate
+
+
+def _ingest_file(cli, db_url: str, doc: dict, tmp_path: Path):
+    path = tmp_path / f"{doc['run']['id']}.json"
+    path.write_text(dumps(doc))
+    return cli.invoke(main, ["ingest", "--db", db_url, str(path)])
+
+
+def test_probe5_a_pull_requests_main_run_is_refused_at_ingest(history_url, tmp_path, cli) -> None:
+    """Probe 5: a "main" run dated between the newest real run and the candidate, 1.5x slower on five cases,
+    stored by a pull request's job (trigger pr): the candidate 1.3x slower on those cases PASSed ("faster (within
+    noise): 3"). `ingest` (and `collect --db`) now refuse a pr run of a baseline branch in one line, exit 2,
+    nothing stored; the candidate fails. The PR's own branch is still stored."""
+    planted, own, candidate = _probe5(tmp_path)
+    refused = _ingest_file(cli, history_url, planted, tmp_path)
+    assert refused.exit_code == 2, refused.output
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "pr run of baseline branch 'main'" in lines[0], refused.output
+    assert _ingest_file(cli, history_url, own, tmp_path).exit_code == 0
+    result = gate(cli, history_url, tmp_path, candidate)
+    assert result.exit_code == 1 and statuses(result.output).get("slower", 0) >= 3, result.output
+
+
+@pytest.mark.postgres
+def test_probe5_row_level_security_refuses_the_pr_roles_main_run(pg_admin, tmp_path, cli) -> None:
+    """Probe 5 on a shared PostgreSQL with ci/workflows/postgres-roles.sql applied: two roles, the owner (nightly)
+    and the pull request's. The PR role's insert of a main run, even one forged as nightly (past the trigger check),
+    is refused by the server (row-level security), one line, exit 2; its own branch's run is stored; the slow
+    candidate fails. The owner still stores main's runs."""
+    name = f"kw_test_{uuid.uuid4().hex[:12]}"
+    role = f"kw_pr_{uuid.uuid4().hex[:8]}"
+    _create(pg_admin, f'CREATE DATABASE "{name}"')
+    owner_url = f"{pg_admin.rsplit('/', 1)[0]}/{name}"
+    try:
+        engine = open_database(owner_url)
+        ingest_documents(engine, [(NEWEST.name, load_artifact(NEWEST))])
+        sql = ROLES_SQL.read_text().replace("kernelwatch_pr", role).replace("CHANGE-ME", "pr-secret")
+        statements = "\n".join(ln for ln in sql.splitlines() if not ln.startswith("--")).split(";")
+        with engine.begin() as conn:
+            for statement in statements:
+                if statement.strip():
+                    conn.execute(text(statement))
+        engine.dispose()
+        admin = create_engine(pg_admin)
+        pr_url = admin.url.set(username=role, password="pr-secret", database=name).render_as_string(hide_password=False)
+        admin.dispose()
+        planted, own, candidate = _probe5(tmp_path)
+        planted["run"]["trigger"] = "nightly"  # forged: the trigger check cannot tell
+        refused = _ingest_file(cli, pr_url, planted, tmp_path)
+        assert refused.exit_code == 2 and "row-level security" in refused.output, refused.output
+        assert len([ln for ln in refused.output.splitlines() if ln.strip()]) == 1, refused.output
+        assert _ingest_file(cli, pr_url, own, tmp_path).exit_code == 0
+        result = gate(cli, pr_url, tmp_path, candidate)
+        assert result.exit_code == 1 and statuses(result.output).get("slower", 0) >= 3, result.output
+        assert _ingest_file(cli, owner_url, planted, tmp_path).exit_code == 0  # the owner (nightly) writes main
+    finally:
+        _create(pg_admin, f'GRANT "{role}" TO CURRENT_USER')  # to end the PR role's sessions as the drop does
+        drop_database(pg_admin, name)
+        _drop_role(pg_admin, role)
+
+
+def _drop_role(admin: str, role: str) -> None:
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
+    finally:
+        engine.dispose()

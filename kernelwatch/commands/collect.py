@@ -45,10 +45,12 @@ def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> Non
         except Exception as exc:  # the database may still take it; the first failure is raised
             failures.append(exc)
     if out is None or db_url:
+        from kernelwatch.store.access import check_writers
         from kernelwatch.store.engine import open_database
         from kernelwatch.store.ingest import ingest_documents
 
         try:
+            check_writers([("collect", doc)])
             (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
             click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
             written.append("the database")

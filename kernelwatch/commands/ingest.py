@@ -27,10 +27,12 @@ def command(files: tuple[Path, ...], db_url: str | None) -> None:
     """
     from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.output import terminal
+    from kernelwatch.store.access import check_writers
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.ingest import ingest_documents, load_files
 
     docs = load_files(files)
+    check_writers(docs)
     engine = open_database(db_url)
     for outcome in ingest_documents(engine, docs):
         click.echo(terminal(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})"))
