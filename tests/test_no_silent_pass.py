@@ -408,3 +408,44 @@ def _drop_role(admin: str, role: str) -> None:
             conn.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
     finally:
         engine.dispose()
+
+
+PR_WORKFLOW = Path(__file__).resolve().parents[1] / "ci" / "workflows" / "pull-request.yml"
+
+
+def test_probe5_the_pull_request_job_never_writes_a_shared_sqlite_history(tmp_path, cli) -> None:
+    """Probe 5, SQLite: pull-request.yml stored its run with `collect ... --db "$KERNELWATCH_DB"`, the shared
+    database (a planted main run the next candidate's baseline). Now no step of it hands the shared database to a
+    writer (collect, ingest), and its "Read-only copy" step, run here as the job runs it, leaves a read-only copy
+    that the job's KERNELWATCH_DB names from then on (an ingest into it is refused, but for root), and the shared file
+    is unchanged."""
+    import os
+    import subprocess
+
+    import yaml
+
+    steps = yaml.safe_load(PR_WORKFLOW.read_text())["jobs"]["collect-and-gate"]["steps"]
+    scripts = {s.get("name", ""): s.get("run", "") for s in steps}
+    for name, script in scripts.items():
+        for line in script.replace("\\\n", " ").splitlines():
+            if "kernelwatch collect" in line or "kernelwatch ingest" in line:
+                assert "--db" not in line, (name, line)
+    (copy_step,) = [s for n, s in scripts.items() if n.startswith("Read-only copy")]
+    shared = tmp_path / "shared.db"
+    _store_history(f"sqlite:///{shared}")
+    before = shared.read_bytes()
+    env_file = tmp_path / "github_env"
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "KERNELWATCH_DB": f"sqlite:///{shared}", "GITHUB_ENV": str(env_file)}
+    subprocess.run(["bash", "-eo", "pipefail", "-c", copy_step], cwd=job, env=env, check=True, timeout=120)
+    (line,) = env_file.read_text().splitlines()
+    url = line.removeprefix("KERNELWATCH_DB=")
+    assert url == f"sqlite:///{job / 'history.db'}"
+    assert (job / "history.db").stat().st_mode & 0o222 == 0
+    planted, _, _ = _probe5(tmp_path)
+    planted["run"]["trigger"] = "nightly"  # forged: past the trigger check
+    written = _ingest_file(cli, url, planted, tmp_path)
+    if os.geteuid() != 0:  # root writes a file whatever its mode; the shared file is untouched either way
+        assert written.exit_code == 2, written.output
+    assert shared.read_bytes() == before
