@@ -137,6 +137,7 @@ def test_probe1_a_run_without_kernel_timings_fails_as_missing(history_url, tmp_p
     assembled only for the cases the candidate measured. Now every perf case the specs define and main measured
     is missing: exit 1."""
     doc = drop_perf(as_new_run(run(CD36845F), "2026-12-01T20:00:00Z"), lambda p: p["implementation"] != "triton")
+    doc["run"]["commit"]["time"] = "2026-12-01T20:00:00Z"
     result = gate(cli, history_url, tmp_path, doc)
     assert result.exit_code == 1, result.output
     counts = statuses(result.output)
