@@ -194,6 +194,9 @@ def test_collect_runs_only_the_changed_kernel_and_names_the_skipped(clean: Path,
     assert "kernels run, changed since HEAD" in doc["run"]["notes"]
     assert "planted (tests/planted_kernels.py)" in doc["run"]["notes"]
     assert whole_from_notes(doc["run"]["notes"]) == ({"accuracy"}, {"planted"})  # no case filter: every case
+    scope = doc["run"]["scope"]  # the typed record the gate reads (the notes are for people)
+    assert scope["carried"] == sorted(KERNELS) and "planted" in scope["kernels"] and scope["match"] is None
+    assert len(scope["carried_since"]) == 40
 
 
 # ---------------------------------------------------------------------------------------------
