@@ -123,7 +123,7 @@ def command(
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
         specs = discover()
-        # generated history's cases are the generator's, not the specs' (and it is judged only against its own kind)
+        # generated history's cases are the generator's, not the specs'
         defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(specs), defined)
     except Exception as exc:

@@ -1318,10 +1318,6 @@ def decide(
     expected = expected_cases(candidate, specs) if specs is not None else None
     assembled = baseline_run(engine, baseline_spec, candidate, expected)
     infos = {source["id"]: run_info(engine, source["id"]) or {} for source in assembled.sources}
-    if candidate.run.synthetic and not all(info.get("synthetic") for info in infos.values()):
-        raise GateUndecided(
-            "the candidate is synthetic history (generated, not measured): it is never judged against measured runs"
-        )
     base_ref, base = assembled.ref, baseline_document(engine, assembled)
     cand_run = to_data(candidate)["run"]
     result = GateResult(
