@@ -272,7 +272,7 @@ def test_the_gate_carries_skipped_kernels_over_and_still_judges_the_rest(tmp_pat
 
 
 def test_a_carry_over_the_tree_does_not_confirm_excuses_nothing(tmp_path: Path) -> None:
-    """Issue 38: the scope an artifact claims is candidate-written. A typed scope saying mse_loss was carried over,
+    """The scope an artifact claims is candidate-written. A typed scope saying mse_loss was carried over,
     from a tree where mse_loss's sources changed since the baseline's commit (or git cannot tell): every mse_loss
     case is missing, and a note says why it was not carried."""
     db = f"sqlite:///{tmp_path / 'kw.db'}"

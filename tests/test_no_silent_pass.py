@@ -1,4 +1,4 @@
-"""Issue 38's silent PASSes of the gate and the store, each a test that failed on d3bce35: the shipped history
+"""Silent PASSes of the gate and the store a hostile user found, each a test that failed on d3bce35: the shipped history
 (ci/history) stored, a copy of a real H200 run edited as a hostile user would, gated with ``--baseline main`` on
 SQLite and PostgreSQL. Before each fix, every probe here exited 0 (its test says what it printed)."""
 

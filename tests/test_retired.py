@@ -1,7 +1,7 @@
 """A case the checked-out specs no longer define is retired: listed, and failing until acknowledged; one they still
 define that the candidate did not measure is missing, whatever the candidate's artifact says of itself.
 
-Issue 38 (probe 2): the gate used to retire a baseline case on the candidate's own word (its notes said it
+Probe 2 of the hostile review: the gate used to retire a baseline case on the candidate's own word (its notes said it
 measured "every case of its specs"), so dropping a kernel's rows passed as "retired". Only the specs retire a case
 now (``kernelwatch.gate.judge.retire``), and a retirement is a change someone acknowledges (``kernelwatch ack``).
 """

@@ -1,4 +1,4 @@
--- KernelWatch on a shared PostgreSQL: who may write the baseline's history (issue 38).
+-- KernelWatch on a shared PostgreSQL: who may write the baseline's history.
 --
 -- Run once as the database's owner (the role the nightly job uses, which created the tables with
 -- `kernelwatch doctor --db ...` or its first ingest), after the tables exist; again after an upgrade adds tables.

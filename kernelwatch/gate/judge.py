@@ -1446,7 +1446,8 @@ def mark_suspects(
     already "unreliable" (failing, re-measured by confirm too).
 
     Then the stored confirmations (``kernelwatch confirm --db``) that :func:`applicable_confirmations` keeps decide
-    every confirmable case: SAME, NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+    every confirmable case: SAME, NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it
+    suspect.
 
     GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
     included) is not one it can judge and keeps the rules' verdict.
