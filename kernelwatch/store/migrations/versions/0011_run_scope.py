@@ -5,16 +5,16 @@ The run's scope (``kernelwatch.store.schema.Scope``: suites, kernels, case filte
 it. Runs stored before it have none (NULL): their scope is read from their notes as they are exported
 (``kernelwatch.store.schema.upgrade_document``), once, there.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-04
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
