@@ -260,7 +260,7 @@ def test_probe4_a_valid_confirmation_still_clears_its_suspect(history_url, tmp_p
     assert before.exit_code == 1 and statuses(before.output) == {"suspect (confirm)": 1}, before.output
     store(history_url, doc, confirmation(doc, case))
     after = gate(cli, history_url, tmp_path, doc)
-    assert after.exit_code == 0 and "confirmed SAME" in after.output, after.output
+    assert after.exit_code == 0 and "1 case decided by a stored confirmation" in after.output, after.output
 
 
 def test_probe4_ingest_never_stores_an_artifacts_confirmations(history_url, tmp_path, cli) -> None:
