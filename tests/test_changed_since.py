@@ -194,6 +194,9 @@ def test_collect_runs_only_the_changed_kernel_and_names_the_skipped(clean: Path,
     assert "kernels run, changed since HEAD" in doc["run"]["notes"]
     assert "planted (tests/planted_kernels.py)" in doc["run"]["notes"]
     assert whole_from_notes(doc["run"]["notes"]) == ({"accuracy"}, {"planted"})  # no case filter: every case
+    scope = doc["run"]["scope"]  # the typed record the gate reads (the notes are for people)
+    assert scope["carried"] == sorted(KERNELS) and "planted" in scope["kernels"] and scope["match"] is None
+    assert len(scope["carried_since"]) == 40
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,46 +213,80 @@ def _history(db: str) -> dict:
     return to_data(docs[-1])
 
 
-def _gate(cli, db: str, doc: dict, tmp_path: Path):
-    path = tmp_path / "candidate.json"
-    path.write_text(dumps(doc))
-    return cli.invoke(
-        main,
-        [
-            "gate",
-            "--artifact",
-            str(path),
-            "--baseline",
-            "synthetic/main",
-            "--db",
-            db,
-            "--report-dir",
-            str(tmp_path / "report"),
-        ],
-    )
+def _decide(db: str, doc: dict, unchanged: set[str]):
+    """The gate over a tree that defines the synthetic cases, whose git says ``unchanged`` kernels' sources did not
+    change since any baseline commit."""
+    from kernelwatch.gate.judge import SpecCases, decide
+    from kernelwatch.store.artifact import parse_artifact
+    from kernelwatch.store.engine import open_database
+
+    engine = open_database(db, readonly=True)
+    kernel = {}
+    suites: dict[str, dict[str, str]] = {"accuracy": {}, "perf": {}}
+    for run in (doc, *[_export(engine, r) for r in _ids(engine)]):
+        kernel.update({c["key"]: c["kernel"] for c in run["cases"]})
+        suites["accuracy"].update({a["case"]: kernel[a["case"]] for a in run["accuracy"] if a["kind"] == "gate"})
+        suites["perf"].update({p["case"]: kernel[p["case"]] for p in run["perf"] if p["implementation"] == "triton"})
+    return decide(engine, parse_artifact(dumps(doc)), "synthetic/main", specs=SpecCases(suites, lambda c: unchanged))
 
 
-def test_the_gate_carries_skipped_kernels_over_and_still_judges_the_rest(tmp_path: Path, cli) -> None:
-    """A candidate without mse_loss: missing (it is partial, so everything is expected of it) until its notes
-    say mse_loss was skipped as unchanged; then mse_loss is carried and the rest is judged as before."""
-    db = f"sqlite:///{tmp_path / 'kw.db'}"
-    candidate = _history(db)
+def _ids(engine) -> list[str]:
+    from kernelwatch.store.queries import latest_complete_runs
+
+    return [r["id"] for r in latest_complete_runs(engine)]
+
+
+def _export(engine, run_id: str) -> dict:
+    from kernelwatch.store.export import export_run
+
+    return to_data(export_run(engine, run_id))
+
+
+def _without_mse(candidate: dict) -> dict:
     dropped = {c["key"] for c in candidate["cases"] if c["kernel"] == "mse_loss"}
-    others = {c["kernel"] for c in candidate["cases"]} - {"mse_loss"}
-    assert dropped and others
-    candidate["run"]["status"] = "partial"
+    assert dropped and {c["kernel"] for c in candidate["cases"]} - {"mse_loss"}
     candidate["accuracy"] = [a for a in candidate["accuracy"] if a["case"] not in dropped]
     candidate["perf"] = [p for p in candidate["perf"] if p["case"] not in dropped]
     candidate["cases"] = [c for c in candidate["cases"] if c["key"] not in dropped]
-    result = _gate(cli, db, candidate, tmp_path)
-    assert result.exit_code == 1 and "missing" in result.output, result.output
-    candidate["run"]["notes"] = skipped_note("origin/main (abc)", ["mse_loss", "not_in_the_baseline"])
-    result = _gate(cli, db, candidate, tmp_path)
-    assert result.exit_code == 0, result.output
-    assert "missing" not in result.output and "carried over from baseline run" in result.output
-    report = (tmp_path / "report" / "gate.md").read_text()
-    (carried,) = [line for line in report.splitlines() if line.startswith("Note: carried over")]
-    assert carried.endswith(r": mse\_loss"), carried  # a kernel the baseline never had is not carried
+    candidate["run"]["status"] = "partial"  # cut short: everything is expected of it
+    return candidate
+
+
+def test_the_gate_carries_skipped_kernels_over_and_still_judges_the_rest(tmp_path: Path) -> None:
+    """A candidate without mse_loss: missing until its scope says mse_loss was skipped as unchanged (a skipped
+    note, as runs before the typed scope said it) and the tree confirms it; then mse_loss is carried and the rest is
+    judged as before."""
+    db = f"sqlite:///{tmp_path / 'kw.db'}"
+    candidate = _without_mse(_history(db))
+    result = _decide(db, candidate, {"mse_loss"})
+    assert result.exit_code == 1 and any(v.status == "missing" for v in result.verdicts)
+    candidate["run"]["notes"] = skipped_note("origin/main (abc1234)", ["mse_loss", "not_in_the_baseline"])
+    result = _decide(db, candidate, {"mse_loss"})
+    assert result.exit_code == 0, [(v.case, v.status) for v in result.failed]
+    assert result.carried == ["mse_loss"]  # a kernel the baseline never had is not carried
+    (carried,) = [n for n in result.notes if n.startswith("carried over")]
+    assert carried.endswith(": mse_loss"), carried
     candidate["accuracy"][0].update(passed=False, error_budget=3.5)
-    result = _gate(cli, db, candidate, tmp_path)
-    assert result.exit_code == 1 and "error budget 3.5 > 1" in result.output, "a kernel that ran is still judged"
+    result = _decide(db, candidate, {"mse_loss"})
+    assert result.exit_code == 1 and any("error budget 3.5 > 1" in v.message for v in result.failed)
+
+
+def test_a_carry_over_the_tree_does_not_confirm_excuses_nothing(tmp_path: Path) -> None:
+    """The scope an artifact claims is candidate-written. A typed scope saying mse_loss was carried over,
+    from a tree where mse_loss's sources changed since the baseline's commit (or git cannot tell): every mse_loss
+    case is missing, and a note says why it was not carried."""
+    db = f"sqlite:///{tmp_path / 'kw.db'}"
+    candidate = _without_mse(_history(db))
+    candidate["run"]["scope"] = {
+        "suites": ["accuracy", "perf"],
+        "kernels": None,
+        "match": None,
+        "cases": [],
+        "carried": ["mse_loss"],
+        "carried_since": "abc1234",
+    }
+    result = _decide(db, candidate, set())
+    assert result.exit_code == 1 and not result.carried
+    assert {v.kernel for v in result.failed if v.status == "missing"} == {"mse_loss"}
+    assert any(n.startswith("not carried over: mse_loss") for n in result.notes), result.notes
+    assert _decide(db, candidate, {"mse_loss"}).exit_code == 0

@@ -363,7 +363,9 @@ def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Pa
     a, b = to_data(load_artifact(first)), to_data(load_artifact(second))
     expected = sum(AA_MATCH in c.key for c in SPEC.accuracy_cases())
     assert a["run"]["id"] != b["run"]["id"] and len(a["accuracy"]) == expected >= 6
-    assert whole_from_notes(a["run"]["notes"]) == (set(), set())  # --match: not every case, nothing retired
+    assert whole_from_notes(a["run"]["notes"]) == (set(), set())  # --match: not every case
+    scope = a["run"]["scope"]  # what the gate expects of it: the spec's cases holding AA_MATCH, accuracy only (cpu)
+    assert scope["match"] == AA_MATCH and scope["suites"] == ["accuracy"] and scope["kernels"] is not None
     assert a["accuracy"] == b["accuracy"]  # budgets, errors and seeds: the same bits
     seeds = {c.key: case_seed(c) for c in SPEC.accuracy_cases()}
     assert all(r["seed"] == seeds[r["case"]] and r["kind"] == "gate" for r in a["accuracy"])

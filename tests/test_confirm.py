@@ -510,6 +510,10 @@ def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_pat
     (tmp_path / "base.json").write_text(dumps(base))
     assert cli.invoke(main, ["ingest", "--db", url, str(tmp_path / "base.json")]).exit_code == 0
     gate = ["gate", "--artifact", str(path), "--baseline", "main", "--db", url, "--report-dir", str(tmp_path / "r")]
+    gate += [
+        "--min-effect",
+        "0.2",
+    ]  # confirm measures at 0.2: a confirmation at a larger effect than the gate's is not used
     before = cli.invoke(main, gate)
     before.md = (tmp_path / "r" / "gate.md").read_text()  # the gate's tables (its terminal report is plain text)
     source = ["--artifact", str(path), "--baseline", "main", "--db", url]

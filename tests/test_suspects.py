@@ -164,8 +164,9 @@ def _confirm(case: str, base: dict, cand: dict, verdict: str, ratio: float, when
 
 
 def test_stored_confirmations_decide_suspects(db_url) -> None:
-    """SAME clears a suspect (pass), SLOWER makes it a regression, UNKNOWN keeps it a suspect; the newest
-    confirmation of a case counts; one of another commit pair or another hardware counts for nothing."""
+    """SAME clears a suspect (pass), SLOWER makes it a regression, UNKNOWN keeps it a suspect; one of another
+    commit pair or another hardware counts for nothing. (Between conflicting confirmations the more cautious
+    counts: tests/test_no_silent_pass.py.)"""
     base, candidate = _history(db_url, 1.12)
     candidate = _on(candidate, GPU_B)
     hardware = RunDocument.model_validate(candidate).hardware
@@ -174,8 +175,7 @@ def test_stored_confirmations_decide_suspects(db_url) -> None:
         open_database(db_url),
         hardware,
         [
-            _confirm(same, base, candidate, "SLOWER", 1.06, "2026-12-02T10:00:00Z"),
-            _confirm(same, base, candidate, "SAME", 1.003, "2026-12-02T11:00:00Z"),  # the newer one counts
+            _confirm(same, base, candidate, "SAME", 1.003, "2026-12-02T11:00:00Z"),
             _confirm(slower, base, candidate, "SLOWER", 1.062, "2026-12-02T11:00:00Z"),
             _confirm(unknown, base, candidate, "UNKNOWN", 1.03, "2026-12-02T11:00:00Z"),
             _confirm(other, candidate, candidate, "SAME", 1.0, "2026-12-02T11:00:00Z"),  # another baseline commit
@@ -234,9 +234,11 @@ def test_a_not_slower_confirmation_clears_a_suspect_and_names_the_clock(db_url) 
     assert Confirmation.model_validate(stored[0]).detail == wide.detail  # the per-round data round-trips
 
 
-def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_path) -> None:
-    """Export -> ingest elsewhere -> the gate there uses them; the run's content hash ignores them (an artifact
-    without the field, as every artifact before confirmations, loads and re-ingests unchanged)."""
+def test_confirmations_travel_with_the_run_but_only_confirm_stores_them(db_url, tmp_path) -> None:
+    """Export carries a run's confirmations (shown with it); ingest elsewhere stores none of them (only
+    `kernelwatch confirm` writes confirmations), so the gate there does not use them; the run's content hash ignores
+    them (an artifact without the field, as every artifact before confirmations, loads and re-ingests
+    unchanged)."""
     base, candidate = _history(db_url, 1.12)
     candidate = _on(candidate, GPU_B)
     ingest_documents(open_database(db_url), [("candidate", parse_artifact(dumps(candidate)))])
@@ -263,12 +265,13 @@ def test_confirmations_travel_with_the_run_and_old_artifacts_load(db_url, tmp_pa
     )
     assert ingest_documents(open_database(other), [("old", parse_artifact(json.dumps(old)))])[0].status == "ingested"
     outcome = ingest_documents(open_database(other), [("export", parse_artifact(dumps(exported)))])[0]
-    assert outcome.status == "unchanged"  # same content hash; its confirmations are stored all the same
-    again = ingest_documents(open_database(other), [("export", parse_artifact(dumps(exported)))])[0]
-    assert again.status == "unchanged"
+    assert outcome.status == "unchanged" and outcome.confirmations_ignored == len(cases)  # same content hash
     engine = open_database(other, readonly=True)
-    assert len(export_run(engine, candidate["run"]["id"]).confirmations) == len(cases)  # stored once
+    assert export_run(engine, candidate["run"]["id"]).confirmations == []  # none stored
     result = decide(engine, parse_artifact(dumps(candidate)), "synthetic/main")
+    assert result.exit_code == 1 and {_status(result)[c] for c in cases} != {"pass"}, _status(result)
+    store_confirmations(open_database(other), hardware, list(exported.confirmations))  # as confirm stores them
+    result = decide(open_database(other, readonly=True), parse_artifact(dumps(candidate)), "synthetic/main")
     assert result.exit_code == 0 and {_status(result)[c] for c in cases} == {"pass"}, _status(result)
 
 

@@ -31,6 +31,7 @@ from kernelwatch.store.schema import (
     PerfResult,
     RunDocument,
     RunInfo,
+    Scope,
     format_time,
     new_run_id,
 )
@@ -217,6 +218,20 @@ def run_info(
         synthetic=False,
         notes="; ".join(notes) or None,
         phases_s=phases_s,
+        scope=scope_of(opts, device),
+    )
+
+
+def scope_of(opts: Options, device: str) -> Scope:
+    """What the run sets out to measure (:class:`kernelwatch.store.schema.Scope`), as it was asked."""
+    selected = set(opts.kernels) | set(opts.carried)
+    return Scope(
+        suites=[s for s in opts.suites if s != "perf" or device != "cpu" or opts.time_on_cpu],
+        kernels=sorted(selected) if opts.kernels else None,
+        match=opts.match,
+        cases=sorted(opts.cases),
+        carried=sorted(opts.carried),
+        carried_since=opts.carried_since,
     )
 
 

@@ -34,6 +34,8 @@ class Options:
     extra_modules: tuple[str, ...] = ()
     match: str | None = None  # substring of the case key
     cases: tuple[str, ...] = ()  # exact case keys
+    carried: tuple[str, ...] = ()  # kernels --changed-since skipped: none of their sources changed since ...
+    carried_since: str | None = None  # ... this commit
     seed: int | None = None  # base of the exploration seeds (fresh when None)
     explore_seeds: int = 0
     profile: bool = False

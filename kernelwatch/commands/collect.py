@@ -45,10 +45,12 @@ def _store(doc, out: Path | None, db_url: str | None, written: list[str]) -> Non
         except Exception as exc:  # the database may still take it; the first failure is raised
             failures.append(exc)
     if out is None or db_url:
+        from kernelwatch.store.access import check_writers
         from kernelwatch.store.engine import open_database
         from kernelwatch.store.ingest import ingest_documents
 
         try:
+            check_writers([("collect", doc)])
             (outcome,) = ingest_documents(open_database(db_url), [("collect", doc)])
             click.echo(f"stored run {outcome.run_id} ({outcome.results} results)")
             written.append("the database")
@@ -251,7 +253,13 @@ def _only_changed(opts, ref: str):
             + (f"; skipped (unchanged): {', '.join(changes.skipped)}" if changes.skipped else ""),
             err=True,
         )
-    return replace(opts, kernels=tuple(changes.run), notes=[*opts.notes, *changes.notes()])
+    return replace(
+        opts,
+        kernels=tuple(changes.run),
+        carried=tuple(changes.skipped),
+        carried_since=changes.commit,
+        notes=[*opts.notes, *changes.notes()],
+    )
 
 
 @click.command("collect")

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
 import click
 
 from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect, expected_message, fail
+
+
+@functools.cache
+def unchanged_since(commit: str) -> set[str]:
+    """The kernels none of whose sources differ between ``commit`` and this tree (kernelwatch.collect.changes, the
+    rule of ``collect --changed-since``); empty where git cannot tell (not a repository, an unknown commit)."""
+    from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules
+
+    try:
+        return set(changed_kernels(commit, kernel_modules()).skipped)
+    except ChangeError:
+        return set()
 
 
 @click.command("gate")
@@ -79,9 +92,10 @@ def command(
     Exit 2: cannot decide (bad options, no baseline, nothing comparable measured). Prints a plain summary at most
     100 columns wide; the Markdown, HTML and JUnit reports go to --report-dir.
     """
-    from kernelwatch.gate.judge import GateUndecided, check_values, decide
+    from kernelwatch.gate.judge import GateUndecided, SpecCases, check_values, decide
     from kernelwatch.gate.reports import fold, plain, publish
     from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import case_kernels
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
     from kernelwatch.store.artifact import load_artifact
@@ -109,7 +123,10 @@ def command(
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(discover()))
+        specs = discover()
+        # generated history's cases are the generator's, not the specs'
+        defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(specs), defined)
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
         if message is None:

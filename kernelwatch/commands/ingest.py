@@ -22,15 +22,27 @@ def command(files: tuple[Path, ...], db_url: str | None) -> None:
 
     Every file is validated completely before the database is even opened, and all of them are
     written in one transaction: either every run is stored or none is. Re-ingesting a run already
-    stored changes nothing; the same run id with different content is an error.
+    stored changes nothing; the same run id with different content is an error. Confirmations an
+    artifact carries are never stored (only `kernelwatch confirm` stores them): a line says so.
     """
     from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.output import terminal
+    from kernelwatch.store.access import check_writers
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.ingest import ingest_documents, load_files
 
     docs = load_files(files)
+    check_writers(docs)
     engine = open_database(db_url)
     for outcome in ingest_documents(engine, docs):
         click.echo(terminal(f"{outcome.status:9s} {outcome.run_id}  {outcome.results} results  ({outcome.source})"))
+        if outcome.confirmations_ignored:
+            n = outcome.confirmations_ignored
+            click.echo(
+                terminal(
+                    f"kernelwatch ingest: {outcome.source}: {n} confirmation{'s' if n != 1 else ''} not stored: only "
+                    "`kernelwatch confirm` stores confirmations (the run itself is stored)"
+                ),
+                err=True,
+            )
     fill_missing(engine)  # runs from before cases recorded their ceiling: from the kernels' specs

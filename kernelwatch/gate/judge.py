@@ -70,6 +70,7 @@ from kernelwatch.gate.statuses import (
     PASS,
     REBASELINED,
     REGRESSION,
+    RETIRED,
     STATUSES,
     SUSPECT,
     UNMEASURED,
@@ -108,9 +109,7 @@ from kernelwatch.store.schema import (
     hardware_fingerprint,
     is_commit_sha,
     parse_time,
-    skipped_from_notes,
     to_data,
-    whole_from_notes,
 )
 from kernelwatch.store.synthetic import SYNTHETIC_BRANCHES
 
@@ -126,6 +125,78 @@ FDR_RANGE = (0.0, 1.0)
 
 class GateUndecided(RuntimeError):
     """The gate cannot decide (exit 2); the message says why."""
+
+
+# suite -> {case key: kernel}
+CaseSets = Mapping[str, Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class SpecCases:
+    """What the checked-out tree's specs define (the command line reads them through the kernel registry
+    ``collect`` uses; ``gate`` imports no kernel): ``suites``: suite -> {case key: kernel};
+    ``unchanged_since(commit)``: the kernels none of whose sources changed between ``commit`` and the tree (empty
+    when it cannot tell: nothing is carried over then)."""
+
+    suites: CaseSets
+    unchanged_since: Callable[[str], set[str]] = field(default=lambda commit: set())
+
+    @property
+    def kernels(self) -> set[str]:
+        return {kernel for cases in self.suites.values() for kernel in cases.values()}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a candidate must measure: ``cases`` (suite -> {case key: kernel}: every case of the specs within its
+    scope), the scope's ``suites`` and ``kernels`` (None: every kernel) and case filter (``match``, ``keys``), and the
+    kernels it claims to carry over (``carried``; excused only once checked, :func:`carry_over`)."""
+
+    cases: dict[str, dict[str, str]]
+    suites: set[str]
+    kernels: set[str] | None
+    match: str | None = None
+    keys: frozenset[str] = frozenset()
+    carried: tuple[str, ...] = ()
+
+    def within(self, suite: str, case: str, kernel: str) -> bool:
+        """Whether the candidate's scope covers this case (defined by the specs or not)."""
+        return (
+            suite in self.suites
+            and (self.kernels is None or kernel in self.kernels)
+            and (self.match is None or self.match in case)
+            and (not self.keys or case in self.keys)
+        )
+
+
+def expected_cases(candidate: RunDocument, specs: SpecCases) -> Expected:
+    """The cases the specs define within the candidate's recorded scope (``run.scope``). A run cut short (partial,
+    failed) set out to measure everything; a complete run from before the scope was recorded, whatever it has rows
+    of (kernels with a case, the accuracy suite with a gating row, the perf suite with any timing: a run that timed
+    eager or cuBLAS set out to time the kernel too). The scope can only narrow what the specs ask; what it claims
+    to carry over is checked later (:func:`carry_over`)."""
+    run, scope = candidate.run, candidate.run.scope
+    if run.status != "complete":  # cut short: everything, less what it skipped on purpose as unchanged
+        carried = tuple(scope.carried) if scope is not None else ()
+        suites, kernels, match, keys = set(specs.suites), None, None, frozenset()
+    elif scope is None:
+        suites = {"accuracy"} if any(a.kind == "gate" for a in candidate.accuracy) else set()
+        if candidate.perf:
+            suites.add("perf")
+        kernels, match, keys, carried = {c.kernel for c in candidate.cases}, None, frozenset(), ()
+    else:
+        suites = set(scope.suites)
+        kernels = set(scope.kernels) if scope.kernels is not None else None
+        match, keys, carried = scope.match, frozenset(scope.cases), tuple(scope.carried)
+    out = Expected({}, suites, kernels, match, keys, carried)
+    out.cases.update(
+        {
+            suite: {case: kernel for case, kernel in cases.items() if out.within(suite, case, kernel)}
+            for suite, cases in specs.suites.items()
+            if suite in suites
+        }
+    )
+    return out
 
 
 @dataclass
@@ -271,21 +342,26 @@ def _run_ref(run: dict[str, Any]) -> dict[str, Any]:
     return {"id": run["id"], "commit": run["commit"], "branch": run["branch"], "status": run["status"]}
 
 
-def _gating_keys(candidate: RunDocument) -> tuple[list[str], list[str]]:
-    """(kernel-timed perf cases, gating accuracy cases) of the candidate."""
-    perf = sorted({p.case for p in candidate.perf if p.implementation == KERNEL_IMPL})
-    acc = sorted({a.case for a in candidate.accuracy if a.kind == "gate"})
+def _gating_keys(candidate: RunDocument, expected: Expected | None = None) -> tuple[list[str], list[str]]:
+    """(kernel-timed perf cases, gating accuracy cases) of the candidate, and those ``expected`` of it."""
+    want = expected.cases if expected is not None else {}
+    perf = sorted({p.case for p in candidate.perf if p.implementation == KERNEL_IMPL} | set(want.get("perf", ())))
+    acc = sorted({a.case for a in candidate.accuracy if a.kind == "gate"} | set(want.get("accuracy", ())))
     return perf, acc
 
 
 def eligible_baselines(
-    engine: Engine, candidate: RunDocument, branch: str | None, now: dt.datetime | None = None
+    engine: Engine,
+    candidate: RunDocument,
+    branch: str | None,
+    now: dt.datetime | None = None,
+    expected: Expected | None = None,
 ) -> list[dict[str, Any]]:
     """The runs a baseline is assembled from, newest first (commit order): complete runs on the candidate's
     hardware (of ``branch``; any branch when None), not the candidate, not after it in commit order nor
     started after it, not dated after ``now``, holding at least one result; those that share no case with a
-    candidate that has results are left out."""
-    perf, acc = _gating_keys(candidate)
+    candidate that has results (or with what is ``expected`` of it) are left out."""
+    perf, acc = _gating_keys(candidate, expected)
     rows = baseline_candidates(
         engine,
         hardware_fingerprint(to_data(candidate)["hardware"]),
@@ -343,17 +419,22 @@ class Baseline:
 
 
 def assemble_baseline(
-    engine: Engine, candidate: RunDocument, branch: str | None, now: dt.datetime | None = None
+    engine: Engine,
+    candidate: RunDocument,
+    branch: str | None,
+    now: dt.datetime | None = None,
+    expected: Expected | None = None,
 ) -> Baseline | None:
     """The baseline rule, one for ``gate --baseline BRANCH``, Triage and Compare: for each of the candidate's
     kernel-timed and gating accuracy cases, the newest earlier result among :func:`eligible_baselines` (so a
     history cut into partial nights is judged, never refused). None when no eligible run holds any of them
     (a candidate with no result at all gets the newest eligible run: what it should have measured is its
-    baseline's cases)."""
-    rows = eligible_baselines(engine, candidate, branch, now)
+    baseline's cases). With ``expected`` (:func:`expected_cases`), every case expected of the candidate gets its
+    baseline too, measured or not: what it failed to measure is missing."""
+    rows = eligible_baselines(engine, candidate, branch, now, expected)
     if not rows:
         return None
-    perf, acc = _gating_keys(candidate)
+    perf, acc = _gating_keys(candidate, expected)
     ids = [r["id"] for r in rows]
     have_perf = perf_case_runs(engine, ids, perf)
     have_acc = accuracy_case_runs(engine, ids, acc)
@@ -438,7 +519,9 @@ def _describe(run: dict[str, Any]) -> str:
     )
 
 
-def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -> Baseline:
+def baseline_run(
+    engine: Engine, spec: str | Baseline, candidate: RunDocument, expected: Expected | None = None
+) -> Baseline:
     """Resolve ``--baseline``: a run id, a unique run-id prefix (that run alone), or a branch
     (:func:`assemble_baseline`). Never the candidate. Errors say what was searched and what exists, with
     whole run ids. An assembled :class:`Baseline` is taken as it is (Triage's)."""
@@ -479,7 +562,7 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             raise GateUndecided(f"baseline run {run['id']} is {run['status']}: it has nothing to compare with")
         if not result_counts(engine, [run["id"]]):
             raise GateUndecided(f"baseline run {run['id']} ({run['status']}) holds no results: nothing to compare with")
-        perf, acc = _gating_keys(candidate)
+        perf, acc = _gating_keys(candidate, expected)
         source = {
             **_run_ref(run),
             "perf": len(perf_case_runs(engine, [run["id"]], perf).get(run["id"], ())),
@@ -494,7 +577,7 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
         )
     declared = baseline_branch(candidate, spec)
     if declared != spec:
-        found = assemble_baseline(engine, candidate, declared)
+        found = assemble_baseline(engine, candidate, declared, expected=expected)
         if found is None:
             raise GateUndecided(
                 f"the candidate is SYNTHETIC: it is judged only against earlier runs of its own branch {declared!r}, "
@@ -502,7 +585,7 @@ def baseline_run(engine: Engine, spec: str | Baseline, candidate: RunDocument) -
             )
         found.rule = f"the candidate is SYNTHETIC: judged against the earlier runs of its own branch {declared}"
         return found
-    found = assemble_baseline(engine, candidate, spec)
+    found = assemble_baseline(engine, candidate, spec, expected=expected)
     if found is not None:
         return found
     here = [r for r in branch if r["fingerprint"] == fingerprint]
@@ -571,9 +654,8 @@ def _histories(
 # Judging
 # ---------------------------------------------------------------------------------------------
 def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
-    """(kernels, suites) the candidate set out to measure. A complete run measured what it meant to (a
-    ``--kernels`` or CPU run covers less than the baseline on purpose), and one with any perf row (a reference's
-    too) set out to time its kernels; a partial or failed run was cut short, so everything the baseline has is
+    """(kernels, suites) the candidate set out to measure, when no specs are given (a library caller): a complete
+    run, whatever it has rows of; a partial or failed one was cut short, so everything the baseline has is
     expected of it."""
     if candidate.run.status != "complete":
         return set(), set()
@@ -584,43 +666,86 @@ def _scope(candidate: RunDocument) -> tuple[set[str], set[str]]:
     return kernels, suites
 
 
-def _missing(candidate: RunDocument, base: RunDocument) -> list[tuple[str, str, str]]:
-    """(suite, case, kernel) measured by the baseline and absent from the candidate, within its scope."""
+def _baseline_rows(base: RunDocument) -> list[tuple[str, str, str]]:
+    """(suite, case, kernel) of the baseline's gating accuracy rows and kernel timings."""
+    kernel_of = {c.key: c.kernel for c in base.cases}
+    rows = [("accuracy", a.case, kernel_of[a.case]) for a in base.accuracy if a.kind == "gate"]
+    return rows + [("perf", p.case, kernel_of[p.case]) for p in base.perf if p.implementation == KERNEL_IMPL]
+
+
+def _measured(candidate: RunDocument) -> dict[str, set[str]]:
+    return {
+        "accuracy": {a.case for a in candidate.accuracy if a.kind == "gate"},
+        "perf": {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL},
+    }
+
+
+def _missing(candidate: RunDocument, base: RunDocument, expected: Expected | None = None) -> list[tuple[str, str, str]]:
+    """(suite, case, kernel) measured by the baseline and absent from the candidate: with ``expected``, the cases the
+    specs define within the candidate's scope; without, within what it has rows of (:func:`_scope`)."""
+    have = _measured(candidate)
+    out = []
+    if expected is not None:
+        for suite, case, kernel in _baseline_rows(base):
+            if case in expected.cases.get(suite, ()) and case not in have[suite]:
+                out.append((suite, case, kernel))
+        return out
     kernels, suites = _scope(candidate)
     complete = candidate.run.status == "complete"
-    kernel_of = {c.key: c.kernel for c in base.cases}
-    have_acc = {a.case for a in candidate.accuracy if a.kind == "gate"}
-    have_perf = {p.case for p in candidate.perf if p.implementation == KERNEL_IMPL}
-    out = []
-    for suite, cases, have in (
-        ("accuracy", [a.case for a in base.accuracy if a.kind == "gate"], have_acc),
-        ("perf", [p.case for p in base.perf if p.implementation == KERNEL_IMPL], have_perf),
-    ):
-        for case in cases:
-            kernel = kernel_of[case]
-            if complete and (kernel not in kernels or suite not in suites):
-                continue
-            if case not in have:
-                out.append((suite, case, kernel))
+    for suite, case, kernel in _baseline_rows(base):
+        if complete and (kernel not in kernels or suite not in suites):
+            continue
+        if case not in have[suite]:
+            out.append((suite, case, kernel))
     return out
 
 
-def carry_over(result: GateResult, candidate: RunDocument, base: RunDocument) -> RunDocument:
-    """The baseline less the kernels the candidate says it skipped because none of their sources changed
-    (``collect --changed-since``, ``kernelwatch.store.schema.skipped_from_notes``): their baseline results stand for
-    this commit, so nothing of theirs is expected of the candidate (never "missing"); they go to ``result.carried``
-    and a note. A kernel the candidate measured anyway is judged as usual."""
+def carry_over(
+    result: GateResult,
+    candidate: RunDocument,
+    base: RunDocument,
+    expected: Expected | None,
+    specs: SpecCases | None,
+    baseline: Baseline,
+) -> tuple[RunDocument, Expected | None]:
+    """The baseline, and what is expected of the candidate, less the kernels it skipped because none of their
+    sources changed (``collect --changed-since``, its scope's ``carried``): their baseline results stand for this
+    commit, so nothing of theirs is expected (never "missing"); they go to ``result.carried`` and a note. The claim
+    is the candidate's own: a kernel is carried over only where the tree confirms that none of its sources changed
+    since the commit of every baseline run that supplied one of its cases (``SpecCases.unchanged_since``); one
+    it cannot confirm stays expected, and a note says why. A kernel the candidate measured anyway is judged as
+    usual."""
+    if expected is None or specs is None or not expected.carried:
+        return base, expected
     measured = {c.kernel for c in candidate.cases}
-    skipped = sorted(set(skipped_from_notes(candidate.run.notes)) & {c.kernel for c in base.cases} - measured)
+    claimed = sorted(set(expected.carried) & {c.kernel for c in base.cases} - measured)
+    commits: dict[str, set[str]] = {}
+    for c in base.cases:
+        if c.kernel in claimed:
+            commits.setdefault(c.kernel, set()).add(baseline.commit_of(c.key) or baseline.run["commit"])
+    unchanged: dict[str, set[str]] = {}
+    skipped, refused = [], []
+    for kernel in claimed:
+        for commit in commits[kernel]:
+            if commit not in unchanged:
+                unchanged[commit] = specs.unchanged_since(commit) if is_commit_sha(commit) else set()
+        (skipped if all(kernel in unchanged[c] for c in commits[kernel]) else refused).append(kernel)
+    if refused:
+        result.notes.append(
+            f"not carried over: {', '.join(refused)}: the candidate says it skipped them as unchanged, but their "
+            f"sources in this tree differ from the baseline's commit "
+            f"({', '.join(sorted(c[:12] for k in refused for c in commits[k]))}) or git cannot tell: expected"
+        )
     if not skipped:
-        return base
+        return base, expected
     result.carried = skipped
     cases = {c.key for c in base.cases if c.kernel in skipped}
     result.notes.append(
-        f"carried over from baseline run {base.run.id} (unchanged since the candidate's "
-        f"--changed-since ref, {len(cases)} cases): {', '.join(skipped)}"
+        f"carried over from baseline run {base.run.id} (unchanged since the baseline's commit in this tree, "
+        f"{len(cases)} cases): {', '.join(skipped)}"
     )
-    return _less(base, accuracy=cases, perf=cases, cases=cases)
+    left = {suite: {k: v for k, v in cs.items() if v not in skipped} for suite, cs in expected.cases.items()}
+    return _less(base, accuracy=cases, perf=cases, cases=cases), replace(expected, cases=left)
 
 
 def _less(base: RunDocument, accuracy: set[str], perf: set[str], cases: set[str] | None = None) -> RunDocument:
@@ -636,36 +761,44 @@ def _less(base: RunDocument, accuracy: set[str], perf: set[str], cases: set[str]
     return base.model_copy(update=update)
 
 
-def retire(result: GateResult, candidate: RunDocument, base: RunDocument) -> RunDocument:
-    """The baseline less the cases the candidate's specs no longer define: a complete candidate whose notes say it
-    measured every case of a kernel's spec in a suite (``kernelwatch.store.schema.whole_from_notes``) and holds
-    no row of a baseline case of that kernel and suite dropped it on purpose (a variant or shape taken out of
-    the spec). Those go to ``result.retired`` and a note, never "missing"; a run with a case filter, or cut
-    short, or older than the note, retires nothing."""
-    suites, kernels = whole_from_notes(candidate.run.notes)
-    if candidate.run.status != "complete" or not kernels:
-        return base
-    kernel_of = {c.key: c.kernel for c in base.cases}
-    have = {c.key for c in candidate.cases}
-    rows = [("accuracy", a.case) for a in base.accuracy if a.kind == "gate"]
-    rows += [("perf", p.case) for p in base.perf if p.implementation == KERNEL_IMPL]
-    gone = {
-        (suite, case) for suite, case in rows if suite in suites and kernel_of[case] in kernels and case not in have
-    }
-    if not gone:
-        return base
-    result.retired = sorted({case for _, case in gone})
-    by_kernel = Counter(kernel_of[c] for c in result.retired)
-    result.notes.append(
-        f"retired: {len(result.retired)} case{'s' if len(result.retired) != 1 else ''} of the baseline the "
-        f"candidate's specs no longer define ({', '.join(f'{k}: {n}' for k, n in sorted(by_kernel.items()))}; "
-        f"first: {result.retired[0]})"
-    )
-    return _less(
-        base,
-        accuracy={case for suite, case in gone if suite == "accuracy"},
-        perf={case for suite, case in gone if suite == "perf"},
-    )
+def retire(
+    result: GateResult, candidate: RunDocument, base: RunDocument, expected: Expected | None, specs: SpecCases | None
+) -> list[CaseVerdict]:
+    """The baseline's cases the checked-out specs no longer define (a variant or shape taken out, or a case
+    renamed), within the candidate's scope and not measured by it: each is "retired", failing until
+    ``kernelwatch ack`` records the change at a commit after the baseline's (:func:`acknowledge`). Only the specs
+    retire a case; what the candidate's artifact says never does. Their keys go to ``result.retired``."""
+    if expected is None or specs is None:
+        return []
+    have = _measured(candidate)
+    known, defined = specs.kernels, specs.suites
+    out = []
+    for suite, case, kernel in _baseline_rows(base):
+        if case in defined.get(suite, ()) or case in have[suite]:
+            continue
+        if kernel in known and not expected.within(suite, case, kernel):
+            continue
+        if kernel not in known and suite not in expected.suites:
+            continue
+        out.append(
+            CaseVerdict(
+                case,
+                kernel,
+                RETIRED,
+                f"the baseline measured this {suite} case and the specs of this tree no longer define it (taken "
+                "out or renamed): acknowledge the change with `kernelwatch ack` to stop failing",
+                suite=suite,
+            )
+        )
+    result.retired = sorted({v.case for v in out})
+    if out:
+        by_kernel = Counter(v.kernel for v in out)
+        result.notes.append(
+            f"retired: {len(result.retired)} case{'s' if len(result.retired) != 1 else ''} of the baseline the "
+            f"specs of this tree no longer define ({', '.join(f'{k}: {n}' for k, n in sorted(by_kernel.items()))}; "
+            f"first: {result.retired[0]}): failing until acknowledged"
+        )
+    return out
 
 
 def _reference_rows(candidate: RunDocument) -> dict[str, list[str]]:
@@ -1207,11 +1340,15 @@ def decide(
     min_effects: dict[str, float] | None = None,
     metric: str = "gpu",
     tolerances: Mapping[str, tuple[float, float]] | None = None,
+    specs: SpecCases | None = None,
 ) -> GateResult:
     """Judge a candidate run document (``kernelwatch.run/1``) against its baseline.
 
     ``tolerances``: the kernels' specs' (rtol, atol) per accuracy case key (the command line passes them; ``ci``
     imports no kernel): a row stored with a looser one fails.
+    ``specs``: the cases the checked-out specs define (the command line passes them): every one of them within the
+    candidate's scope that the baseline measured is expected of it (:func:`expected_cases`), and a baseline case
+    they no longer define is retired (:func:`retire`). Without them, what the candidate has rows of is its scope.
 
     Raises GateUndecided for bad options and an unresolvable baseline. A result whose ``undecided`` is
     set (exit 2) still lists what errored or is missing.
@@ -1222,7 +1359,9 @@ def decide(
     if metric not in METRICS:
         raise GateUndecided(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
-    assembled = baseline_run(engine, baseline_spec, candidate)
+    expected = expected_cases(candidate, specs) if specs is not None else None
+    assembled = baseline_run(engine, baseline_spec, candidate, expected)
+    infos = {source["id"]: run_info(engine, source["id"]) or {} for source in assembled.sources}
     base_ref, base = assembled.ref, baseline_document(engine, assembled)
     cand_run = to_data(candidate)["run"]
     result = GateResult(
@@ -1244,11 +1383,13 @@ def decide(
         result.notes.append(assembled.rule)
     if assembled.run_of:
         result.notes.append(assembled.describe())
-    base = retire(result, candidate, carry_over(result, candidate, base))
+    base, expected = carry_over(result, candidate, base, expected, specs, assembled)
+    retired = retire(result, candidate, base, expected, specs)
 
     measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
     measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
-    missing = _missing(candidate, base)
+    missing = _missing(candidate, base, expected)
+    result.verdicts += retired
     references = _reference_rows(candidate)
     for suite, case, kernel in missing:
         timed = (
@@ -1276,7 +1417,11 @@ def decide(
             f"{errored} errored and {len(missing)} missing cases and no result to compare with "
             f"baseline run {base_ref['id']}"
         )
-    mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result))
+    times = {}
+    for source in assembled.sources:
+        info = infos[source["id"]]
+        times[source["commit"]] = info.get("commit_time") or info.get("started")
+    mark_suspects(result, candidate, base, assembled, stored_confirmations(engine, fingerprint, result), times)
     acknowledge(engine, result, fingerprint, candidate)
     result.faster_tests = speedup_tests(engine, candidate, result)
     result.faster = set(speedups(engine, candidate, result, result.faster_tests))
@@ -1287,7 +1432,6 @@ def decide(
 # Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device)
 # ---------------------------------------------------------------------------------------------
 UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
-CLEARS = ("SAME", "NOT_SLOWER", "FASTER")
 # Where candidate and baseline were not measured alike (another GPU, another timing method), a slowdown of at
 # least this fraction of the minimum effect is a suspect: a faster machine hides part of a real change. Runs of
 # one CUDA code on three H200s (benchmarks/cross_machine_aa.py, docs/design.md): at 1.0, 97.8% of the cases
@@ -1332,6 +1476,7 @@ def mark_suspects(
     base: RunDocument,
     baseline: Baseline,
     confirmations: list[dict[str, Any]],
+    commit_times: Mapping[str, str | None] | None = None,
 ) -> None:
     """The post-pass over the judged perf cases (after the rules, before acknowledgements).
 
@@ -1346,9 +1491,9 @@ def mark_suspects(
     is past what outlier runs do) and keeps its verdict, as does every other case. Contaminated samples are
     already "unreliable" (failing, re-measured by confirm too).
 
-    Then the stored confirmations (``kernelwatch confirm --db``) of the candidate's commit against the commit
-    of the run that supplied the case's baseline decide every confirmable case (newest first): SAME,
-    NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it suspect.
+    Then the stored confirmations (``kernelwatch confirm --db``) that :func:`applicable_confirmations` keeps decide
+    every confirmable case: SAME, NOT_SLOWER or FASTER clears it (pass), SLOWER is a regression, UNKNOWN keeps it
+    suspect.
 
     GPU time only: confirm re-measures GPU time, so a ``--metric call`` verdict (wall time per call, host
     included) is not one it can judge and keeps the rules' verdict.
@@ -1380,24 +1525,16 @@ def mark_suspects(
                 f"both commits on one device (kernelwatch confirm) [the statistics: {was}: {v.message}]"
             )
             suspects += 1
-    sha = candidate.run.commit.sha
-    newest: dict[str, dict[str, Any]] = {}
-    for row in sorted(confirmations, key=lambda r: r["confirmed_at"]):
-        base_sha = baseline.commit_of(row["case"])
-        if _same_commit(row["candidate_commit"], sha) and base_sha and _same_commit(row["baseline_commit"], base_sha):
-            newest[row["case"]] = row
+    chosen = applicable_confirmations(result, candidate, baseline, confirmations, commit_times or {})
     applied = 0
     for v in result.verdicts:
-        row = newest.get(v.case)
+        row = chosen.get(v.case)
         if v.suite != "perf" or row is None or v.status not in CONFIRMABLE:
             continue
         line, was = Confirmation.model_validate(row).describe(), v.status
-        if row["verdict"] in CLEARS:
-            v.status, v.message = PASS, f"{line}: cleared [the runs: {was}: {v.message}]"
-        elif row["verdict"] == "SLOWER":
-            v.status, v.message = REGRESSION, f"{line} [the runs: {was}: {v.message}]"
-        else:
-            v.status, v.message = SUSPECT, f"{line}: still undecided [the runs: {was}: {v.message}]"
+        v.status = CONFIRMED[row["verdict"]][1]
+        said = {PASS: ": cleared", SUSPECT: ": still undecided"}.get(v.status, "")
+        v.message = f"{line}{said} [the runs: {was}: {v.message}]"
         applied += 1
     if suspects:
         result.notes.append(
@@ -1408,12 +1545,68 @@ def mark_suspects(
     if applied:
         result.notes.append(
             f"{applied} case{'s' if applied != 1 else ''} decided by a stored confirmation "
-            f"(paired re-measurement of {sha[:12]} against its baseline on one device)"
+            f"(paired re-measurement of {candidate.run.commit.sha[:12]} against its baseline on one device)"
         )
 
 
-def _same_commit(a: str, b: str) -> bool:
-    return bool(a) and bool(b) and is_commit_sha(a) and is_commit_sha(b) and (a.startswith(b) or b.startswith(a))
+# A confirmation's verdict: (how cautious it is, 0 most; the status it gives a confirmable case). Between
+# confirmations of one case that disagree, the most cautious decides (a later SAME never outvotes a SLOWER).
+# A new verdict is one line here.
+CONFIRMED = {
+    "SLOWER": (0, REGRESSION),
+    "UNKNOWN": (1, SUSPECT),
+    "SAME": (2, PASS),
+    "NOT_SLOWER": (2, PASS),
+    "FASTER": (2, PASS),
+}
+FULL_SHA = 40
+
+
+def _full_sha(value: Any) -> str | None:
+    """``value`` as a whole commit sha (40 hex digits, lower case), else None: a prefix can name two commits."""
+    if not isinstance(value, str) or len(value) != FULL_SHA or not is_commit_sha(value):
+        return None
+    return value.lower()
+
+
+def applicable_confirmations(
+    result: GateResult,
+    candidate: RunDocument,
+    baseline: Baseline,
+    confirmations: list[dict[str, Any]],
+    commit_times: Mapping[str, str | None],
+) -> dict[str, dict[str, Any]]:
+    """Per case, the stored confirmation that decides it: of the candidate's whole commit sha against the whole sha
+    of the commit that supplied the case's baseline (no prefixes), on the candidate's hardware (the query's
+    fingerprint), re-measured with a minimum effect no larger than the gate's for the case, and confirmed after
+    both commits were made (``commit_times``: commit -> its time; the candidate's from its run). Of several, the
+    most cautious (:data:`CONFIRMED`), then the newest."""
+    sha = _full_sha(candidate.run.commit.sha)
+    if sha is None:
+        return {}
+    effect = {v.case: v.comparison.min_effect for v in result.verdicts if v.comparison is not None}
+    made = candidate.run.commit.time or candidate.run.started_at
+    chosen: dict[str, dict[str, Any]] = {}
+    for row in confirmations:
+        base_sha = _full_sha(baseline.commit_of(row["case"]))
+        base_time = commit_times.get(baseline.commit_of(row["case"]) or "")
+        if (
+            base_sha is None
+            or _full_sha(row["candidate_commit"]) != sha
+            or _full_sha(row["baseline_commit"]) != base_sha
+            or row["verdict"] not in CONFIRMED
+            or row["min_effect"] is None
+            or row["case"] not in effect
+            or row["min_effect"] > effect[row["case"]] + 1e-12
+            or not base_time
+            or parse_time(row["confirmed_at"]) <= max(parse_time(made), parse_time(base_time))
+        ):
+            continue
+        held = chosen.get(row["case"])
+        key = (-CONFIRMED[row["verdict"]][0], row["confirmed_at"])
+        if held is None or key > (-CONFIRMED[held["verdict"]][0], held["confirmed_at"]):
+            chosen[row["case"]] = row
+    return chosen
 
 
 def stored_confirmations(engine: Engine, fingerprint: str, result: GateResult) -> list[dict[str, Any]]:
@@ -1432,7 +1625,7 @@ def acknowledge(engine: Engine, result: GateResult, fingerprint: str, candidate:
     Commits are ordered by commit time, as the runs that measured them recorded it; an ack of the
     candidate's own commit counts even when no run of that commit is stored yet.
     """
-    regressed = [v for v in result.verdicts if v.status in (REGRESSION, SUSPECT)]
+    regressed = [v for v in result.verdicts if v.status in (REGRESSION, SUSPECT, RETIRED)]
     if not regressed:
         return
     by_case: dict[str, list[dict[str, Any]]] = {}

@@ -50,6 +50,7 @@ class Status:
 ACCURACY_FAILED = "accuracy"  # error budget over 1, NaN/Inf where the reference has values, or a stored row disagrees
 ERROR = "error"  # the case raised, hung or crashed
 MISSING = "missing"  # the baseline measured it, the candidate did not
+RETIRED = "retired"  # the baseline measured it, the checked-out specs no longer define it: fails until acknowledged
 UNMEASURED = "unmeasured"  # no measurement, or timed on a machine slower than any of its model
 UNRELIABLE = "unreliable"  # the samples absorbed host delay
 REGRESSION = "regression"  # a significant slowdown past the minimum effect
@@ -73,6 +74,7 @@ TABLE: tuple[Status, ...] = (
     Status(ACCURACY_FAILED, "accuracy failed", GATE_FAIL, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),
     Status(ERROR, "errored", GATE_FAIL, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),
     Status(MISSING, "missing", GATE_FAIL, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),
+    Status(RETIRED, "retired (acknowledge)", GATE_FAIL, css="bad", icon="🗑️", fill=RED_FILL, line=RED_LINE),
     Status(UNMEASURED, "unmeasured", GATE_FAIL, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),
     Status(UNRELIABLE, "unreliable", GATE_FAIL, True, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),
     Status(REGRESSION, "slower", GATE_FAIL, True, css="bad", icon="❌", fill=RED_FILL, line=RED_LINE),

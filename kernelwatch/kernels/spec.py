@@ -259,3 +259,12 @@ def tolerances(specs: Mapping[str, KernelSpec]) -> dict[str, tuple[float, float]
     """(rtol, atol) of every accuracy case of ``specs`` (``kernels.discover()``), by case key: what the gate checks
     a stored accuracy row's tolerance against."""
     return {c.key: (c.tol.rtol, c.tol.atol) for spec in specs.values() for c in spec.accuracy_cases() if c.tol}
+
+
+def case_kernels(specs: Mapping[str, KernelSpec]) -> dict[str, dict[str, str]]:
+    """Suite -> {case key: kernel} of every case ``specs`` (``kernels.discover()``) define: what the gate expects a
+    candidate to measure."""
+    return {
+        "accuracy": {c.key: spec.name for spec in specs.values() for c in spec.accuracy_cases()},
+        "perf": {c.key: spec.name for spec in specs.values() for c in spec.perf_cases()},
+    }

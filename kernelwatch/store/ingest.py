@@ -62,6 +62,7 @@ class IngestOutcome:
     source: str
     status: str  # one of OUTCOMES
     results: int
+    confirmations_ignored: int = 0  # an artifact's confirmations are never stored: only confirm stores them
 
 
 def _insert_ignore(conn: Connection, model: type, rows: list[dict[str, Any]], conflict: list[str]) -> None:
@@ -152,8 +153,7 @@ def write_run(
     if stored is not None:
         existing, synthetic = stored
         if existing == digest:
-            _write_confirmations(conn, _hardware_id(conn, doc), doc.confirmations)
-            return IngestOutcome(run.id, source, "unchanged", n_results)
+            return IngestOutcome(run.id, source, "unchanged", n_results, len(doc.confirmations))
         if not (replace_synthetic and synthetic and run.synthetic):
             raise IngestError(f"{source}: run.id: run {run.id} already exists with different content")
         for model in (AccuracyResult, PerfResult, ProfilerMetric, Run):
@@ -176,8 +176,7 @@ def write_run(
     for model, batch in ((AccuracyResult, rows("accuracy")), (PerfResult, perf), (ProfilerMetric, rows("profiler"))):
         if batch:
             conn.execute(model.__table__.insert(), batch)
-    _write_confirmations(conn, hw_id, doc.confirmations)
-    return IngestOutcome(run.id, source, status, n_results)
+    return IngestOutcome(run.id, source, status, n_results, len(doc.confirmations))
 
 
 def _write_confirmations(conn: Connection, hw_id: int, items: list[schema.Confirmation]) -> None:

@@ -97,6 +97,7 @@ class Run(Base):
     device_count: Mapped[int] = mapped_column(Integer)
     sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
     phases_s: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    scope: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     content_hash: Mapped[str] = mapped_column(String(64))
 
     hardware: Mapped[Hardware] = relationship(back_populates="runs")

@@ -55,6 +55,8 @@ def result_columns(record: type[schema.Record], leave_out: tuple[str, ...] = ())
 
 
 def _to_column(table: Table, name: str, value: Any) -> Any:
+    if isinstance(value, schema.Record):  # a record inside the run (its scope): a JSON column
+        return value.model_dump()
     if value is not None and isinstance(table.c[name].type, DateTime):
         return schema.parse_time(value)
     return value

@@ -288,8 +288,31 @@ class Commit(Record):
     dirty: bool | None
 
 
+SUITES = ("accuracy", "perf")
+
+
+class Scope(Record):
+    """What a run set out to measure, as ``kernelwatch collect`` was asked: the gate expects of a candidate every case
+    its checked-out specs define within this scope (``kernelwatch.gate.judge.expected_cases``).
+
+    * ``suites``: the suites it ran;
+    * ``kernels``: the kernels it selected (``--kernels``; None: every kernel of its specs);
+    * ``match`` / ``cases``: its case filter (``--match TEXT``: keys holding TEXT; ``--case KEY``: those keys; none:
+      every case);
+    * ``carried`` / ``carried_since``: the kernels ``--changed-since`` skipped because none of their sources changed
+      since that commit (the gate checks that against the tree before it excuses them)."""
+
+    suites: list[Literal[SUITES]] = Field(max_length=len(SUITES))
+    kernels: list[Key] | None = Field(default=None, max_length=4096)
+    match: Key | None = None
+    cases: list[Key] = Field(default_factory=list, max_length=65_536)
+    carried: list[Key] = Field(default_factory=list, max_length=4096)
+    carried_since: CommitSha | None = None
+
+
 class RunInfo(Record):
-    """One collector invocation."""
+    """One collector invocation. ``scope`` is what it set out to measure (:class:`Scope`; None: a run from before it
+    was recorded whose notes say nothing of it)."""
 
     id: RunId
     commit: Commit
@@ -306,6 +329,7 @@ class RunInfo(Record):
     phases_s: dict[Short, NonNegative] | None = Field(
         default=None, max_length=64, description="Seconds spent in each phase of the run."
     )
+    scope: Scope | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> RunInfo:
@@ -558,7 +582,7 @@ class RunDocument(Record):
 
 
 ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the first release
-    "run": ("phases_s",),
+    "run": ("phases_s", "scope"),
     "hardware": ("peak_read_gbps", "sm_clock_mhz"),
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
@@ -576,11 +600,16 @@ HOST_NOTE = "host: "
 
 def upgrade_document(data: Any) -> Any:
     """A parsed document as this version writes it: ``perf[].device_uuid`` and ``perf[].host`` of a run from
-    before they were fields, from what its notes state (asv's ``update_to_2``). A result that states them
+    before they were fields, and ``run.scope`` of a run from before it was (:func:`scope_from_notes`), from what its
+    notes state (asv's ``update_to_2``). A result that states them
     keeps its own; a document of another shape is left as it is, for :func:`validate` to refuse."""
     run, perf = (data.get("run"), data.get("perf")) if isinstance(data, dict) else (None, None)
     if not isinstance(run, dict) or not isinstance(run.get("notes"), str) or not isinstance(perf, list):
         return data
+    if run.get("scope") is None:
+        scope = scope_from_notes(run["notes"])
+        if scope is not None:
+            data = {**data, "run": {**run, "scope": scope}}
     uuids, host = physical_from_notes(run["notes"])
     if not uuids and host is None:
         return data
@@ -655,6 +684,29 @@ def whole_from_notes(notes: str | None) -> tuple[set[str], set[str]]:
         {s.strip() for s in match.group(1).split(",") if s.strip()},
         {k.strip() for k in match.group(2).split(",") if k.strip()},
     )
+
+
+_SINCE_COMMIT = re.compile(r"(?:^|; )kernels skipped, unchanged since [^:;]*\(([0-9a-f]{7,40})\)")
+
+
+def scope_from_notes(notes: str | None) -> dict[str, Any] | None:
+    """The :class:`Scope` (as data) of a run from before it was a field, from its notes: the only place that reads
+    them for it. Notes naming every case of its specs give those kernels and suites, unfiltered; a
+    ``--changed-since`` line gives the skipped kernels (with no such line, every kernel and suite: a filter nobody
+    recorded excuses nothing). None: the notes say nothing of its scope."""
+    suites, kernels = whole_from_notes(notes)
+    carried = skipped_from_notes(notes)
+    if not kernels and not carried:
+        return None
+    since = _SINCE_COMMIT.search(notes or "")
+    return {
+        "suites": sorted(s for s in suites if s in SUITES) if kernels else list(SUITES),
+        "kernels": sorted(kernels | set(carried)) if kernels else None,
+        "match": None,
+        "cases": [],
+        "carried": sorted(carried),
+        "carried_since": since.group(1) if since else None,
+    }
 
 
 def _unique(items: list[Record], fields: tuple[str, ...], section: str) -> None:
@@ -867,6 +919,8 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     data.pop("confirmations", None)
     # The physical device a run's notes already state is not new content (runs from before the fields
     # existed get them from the notes): an old artifact and its export hash alike.
+    if data["run"].get("scope") is not None and data["run"]["scope"] == scope_from_notes(doc.run.notes):
+        data["run"].pop("scope")  # what the notes already state (upgrade_document): not new content
     uuids, host = physical_from_notes(doc.run.notes)
     for item in data["perf"]:
         if "device_uuid" in item and uuids.get(item.get("device")) == item["device_uuid"]:
