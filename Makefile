@@ -2,6 +2,7 @@
 #   make demo   install what the demo needs, load the shipped GPU history and a SYNTHETIC demo branch,
 #               collect a reduced CPU accuracy run, open the dashboard
 #   make test   install, lint, run the whole test suite
+#   make test-fast   the tests that need no interpreter, process, PostgreSQL or browser
 #   make compile-check   compile every kernel launch for A100, H100/H200 (Triton) and Ascend 910B (triton-ascend)
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,7 +24,7 @@ DEMO_SOURCE ?= ci/history/2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz
 # A reduced CPU accuracy run: the 134 fp32 cases (tests/test_docs.py counts them); the full 385-case run stays in CI.
 DEMO_CPU ?= --match /fp32/
 
-.PHONY: demo test install install-demo lint bench clean compile-check
+.PHONY: demo test test-fast install install-demo lint bench clean compile-check
 
 install: $(VENV)/.installed
 install-demo: $(VENV)/.installed-demo
@@ -68,6 +69,12 @@ lint: install
 
 test: install lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The fast lane: no Triton interpreter, no process started, no PostgreSQL, no browser (the markers are given in
+# tests/conftest.py). `make test` (and .ci/run) still runs everything.
+FAST_MARKERS ?= not slow and not browser and not postgres and not interpreter and not subprocess
+test-fast: install
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "$(FAST_MARKERS)"
 
 bench: install
 	$(BIN)/python benchmarks/db_bench.py

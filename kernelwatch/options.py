@@ -88,6 +88,32 @@ def db_option(f):
     return click.option("--db", "db_url", envvar="KERNELWATCH_DB", default=None, metavar="URL", help=DB_HELP)(f)
 
 
+def _activate_project(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from kernelwatch.project import ProjectError, load_project
+
+    try:
+        project = load_project(value)
+    except ProjectError as exc:
+        raise CommandError(str(exc), ctx=ctx) from None
+    ctx.call_on_close(project.activate())  # in-process callers (tests, the dashboard) get their state back
+
+
+def project_option(f):
+    """``--project PATH``: the project file (kernelwatch.project) whose kernels, repository and defaults the command
+    uses; loaded and activated before the command runs."""
+    return click.option(
+        "--project",
+        envvar="KERNELWATCH_PROJECT",
+        default=None,
+        metavar="PATH",
+        expose_value=False,
+        is_eager=True,
+        callback=_activate_project,
+        help="The project file (kernelwatch.toml, or a pyproject.toml with [tool.kernelwatch]) or its folder: "
+        "its kernels, repository, baseline and thresholds. Default: the nearest one from here upwards.",
+    )(f)
+
+
 def command_path(ctx: click.Context | None) -> str:
     """``kernelwatch db current`` for the context of ``db current``, whatever name the program was started under
     (``python -m kernelwatch``, the entry point, a test's runner)."""
@@ -120,13 +146,14 @@ def fail(message: str, exit_code: int = USAGE) -> NoReturn:
 def expected_message(exc: BaseException) -> str | None:
     """The one line for an exception the project raises on purpose (bad input, a database that cannot be read,
     a damaged stored value), or None for anything else (a bug: its traceback is the answer)."""
+    from kernelwatch.project import ProjectError
     from kernelwatch.store.artifact import ArtifactError
 
     if isinstance(exc, click.ClickException):
         return exc.format_message()
     if isinstance(exc, LookupError) and not isinstance(exc, (KeyError, IndexError)) and exc.args:
         return str(exc.args[0])  # "no run with id ...", "--hardware ... must match exactly one" (a KeyError is a bug)
-    expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError)
+    expected: tuple[type[BaseException], ...] = (ArtifactError, FileNotFoundError, ProjectError)
     try:
         from sqlalchemy.exc import SQLAlchemyError
 

@@ -76,3 +76,61 @@ def make_doc():
         return to_data(docs[index * history.hardware])
 
     return make
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast lane (`make test-fast`: -m "not slow and not browser and not postgres and not interpreter and not
+# subprocess"): markers given here, by file and by what a test uses, so no test file needs an edit.
+# ---------------------------------------------------------------------------------------------
+# Files whose tests run Triton kernels through the CPU interpreter (every kernel's accuracy and launch plans).
+INTERPRETER_FILES = {
+    "test_mse_loss.py",
+    "test_scaled_masked_softmax.py",
+    "test_fused_layernorm_matmul.py",
+    "test_fused_rmsnorm_matmul.py",
+    "test_launch_plans.py",
+    "test_interpreter.py",
+    "test_fastlaunch.py",
+    "test_peers.py",
+    "test_gpu_dev.py",
+    "test_kernel_contract.py",
+    "test_team_kernels.py",
+}
+BROWSER_FILES = {"test_dashboard_browser.py", "test_chart_layout.py"}
+# What starts another process: a command's subprocess, a collector's device workers (collect, confirm), git.
+_SPAWNS = ("subprocess", "sys.executable", "Popen", '"collect"', '"confirm"', "PLANTED", "TIMED", "run_collection")
+
+
+def _source(obj) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _spawns(item) -> bool:
+    """The test, a fixture it uses or a helper of its module it calls (one level down) starts a process."""
+    import re
+
+    module = getattr(item, "module", None)
+    texts = [_source(getattr(item, "function", None))]
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        texts += [_source(d.func) for d in defs if getattr(d.func, "__module__", "").startswith("tests")]
+    helpers = set(re.findall(r"\b(_\w+)\(", " ".join(texts)))
+    texts += [_source(getattr(module, name, None)) for name in helpers if callable(getattr(module, name, None))]
+    return any(token in text for text in texts for token in _SPAWNS)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        name = item.path.name
+        if name in INTERPRETER_FILES:
+            item.add_marker(pytest.mark.interpreter)
+        if name in BROWSER_FILES:
+            item.add_marker(pytest.mark.browser)
+        if {"pg_url", "pg_admin"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.postgres)
+        if _spawns(item):
+            item.add_marker(pytest.mark.subprocess)

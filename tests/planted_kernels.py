@@ -1,5 +1,5 @@
 """Kernels planted to fail in every way the collector must survive. Imported by the collector only
-through `--extra-kernels tests.planted_kernels`; never part of the real suite."""
+through `--project tests/projects/planted.toml`; never part of the real suite."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A small kernel for tests of the collector's scheduling, perf path and journal on the interpreter.
-Imported only through `--extra-kernels tests.planted_timing`; never part of the real suite.
+Imported only through `--project tests/projects/timing.toml`; never part of the real suite.
 
 * perf cases: variants ``v1``/``v2`` x three sizes, so each baseline key is shared by two cases.
   When ``TIMED_LOG`` names a file, every measurement of the eager baseline appends one line

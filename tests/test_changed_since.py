@@ -14,11 +14,12 @@ import pytest
 
 from kernelwatch.cli import main
 from kernelwatch.collect.changes import ChangeError, changed_kernels, kernel_modules, resolve_ref, sources
+from kernelwatch.kernels import discover
 from kernelwatch.store.artifact import dumps, load_artifact, to_data
 from kernelwatch.store.schema import skipped_from_notes, skipped_note, whole_from_notes
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ("fused_layernorm_matmul", "fused_rmsnorm_matmul", "mse_loss", "scaled_masked_softmax")
+KERNELS = tuple(sorted(discover()))  # the registry's: a kernel added to it needs no edit here
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -34,6 +35,7 @@ def repo(tmp_path_factory) -> Path:
         shutil.copytree(ROOT / package, repo / package, ignore=ignore)
     (repo / "tests").mkdir()
     shutil.copy(ROOT / "tests" / "planted_kernels.py", repo / "tests")
+    shutil.copytree(ROOT / "tests" / "projects", repo / "tests" / "projects")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, repo / name)
     _git(repo, "init", "-q")
@@ -70,7 +72,10 @@ def _modules() -> dict[str, str]:
             {"fused_rmsnorm_matmul": ["kernelwatch/kernels/fused_rmsnorm_matmul/plans.py"]},
         ),
         # both fused kernels are built on the shared norm + GEMM module: a change there runs both
-        ("kernelwatch/kernels/norm_gemm.py", {k: ["kernelwatch/kernels/norm_gemm.py"] for k in KERNELS[:2]}),
+        (
+            "kernelwatch/kernels/norm_gemm.py",
+            {k: ["kernelwatch/kernels/norm_gemm.py"] for k in ("fused_layernorm_matmul", "fused_rmsnorm_matmul")},
+        ),
         (
             "kernelwatch/kernels/plan.py",
             {k: ["kernelwatch/kernels/plan.py"] for k in KERNELS},
@@ -160,8 +165,8 @@ def _collect(repo: Path, out: Path) -> subprocess.CompletedProcess:
             "-m",
             "kernelwatch",
             "collect",
-            "--extra-kernels",
-            "tests.planted_kernels",
+            "--project",
+            "tests/projects/planted.toml",
             "--device",
             "cpu",
             "--suite",

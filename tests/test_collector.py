@@ -26,8 +26,8 @@ from kernelwatch.store.schema import whole_from_notes
 
 PLANTED = [
     "collect",
-    "--extra-kernels",
-    "tests.planted_kernels",
+    "--project",
+    str(Path(__file__).resolve().parent / "projects" / "planted.toml"),
     "--kernels",
     "planted",
     "--device",
@@ -432,7 +432,15 @@ def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monk
 # ---------------------------------------------------------------------------------------------
 # Scheduling, the perf path on the interpreter, phases, the journal and SIGKILL recovery
 # ---------------------------------------------------------------------------------------------
-TIMED = ["collect", "--extra-kernels", "tests.planted_timing", "--kernels", "timed", "--device", "cpu"]
+TIMED = [
+    "collect",
+    "--project",
+    str(Path(__file__).resolve().parent / "projects" / "timing.toml"),
+    "--kernels",
+    "timed",
+    "--device",
+    "cpu",
+]
 
 
 def test_dispatcher_deals_a_group_to_one_worker_and_every_item_once() -> None:

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "ci" / "history"
 PLANTED = [
     "collect",
-    "--extra-kernels",
-    "tests.planted_kernels",
+    "--project",
+    str(Path(__file__).resolve().parent / "projects" / "planted.toml"),
     "--kernels",
     "planted",
     "--device",

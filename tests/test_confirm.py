@@ -231,6 +231,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         if name and not name.startswith(("ci/history/", "benchmarks/results/")) and (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
+    (repo / "kernelwatch.toml").write_text('kernels = ["planted_confirm"]\n')  # the project confirm is told of
     _git(repo, "init", "-q")
     _git(repo, "config", "user.email", "t@example.invalid")
     _git(repo, "config", "user.name", "t")
@@ -264,8 +265,8 @@ def _confirm(cli, repo: Path, base: str, cand: str, *extra: str):
             cand,
             "--device",
             "cpu",
-            "--extra-kernels",
-            "planted_confirm",
+            "--project",
+            str(repo / "kernelwatch.toml"),
             "--min-effect",
             "0.2",
             "--round-ms",
@@ -527,8 +528,8 @@ def _gate_and_confirm(cli, repo: Path, url: str, base: dict, cand: dict, tmp_pat
             str(repo),
             "--device",
             "cpu",
-            "--extra-kernels",
-            "planted_confirm",
+            "--project",
+            str(repo / "kernelwatch.toml"),
             "--min-effect",
             "0.2",
             "--round-ms",

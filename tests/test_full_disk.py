@@ -24,8 +24,8 @@ from kernelwatch.store.journal import Journal
 
 PLANTED = [
     "collect",
-    "--extra-kernels",
-    "tests.planted_kernels",
+    "--project",
+    str(Path(__file__).resolve().parent / "projects" / "planted.toml"),
     "--kernels",
     "planted",
     "--device",

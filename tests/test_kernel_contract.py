@@ -1,5 +1,5 @@
 """The kernel contract: a kernel is its module. A kernel planted in a temporary folder (found by the one
-discovery function, ``kernels.discover``, through the modules ``--extra-kernels`` names) goes through
+discovery function, ``kernels.discover``, through the project file ``--project`` names) goes through
 collect, the launch-plan checks, the compile check's listing, the dashboard's data layer and ``synth`` with
 no other edit: everything they know about it comes from its ``KernelSpec``."""
 
@@ -90,6 +90,8 @@ PLANTED = textwrap.dedent('''
 def planted(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("planted")
     (folder / f"{MODULE}.py").write_text(PLANTED)
+    # the kernels of a project of their own, its commit this checkout's
+    (folder / "kernelwatch.toml").write_text(f'kernels = ["{MODULE}"]\nrepository = "{ROOT}"\npython-path = "."\n')
     sys.path.insert(0, str(folder))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)]), "TRITON_INTERPRET": "1"}
     yield {"folder": folder, "env": env}
@@ -134,8 +136,8 @@ def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_p
         "--cpu-perf",
         "--kernels",
         NAME,
-        "--extra-kernels",
-        MODULE,
+        "--project",
+        str(planted["folder"]),
         "--out",
         str(artifact),
         "--no-progress",
@@ -205,7 +207,9 @@ def test_synth_draws_its_cases_from_the_specs(planted, tmp_path) -> None:
     from kernelwatch.store.engine import open_database
 
     url = f"sqlite:///{tmp_path / 'synth.db'}"
-    _kernelwatch(planted["env"], "synth", "--runs", "1", "--cases", "10", "--extra-kernels", MODULE, "--db", url)
+    _kernelwatch(
+        planted["env"], "synth", "--runs", "1", "--cases", "10", "--project", str(planted["folder"]), "--db", url
+    )
     engine = open_database(url, readonly=True)
     keys = queries.case_keys(engine, NAME)
     assert keys and {k.split("/")[1] for k in keys} <= {"one_pass", "rows"}

@@ -16,9 +16,9 @@ ALLOWED = {  # package -> project packages it may import
     "kernelwatch.dashboard": {"kernelwatch.store", "kernelwatch.gate"},
     "kernelwatch": set(PACKAGES) - {"kernelwatch"},
 }
-# Facts every layer shares (implementation names and labels, the vendor map, ceilings): one torch-free
-# module that imports nothing, which any package may import.
-SHARED = {"kernelwatch.kernels.names"}
+# Facts every layer shares (implementation names and labels, the vendor map, ceilings; the project file and the
+# kernel registry's module list): torch-free modules that import nothing of the project, which any package may import.
+SHARED = {"kernelwatch.kernels.names", "kernelwatch.project"}
 
 
 def test_packages_import_only_downwards() -> None:

@@ -311,8 +311,9 @@ def test_launch_bound_cases_are_the_small_ones_and_every_implementation_is_batch
             assert n in (1, LAUNCH_BATCH)
             (batched if n > 1 else single).append((spec, case))
             assert (n > 1) == (spec.bytes_moved(case) <= LAUNCH_BOUND_BYTES), case.key
-    assert len(batched) == 8 and {s.name for s, _ in batched} == {"mse_loss"}
-    assert {c.p["shape"] for _, c in batched} == {(4096,), (1048576,)} and len(single) > 50
+    # the registry's kernels, whichever they are: both paths taken, MSELoss's launch-bound shapes among the batched
+    assert batched and single
+    assert {c.p["shape"] for s, c in batched if s.name == "mse_loss"} == {(4096,), (1048576,)}
     seen = []
 
     class Recording(type(_graph_backend())):

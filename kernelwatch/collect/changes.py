@@ -1,6 +1,8 @@
 """Which kernels a change can move: ``kernelwatch collect --changed-since REF``.
 
-A kernel's *sources* are its spec's module and every module of the repository it imports, transitively:
+The repository is the project's (:mod:`kernelwatch.project`: ``repository`` in its project file; KernelWatch's own
+checkout without one), so a team's kernel edited in the team's repository is a change. A kernel's *sources* are
+its spec's module and every module of the repository it imports, transitively:
 every ``import`` and ``from ... import`` in the file, those inside functions included, resolved against the
 repository's own files (a package's ``__init__.py`` counts for each of its modules). Some files decide how
 every kernel is measured: the device worker's own sources (``kernelwatch.collect.worker``: the backends, the accuracy
@@ -19,14 +21,11 @@ also import it plainly to be re-run when it changes.
 from __future__ import annotations
 
 import ast
-import importlib
-import pkgutil
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 MEASUREMENT = ("kernelwatch.collect.worker",)  # its sources decide how every kernel is measured
 EVERY_KERNEL = ("pyproject.toml",)  # dependency versions: every kernel's numbers may move
 # What a ref may look like: a branch, tag, sha, HEAD~2, origin/main, main@{1}; never an option.
@@ -77,8 +76,16 @@ def _git(args: list[str], root: Path) -> str:
     return proc.stdout
 
 
-def resolve_ref(ref: str, root: Path = ROOT) -> str:
-    """The commit ``ref`` names, or :class:`ChangeError` naming what is wrong with it."""
+def _repository() -> Path:
+    from kernelwatch.project import active_project
+
+    return active_project().repository
+
+
+def resolve_ref(ref: str, root: Path | None = None) -> str:
+    """The commit ``ref`` names in ``root`` (the project's repository), or :class:`ChangeError` naming what is
+    wrong with it."""
+    root = root or _repository()
     if not ref or not _REF.fullmatch(ref) or ".." in ref:
         raise ChangeError(
             f"--changed-since {ref!r}: not a git revision (a branch, tag or commit: letters, digits "
@@ -90,8 +97,9 @@ def resolve_ref(ref: str, root: Path = ROOT) -> str:
         raise ChangeError(f"--changed-since {ref!r}: no such commit in {root}") from None
 
 
-def changed_files(commit: str, root: Path = ROOT) -> list[str]:
+def changed_files(commit: str, root: Path | None = None) -> list[str]:
     """Paths (relative to ``root``) that differ between ``commit`` and the working tree, and untracked ones."""
+    root = root or _repository()
     diff = _git(["diff", "--name-only", "--no-renames", "--end-of-options", commit, "--"], root).splitlines()
     new = _git(["ls-files", "--others", "--exclude-standard", "--"], root).splitlines()
     return sorted(set(diff) | set(new))
@@ -126,8 +134,11 @@ def _imports(path: Path, module: str) -> set[str]:
     return out
 
 
-def sources(modules: list[str], root: Path = ROOT) -> set[str]:
-    """Repository files (relative paths) of ``modules`` and of everything they import, transitively."""
+def sources(modules: list[str], root: Path | None = None, python_path: Path | None = None) -> set[str]:
+    """Repository files (paths relative to ``root``) of ``modules`` and of everything they import, transitively;
+    modules are found under ``python_path`` (default ``root``)."""
+    root = root or _repository()
+    python_path = python_path or root
     seen: set[str] = set()
     files: set[str] = set()
     todo = list(modules)
@@ -139,8 +150,8 @@ def sources(modules: list[str], root: Path = ROOT) -> set[str]:
         parts = module.split(".")
         for i in range(1, len(parts)):  # importing a.b.c runs a/__init__.py and a/b/__init__.py
             todo.append(".".join(parts[:i]))
-        path = _module_file(module, root)
-        if path is None:
+        path = _module_file(module, python_path)
+        if path is None or not path.is_relative_to(root):
             continue
         files.add(path.relative_to(root).as_posix())
         todo.extend(_imports(path, module))
@@ -148,24 +159,29 @@ def sources(modules: list[str], root: Path = ROOT) -> set[str]:
 
 
 def kernel_modules(extra_modules: tuple[str, ...] = ()) -> dict[str, str]:
-    """Spec name -> the module that defines its ``SPEC``."""
-    from kernelwatch import kernels
+    """Spec name -> the module that defines its ``SPEC`` (the registry: :func:`kernelwatch.kernels.spec_modules`)."""
+    from kernelwatch.kernels import spec_modules
 
-    specs = kernels.discover(extra_modules)
-    names = [f"kernelwatch.kernels.{m.name}" for m in pkgutil.iter_modules(kernels.__path__)] + list(extra_modules)
-    by_spec = {id(getattr(importlib.import_module(n), "SPEC", None)): n for n in names}
-    return {name: by_spec[id(spec)] for name, spec in specs.items() if id(spec) in by_spec}
+    return spec_modules(extra_modules)
 
 
-def changed_kernels(ref: str, kernels: dict[str, str], root: Path = ROOT) -> Changes:
-    """Which of ``kernels`` (name -> module) run and which are skipped for the changes since ``ref``."""
+def changed_kernels(
+    ref: str, kernels: dict[str, str], root: Path | None = None, python_path: Path | None = None
+) -> Changes:
+    """Which of ``kernels`` (name -> module) run and which are skipped for the changes since ``ref`` in ``root``
+    (the project's repository; its modules under ``python_path``, default the project's)."""
+    if root is None:
+        from kernelwatch.project import active_project
+
+        project = active_project()
+        root, python_path = project.repository, python_path or project.python_path
     commit = resolve_ref(ref, root)
     files = changed_files(commit, root)
     changes = Changes(ref, commit, files)
     changed = set(files)
-    everyone = sorted(changed & (sources(list(MEASUREMENT), root) | set(EVERY_KERNEL)))
+    everyone = sorted(changed & (sources(list(MEASUREMENT), root, python_path) | set(EVERY_KERNEL)))
     for name, module in sorted(kernels.items()):
-        mine = sorted(changed & sources([module], root))
+        mine = sorted(changed & sources([module], root, python_path))
         if mine or everyone:
             changes.run[name] = sorted(set(mine) | set(everyone))
         else:

@@ -84,6 +84,7 @@ SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 VERDICTS = CONFIRM_VERDICTS
 SIDES = ("baseline", "candidate")
 WORKER = Path(__file__).with_name("confirm_worker.py")
+DRIVER_ROOT = Path(__file__).resolve().parents[2]  # the folder holding this kernelwatch package
 BACKENDS = Path(__file__).with_name("backends.py")
 REPLY = "KWCONFIRM "
 
@@ -318,7 +319,9 @@ class Worker:
     def __init__(self, trees: dict[str, Path], device: str, extra_modules: tuple[str, ...]) -> None:
         self.trees = trees
         self.sizes: dict[str, list[int]] = {}  # case -> [bytes moved, FLOPs], from the last setup
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERNELWATCH_PROJECT")}
+        # after each tree (put first while it loads): a team's tree holds no kernelwatch package, this checkout's serves
+        env["PYTHONPATH"] = str(DRIVER_ROOT)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         # Triton's autotuner keeps its choice on disk, keyed by the kernel's source and the tuning key: a kernel
         # both trees hold unchanged is tuned once and both sides launch the same tile configuration (tuned apart,
@@ -396,6 +399,11 @@ def confirm(
         raise ConfirmError("no case to confirm")
     if max_rounds < MIN_ROUNDS:
         raise ConfirmError(f"--max-rounds {max_rounds}: at least {MIN_ROUNDS} rounds are needed for a first look")
+    from kernelwatch.project import active_project
+
+    project = active_project()
+    inside = project.python_path.is_relative_to(project.repository) and Path(repo).resolve() == project.repository
+    python_path = project.python_path.relative_to(project.repository) if inside else Path(".")
     base = resolve_commit(repo, baseline_sha, "the baseline commit")
     cand = resolve_commit(repo, candidate_sha, "the candidate commit")
     (progress or (lambda _line: None))(f"baseline {base[:12]} and candidate {cand[:12]}")
@@ -405,8 +413,8 @@ def confirm(
         worktree(repo, cand, Path(tmp) / "candidate") as cand_tree,
     ):
         return confirm_trees(
-            base_tree,
-            cand_tree,
+            base_tree / python_path,  # where the project's modules are imported from: the tree, or its src/
+            cand_tree / python_path,
             cases,
             device,
             extra_modules,
@@ -445,7 +453,7 @@ def confirm_trees(
     if not cases:
         raise ConfirmError("no case to confirm")
     for side, tree in zip(SIDES, (baseline_tree, candidate_tree)):
-        if not (Path(tree) / "kernelwatch" / "kernels" / "__init__.py").is_file():
+        if not extra_modules and not (Path(tree) / "kernelwatch" / "kernels" / "__init__.py").is_file():
             raise ConfirmError(f"the {side} tree {tree} holds no kernelwatch/kernels package")
     say = progress or (lambda _line: None)
     trees = {"baseline": Path(baseline_tree).resolve(), "candidate": Path(candidate_tree).resolve()}

@@ -74,7 +74,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _ours(name: str, extra: tuple[str, ...]) -> bool:
-    return any(name == top or name.startswith(top + ".") for top in ("kernelwatch", *extra))
+    tops = ("kernelwatch", *(m.split(".")[0] for m in extra))  # a team's package too, not only its kernel module
+    return any(name == top or name.startswith(top + ".") for top in tops)
 
 
 def _describe_steps(plan_module: Any, steps: list[Any]) -> str:
@@ -108,6 +109,8 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
             plan_module = None
         out["tree"] = os.path.abspath(kernels.__file__)
         specs = kernels.discover(tuple(extra))
+        if extra and not os.path.isdir(os.path.join(tree, "kernelwatch")):  # a team's tree: its kernel is what it holds
+            out["tree"] = os.path.abspath(sys.modules[extra[0]].__file__)
         by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
         for item in items:
             if item["key"] not in by_key:

@@ -298,6 +298,24 @@ def check_database(url: str | None) -> Check:
     return Check("database", True, shown)
 
 
+def check_kernels() -> Check:
+    """The kernel registry as collect will read it: the project file, and every kernel module importable."""
+    from kernelwatch.kernels import discover
+    from kernelwatch.project import ProjectError, active_project
+
+    project = active_project()
+    where = str(project.file) if project.file is not None else "this checkout (no project file)"
+    try:
+        names = sorted(discover())
+    except ProjectError as exc:
+        return Check("kernels", False, where, str(exc))
+    return Check(
+        "kernels",
+        True,
+        f"{len(names)} ({', '.join(names)}) from {where}",
+    )
+
+
 def diagnose(
     device: str = "auto",
     profile: bool = False,
@@ -316,6 +334,7 @@ def diagnose(
     checks += check_cann(kind, env)
     checks += check_compiler(kind, env)
     checks.append(check_profiler(kind, profile, env))
+    checks.append(check_kernels())
     if check_db:
         checks.append(check_database(db_url))
     return checks

@@ -33,8 +33,14 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_info(cwd: str | Path = ".") -> dict[str, Any]:
-    """sha, branch, time, subject, dirty of the checkout at ``cwd``; unknown outside a checkout."""
+def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
+    """sha, branch, time, subject, dirty of the checkout at ``cwd``; unknown outside a checkout. Default: the
+    project's repository (:mod:`kernelwatch.project`), the working directory where no project file names one."""
+    if cwd is None:
+        from kernelwatch.project import active_project
+
+        project = active_project()
+        cwd = project.repository if project.file is not None else "."
     meta_file = os.environ.get(GIT_META_ENV)
     if meta_file:
         data = json.loads(Path(meta_file).read_text())

@@ -58,8 +58,12 @@ def resolve_device(requested: str) -> str:
 def select_items(opts: Options) -> tuple[list[WorkItem], dict[WorkItem, Any]]:
     """The (suite, key) work items of the requested kernels and suites, with their cases."""
     from kernelwatch.kernels import discover
+    from kernelwatch.project import ProjectError
 
-    specs = discover(opts.extra_modules)
+    try:
+        specs = discover(opts.extra_modules)
+    except ProjectError as exc:
+        raise SelectionError(str(exc)) from None
     unknown = [k for k in opts.kernels if k not in specs]
     if unknown:
         raise SelectionError(f"unknown kernel {unknown[0]!r}; known: {', '.join(sorted(specs))}")

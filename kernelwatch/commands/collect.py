@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 from click.core import ParameterSource
 
-from kernelwatch.options import Finite, clean_errors, db_option, expected_message, fail, output_file
+from kernelwatch.options import Finite, clean_errors, db_option, expected_message, fail, output_file, project_option
 
 # What --resume may be given with: where the recovered run goes, and nothing about what to measure.
 RESUME_COMPANIONS = {"resume", "out", "db_url", "no_progress"}
@@ -341,13 +341,6 @@ def _only_changed(opts, ref: str):
     ".kw-journal/RUN.jsonl), as far as it got; measures nothing. Goes with --out / --db only.",
 )
 @click.option(
-    "--extra-kernels",
-    multiple=True,
-    metavar="MODULE",
-    hidden=True,
-    help="Import kernel specs from extra modules (tests plant broken kernels so).",
-)
-@click.option(
     "--cpu-perf",
     is_flag=True,
     hidden=True,
@@ -362,6 +355,7 @@ def _only_changed(opts, ref: str):
     "since git REF; the run names the others as skipped and the gate carries them over.",
 )
 @db_option
+@project_option
 @clean_errors
 @click.pass_context
 def command(
@@ -380,7 +374,6 @@ def command(
     profile,
     out,
     resume,
-    extra_kernels,
     cpu_perf,
     no_progress,
     changed_since,
@@ -420,6 +413,7 @@ def command(
     from kernelwatch.collect.progress import format_phases
     from kernelwatch.collect.records import check_run_fields
     from kernelwatch.collect.selection import Options, SelectionError, check_selection
+    from kernelwatch.project import active_project
     from kernelwatch.store.journal import journal_path
     from kernelwatch.store.schema import new_run_id
 
@@ -447,7 +441,7 @@ def command(
         case_timeout_s=case_timeout,
         trigger=trigger,
         ci_job=ci_job,
-        extra_modules=tuple(extra_kernels),
+        extra_modules=active_project().kernels,
         match=match,
         cases=tuple(case_keys),
         seed=seed,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, writable_file
+from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, project_option, writable_file
 
 
 @click.command("confirm")
@@ -43,9 +43,8 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, w
 @click.option(
     "--repo",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="The git repository holding both commits.",
+    default=None,
+    help="The git repository holding both commits (default: the project's repository, as --changed-since uses).",
 )
 @click.option(
     "--device",
@@ -94,14 +93,8 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, w
     is_flag=True,
     help="Print the cases that would be re-measured, one case key per line, and stop (no device used).",
 )
-@click.option(
-    "--extra-kernels",
-    multiple=True,
-    metavar="MODULE",
-    hidden=True,
-    help="Import kernel specs from extra modules of both trees (tests plant kernels so).",
-)
 @db_option
+@project_option
 @clean_errors
 def command(
     candidate: str | None,
@@ -110,7 +103,7 @@ def command(
     cases: tuple[str, ...],
     baseline_commit: str | None,
     candidate_commit: str | None,
-    repo: Path,
+    repo: Path | None,
     device: str,
     max_rounds: int,
     case_seconds: float,
@@ -118,7 +111,6 @@ def command(
     round_ms: float,
     report_file: Path | None,
     dry_run: bool,
-    extra_kernels: tuple[str, ...],
     db_url: str | None,
 ) -> None:
     """Re-measure the cases a gate flags on one device, baseline and candidate commits interleaved.
@@ -146,7 +138,11 @@ def command(
         resolve_commit,
     )
     from kernelwatch.output import terminal
+    from kernelwatch.project import active_project
 
+    project = active_project()
+    repo = repo if repo is not None else project.repository
+    baseline = baseline or (project.baseline if not cases and (candidate or artifact) else None)
     try:
         if cases and (candidate or artifact or baseline):
             raise ConfirmError(
@@ -197,7 +193,7 @@ def command(
                 cand_sha,
                 group,
                 device,
-                extra_kernels,
+                project.kernels,
                 min_effect,
                 max_rounds=max_rounds,
                 round_ms=round_ms,

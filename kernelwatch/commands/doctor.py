@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, project_option
 
 
 @click.command("doctor")
@@ -22,9 +22,10 @@ from kernelwatch.options import clean_errors, db_option
 @click.option("--no-db", is_flag=True, help="Do not check the database (a runner that only writes --out).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @db_option
+@project_option
 @clean_errors
 def command(device: str, profile: bool, no_db: bool, fmt: str, db_url: str | None) -> None:
-    """Check the device, Triton, CANN, compiler, profiler and database a run needs.
+    """Check the device, Triton, CANN, compiler, profiler, the project's kernels and database a run needs.
 
     Exits 0 when everything required is there, 1 otherwise, with one line on stderr per missing piece.
     """

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from kernelwatch.options import Effect, Finite, clean_errors, db_option, effect, expected_message, fail
+from kernelwatch.options import (
+    Effect,
+    Finite,
+    clean_errors,
+    db_option,
+    effect,
+    expected_message,
+    fail,
+    project_option,
+)
 
 
 @functools.cache
@@ -33,25 +42,26 @@ def unchanged_since(commit: str) -> set[str]:
 )
 @click.option(
     "--baseline",
-    required=True,
+    default=None,
     metavar="BRANCH|RUN_ID",
     help="A branch: the baseline is assembled per case, each case's newest earlier result in that branch's "
     "complete runs on the candidate's hardware (never the candidate, a later, future-dated or an empty run; a "
-    "SYNTHETIC candidate: its own branch's); or one run: a run id or a unique run-id prefix.",
+    "SYNTHETIC candidate: its own branch's); or one run: a run id or a unique run-id prefix. Default: the "
+    "project file's baseline.",
 )
 @click.option(
     "--min-effect",
     type=Effect(0, 10, min_open=True, max_open=True),
-    default=0.05,
-    show_default=True,
-    help="Smallest slowdown that counts as a regression: 5% or 0.05 (a bare number over 1 is refused).",
+    default=None,
+    help="Smallest slowdown that counts as a regression: 5% or 0.05 (a bare number over 1 is refused). "
+    "Default: the project file's min-effect, else 5%.",
 )
 @click.option(
     "--case-min-effect",
     multiple=True,
     metavar="KERNEL_OR_CASE=EFFECT",
     help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 or mse_loss=10% (a kernel or case of the "
-    "candidate).",
+    "candidate); over the project file's case-min-effect.",
 )
 @click.option(
     "--fdr", type=Finite(), default=0.05, show_default=True, help="False discovery rate across cases, in (0, 1)."
@@ -72,12 +82,13 @@ def unchanged_since(commit: str) -> set[str]:
     help="Where gate.md, gate-junit.xml and gate.html go.",
 )
 @db_option
+@project_option
 @clean_errors
 def command(
     candidate: str | None,
     artifact: Path | None,
-    baseline: str,
-    min_effect: float,
+    baseline: str | None,
+    min_effect: float | None,
     case_min_effect: tuple[str, ...],
     fdr: float,
     metric: str,
@@ -98,16 +109,22 @@ def command(
     from kernelwatch.kernels.spec import case_kernels
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
+    from kernelwatch.project import active_project
     from kernelwatch.store.artifact import load_artifact
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.export import export_run, find_run_id
 
+    project = active_project()
+    baseline = baseline or project.baseline
+    min_effect = min_effect if min_effect is not None else project.min_effect or 0.05
     try:
         if (candidate is None) == (artifact is None):
             raise GateUndecided("give exactly one of --candidate RUN_ID or --artifact FILE")
+        if not baseline:
+            raise GateUndecided("give --baseline BRANCH|RUN_ID (or baseline in the project file)")
         if not report_dir:
             raise GateUndecided("--report-dir '': give a folder for the reports (default gate-report)")
-        efforts = {}
+        efforts: dict[str, float] = {}
         for item in case_min_effect:
             name, sep, value = item.rpartition("=")  # case keys hold "=" themselves
             if name in efforts:
@@ -119,14 +136,18 @@ def command(
             except ValueError as exc:
                 raise GateUndecided(str(exc)) from None
         check_values(min_effect, fdr, efforts)
+        specs = discover()  # the registry's kernels: a bad project stops here
+        tolerances = spec_tolerances(specs)
         doc = load_artifact(artifact) if artifact else None
         engine = open_database(db_url, readonly=True)
         if doc is None:
             doc = export_run(engine, find_run_id(engine, candidate))
-        specs = discover()
+        # the project file's per-kernel thresholds, where the candidate has the kernel; the command line's over them
+        known = {c.kernel for c in doc.cases} | {c.key for c in doc.cases}
+        efforts = {**{k: v for k, v in project.case_min_effect.items() if k in known}, **efforts}
         # generated history's cases are the generator's, not the specs'
         defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
-        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, spec_tolerances(specs), defined)
+        result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, tolerances, defined)
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)
         if message is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelwatch.options import clean_errors, db_option
+from kernelwatch.options import clean_errors, db_option, project_option
 
 
 @click.command("synth")
@@ -20,13 +20,6 @@ from kernelwatch.options import clean_errors, db_option
     help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).",
 )
 @click.option(
-    "--extra-kernels",
-    multiple=True,
-    metavar="MODULE",
-    hidden=True,
-    help="Import kernel specs from extra modules too (as collect does).",
-)
-@click.option(
     "--demo-from",
     "demo_from",
     type=click.Path(exists=True, dir_okay=False),
@@ -35,6 +28,7 @@ from kernelwatch.options import clean_errors, db_option
     "second has a regression, an improvement and an accuracy drift (kernelwatch/store/synthetic.py: DEMO_CHANGES).",
 )
 @db_option
+@project_option
 @clean_errors
 def command(
     runs: int,
@@ -42,7 +36,6 @@ def command(
     hardware: int,
     seed: int,
     steps: tuple[str, ...],
-    extra_kernels: tuple[str, ...],
     demo_from: str | None,
     db_url: str | None,
 ) -> None:
@@ -96,7 +89,7 @@ def command(
         if not (math.isfinite(step.factor) and step.factor > 0) or step.at < 0:
             raise click.BadParameter(f"{s!r}: AT must be >= 0 and FACTOR a positive number", param_hint="--step")
         parsed.append(step)
-    specs = discover(tuple(extra_kernels))
+    specs = discover()
     kernels = tuple((name, spec.variant_names()) for name, spec in sorted(specs.items()))
     history = SyntheticHistory(runs=runs, cases=cases, hardware=hardware, seed=seed, steps=parsed, kernels=kernels)
     try:

@@ -1358,12 +1358,13 @@ def decide(
     min_effects = check_options(candidate, min_effect, fdr, min_effects)
     if metric not in METRICS:
         raise GateUndecided(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    fingerprint = hardware_fingerprint(to_data(candidate)["hardware"])
+    data = to_data(candidate)
+    fingerprint = hardware_fingerprint(data["hardware"])
     expected = expected_cases(candidate, specs) if specs is not None else None
     assembled = baseline_run(engine, baseline_spec, candidate, expected)
     infos = {source["id"]: run_info(engine, source["id"]) or {} for source in assembled.sources}
     base_ref, base = assembled.ref, baseline_document(engine, assembled)
-    cand_run = to_data(candidate)["run"]
+    cand_run = data["run"]
     result = GateResult(
         candidate=cand_run,
         baseline=base_ref,
@@ -1377,7 +1378,7 @@ def decide(
         "fingerprint": fingerprint,
         "device_count": candidate.hardware.device_count,
     }
-    result.explored = [to_data(candidate)["accuracy"][i] for i, a in enumerate(candidate.accuracy) if a.kind != "gate"]
+    result.explored = [data["accuracy"][i] for i, a in enumerate(candidate.accuracy) if a.kind != "gate"]
     kernel_of = {c.key: c.kernel for c in candidate.cases}
     if assembled.rule:
         result.notes.append(assembled.rule)
@@ -1659,14 +1660,16 @@ def speedup_tests(engine: Engine, candidate: RunDocument, result: GateResult) ->
         baseline_document(engine, result.assembled) if result.assembled else export_run(engine, result.baseline["id"])
     )
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
-    histories, _ = _histories(engine, candidate, result.baseline["branch"])
+    median, samples = METRICS[result.metric]
+    histories, _ = _histories(engine, candidate, result.baseline["branch"], median)
     return {
         p.case: compare_case(
             p.case,
-            p.samples_ms,
-            base_perf[p.case].samples_ms,
+            [s for s in getattr(p, samples) if s > 0],
+            [s for s in getattr(base_perf[p.case], samples) if s > 0],
             [m for m, _ in histories.get(p.case, [])],
             quick[p.case].min_effect,
+            heavy_tailed=result.metric == "call",
             machine=quick[p.case].machine_sigma,
         )
         for p in candidate.perf

@@ -73,16 +73,39 @@ def __getattr__(name: str) -> Any:
 
 
 def discover(extra_modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every ``SPEC`` in this package's modules, plus those of ``extra_modules`` (tests plant kernels so):
-    spec name -> :class:`~kernelwatch.kernels.spec.KernelSpec`."""
+    """The kernel registry: every ``SPEC`` of the modules :func:`kernelwatch.project.kernel_modules` lists (the
+    ``kernelwatch.kernels`` entry points, this package's own among them, and the active project's kernels), plus
+    those of ``extra_modules``: spec name -> :class:`~kernelwatch.kernels.spec.KernelSpec`. Every command reads
+    kernels through here."""
     from kernelwatch.kernels.spec import KernelSpec
+    from kernelwatch.project import ProjectError, active_project, kernel_modules
 
-    names = _kernel_modules()
+    project = active_project()
+    if str(project.python_path) not in sys.path:
+        sys.path.insert(0, str(project.python_path))
     specs: dict[str, KernelSpec] = {}
-    for name in [*names, *extra_modules]:
-        spec = getattr(importlib.import_module(name), "SPEC", None)
-        if isinstance(spec, KernelSpec):
-            if spec.name in specs:
-                raise ValueError(f"two kernel specs are named {spec.name!r} ({name})")
-            specs[spec.name] = spec
+    for name in dict.fromkeys([*kernel_modules(project), *extra_modules]):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+            raise ProjectError(f"kernel module {name!r} cannot be imported (from {project.python_path})") from None
+        spec = getattr(module, "SPEC", None)
+        if not isinstance(spec, KernelSpec):
+            raise ProjectError(f"kernel module {name!r} has no SPEC (a kernelwatch.kernels.spec.KernelSpec)")
+        if spec.name in specs:
+            raise ValueError(f"two kernel specs are named {spec.name!r} ({name})")
+        specs[spec.name] = spec
     return specs
+
+
+def spec_modules(extra_modules: tuple[str, ...] = ()) -> dict[str, str]:
+    """Spec name -> the module that defines its ``SPEC``, over :func:`discover`'s modules."""
+    from kernelwatch.project import kernel_modules
+
+    specs = discover(extra_modules)
+    by_spec = {
+        id(getattr(sys.modules.get(n), "SPEC", None)): n for n in dict.fromkeys([*kernel_modules(), *extra_modules])
+    }
+    return {name: by_spec[id(spec)] for name, spec in specs.items() if id(spec) in by_spec}

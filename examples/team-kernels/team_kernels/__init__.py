@@ -1,0 +1,1 @@
+"""A team's own Triton kernels (KernelWatch's worked example)."""
