@@ -71,9 +71,12 @@ def peers(device: str) -> tuple[dict[str, dict[str, Callable]], dict[str, str]]:
     try:
         import flag_gems
 
+        from kernelwatch.kernels.peers import flaggems_layer_norm
+
+        gems_ln = flaggems_layer_norm("cuda")  # FlagGems' layer_norm returns (y, mean, rstd)
         found["flaggems"] = {
             "rms": lambda x, g, beta, eps: flag_gems.rms_norm(x, [x.shape[-1]], g, eps),
-            "ln": lambda x, g, beta, eps: flag_gems.layer_norm(x, [x.shape[-1]], g, beta, eps),
+            "ln": lambda x, g, beta, eps: gems_ln(x, [x.shape[-1]], g, beta, eps),
         }
     except Exception as exc:
         missing["flaggems"] = f"{type(exc).__name__}: {exc}"[:120]

@@ -64,6 +64,22 @@ def flaggems(device: torch.device | str) -> ModuleType | None:
     return mod if mod is not None and hasattr(mod, "rms_norm") and hasattr(mod, "mse_loss") else None
 
 
+def flaggems_layer_norm(device: torch.device | str) -> Any:
+    """FlagGems' layer norm as ``norm(x, normalized_shape, weight, bias, eps) -> y``, or None. FlagGems 5.0.2's
+    ``layer_norm`` returns ``(y, mean, rstd)`` (the aten ``native_layer_norm`` triple): the first is the output
+    (an H200 run of benchmarks/model_stack.py passed the triple to ``F.linear`` and raised TypeError)."""
+    gems = flaggems(device)
+    norm = getattr(gems, "layer_norm", None)
+    if norm is None:
+        return None
+
+    def layer_norm(x: torch.Tensor, shape: list[int], weight: Any, bias: Any, eps: float) -> torch.Tensor:
+        out = norm(x, shape, weight, bias, eps)
+        return out[0] if isinstance(out, tuple) else out
+
+    return layer_norm
+
+
 def apex_softmax(device: torch.device | str, causal: bool) -> ModuleType | None:
     """apex's masked (or causal) softmax extension, with ``forward`` and ``backward``, or None."""
     if not _cuda(device):

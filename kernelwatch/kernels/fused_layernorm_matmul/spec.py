@@ -51,7 +51,7 @@ from kernelwatch.kernels.norm_gemm import (
     stack_inputs,
     stack_runner,
 )
-from kernelwatch.kernels.peers import flaggems, liger_layer_norm
+from kernelwatch.kernels.peers import flaggems_layer_norm, liger_layer_norm
 from kernelwatch.kernels.plan import DeviceInfo, Step
 from kernelwatch.kernels.spec import (
     COMPILE_IMPL,
@@ -249,11 +249,9 @@ def _stack_implementations(inputs: dict) -> dict:
     if liger is not None:
         calls = [lambda x, w=w, g=g, beta=beta: F.linear(liger(x, g, beta, eps), w) for w, g, beta in layers]
         impls[LIGER_IMPL] = stack_runner(x, calls)
-    gems = flaggems(x.device)
-    if gems is not None and hasattr(gems, "layer_norm"):
-        calls = [
-            lambda x, w=w, g=g, beta=beta: F.linear(gems.layer_norm(x, [k], g, beta, eps), w) for w, g, beta in layers
-        ]
+    gems_norm = flaggems_layer_norm(x.device)
+    if gems_norm is not None:
+        calls = [lambda x, w=w, g=g, beta=beta: F.linear(gems_norm(x, [k], g, beta, eps), w) for w, g, beta in layers]
         impls[FLAGGEMS_IMPL] = stack_runner(x, calls)
     return impls
 
