@@ -119,25 +119,48 @@ def test_power_a_real_step_is_found_and_equal_code_is_cleared() -> None:
 
 
 def test_rounds_follow_the_time_budget() -> None:
-    """An undecidable case (30% noise) stops at the last look whose successor would pass its budget: 30 s of
-    1 s rounds stop at 24 (32 is past), UNKNOWN either way; the looks grow about 1.5x. A budget never stops a
-    case before the first look that can decide (one case, eight looks: 2 / 2^8 > 0.05 / 8, so 12 rounds): 2 s
-    and 10 s stop at 12. Defects: a fixed 24 rounds whatever the budget; a budget that ends a case at 8 rounds,
-    where only UNKNOWN is possible (19 of 76 identical cases on an H200)."""
+    """An undecidable case (30% noise, pair by pair) stops at the last look whose successor would pass its
+    budget: 40 s of 1 s rounds stop at 32 (48 is past), UNKNOWN either way; the looks grow about 1.5x. A budget
+    never stops a case before the first look that can decide (one case, eight looks: 12 crossed pairs, 24
+    rounds): 2 s, 10 s and 30 s stop at 24. Defects: a fixed 24 rounds whatever the budget; a budget that ends a
+    case at 8 rounds, where only UNKNOWN is possible (19 of 76 identical cases on an H200)."""
     assert looks(96) == [8, 12, 16, 24, 32, 48, 64, 96] and looks(100) == looks(96)
     assert looks(24) == [8, 12, 16, 24]
+    assert first_decisive_look(looks(96), 0.05 / 8) == 24 and first_decisive_look(looks(96), 0.05 / 64) == 24
+    assert first_decisive_look(looks(96), 0.01) == 16
     now = [0.0]
 
     def measure(case: str, r: int) -> Reading:
         now[0] += 1.0
-        return Reading(1.0, math.exp(0.3 * (-1) ** r))
+        return Reading(1.0, math.exp(0.3 * (-1) ** (r // 2)))
 
-    assert first_decisive_look(looks(96), 0.05 / 8) == 12 and first_decisive_look(looks(96), 0.05 / 64) == 12
-    assert first_decisive_look(looks(96), 0.01) == 8
-    for budget, rounds in ((2.0, 12), (10.0, 12), (30.0, 24), (1000.0, 96)):
+    for budget, rounds in ((2.0, 24), (10.0, 24), (30.0, 24), (40.0, 32), (1000.0, 96)):
         res = run_rounds(["c"], measure, max_rounds=96, case_seconds=budget, clock=lambda: now[0])["c"]
         assert (res.verdict, res.rounds, res.case_seconds) == ("UNKNOWN", rounds, budget), (budget, res)
         assert res.seconds == rounds
+        now[0] = 0.0
+
+
+def test_an_effect_of_the_side_that_opens_a_round_cancels_in_its_pair() -> None:
+    """Identical code whose every round favours the side that opens it (on an H200 the atomic MSELoss at 1M
+    elements read 0.954, 1.037, 0.964, 1.039, ...: the opener alternates by round) is SAME, never SLOWER, at the
+    first look that can decide; a real +10% on top of the same opener effect is SLOWER. Defect: rounds judged
+    one by one, whose sign interval spans the opener effect, leave such a case UNKNOWN for ever."""
+    rng = random.Random(7)
+
+    def measure(true: float):
+        def one(case: str, r: int) -> Reading:
+            opener = 0.04 if r % 2 == 0 else -0.04
+            return Reading(1.0, true * math.exp(opener + rng.gauss(0, 0.002)))
+
+        return one
+
+    for case_seconds in (math.inf, 1e-9):
+        same = run_rounds(["c"], measure(1.0), max_rounds=96, case_seconds=case_seconds)["c"]
+        assert (same.verdict, same.rounds) == ("SAME", 24), same
+        slower = run_rounds(["c"], measure(1.10), max_rounds=96, case_seconds=case_seconds)["c"]
+        assert (slower.verdict, slower.rounds) == ("SLOWER", 24), slower
+        assert 1.09 < slower.ratio < 1.11
 
 
 def test_a_long_call_is_measured_over_more_time_and_a_short_one_keeps_the_round() -> None:

@@ -25,7 +25,8 @@ planted +10% stayed UNKNOWN after 24 rounds on two GPUs; at 100 ms it was SLOWER
 A memory-bound 55 us op (sd 0.003) and a launch-bound 5 us kernel decide in 8 rounds at 20 ms, and keep it.
 
 Decision (:func:`judge`), a group-sequential sign test: at looks ``n`` in :func:`looks` up to ``max_rounds``
-(8, 12, 16, 24, 32, 48, 64, 96, ...) the distribution-free confidence interval of the median of ``d`` is
+(8, 12, 16, 24, 32, 48, 64, 96, ...) the distribution-free confidence interval of the median of ``d`` (the
+mean log ratio of each pair of rounds with opposite openers, :func:`crossed`: ``n`` rounds give ``n / 2``) is
 ``[d_(k), d_(n+1-k)]`` (order statistics) with the largest ``k`` such that ``2 P(Bin(n, 1/2) <= k-1) <=
 alpha_look``, and ``alpha_look = alpha / (cases x looks)`` (Bonferroni over every planned look of every case).
 With ``e = ln(1 + min_effect / 2)`` (half the gate's minimum effect: 2.5% by default):
@@ -45,7 +46,8 @@ most ``alpha / 2`` (2.5% at the default alpha 0.05) for the whole confirmation, 
 together, whatever the noise's distribution, provided the rounds are independent given the commits; a
 case that stops early on its budget only drops looks. The same bound holds for a false NOT_SLOWER (the
 upper end below a true median of ``+e`` or more). tests/test_confirm.py checks both by simulation. Power:
-with 1% noise per round a 10% slowdown is SLOWER at the first look (8 rounds).
+with 1% noise per round a 10% slowdown is SLOWER at the first look that can decide (24 rounds for eight cases,
+:func:`first_decisive_look`).
 
 Exit codes of ``kernelwatch confirm``: 0 every case SAME, NOT_SLOWER or FASTER, 1 a case SLOWER, 2 a case UNKNOWN
 (or a usage error).
@@ -178,18 +180,31 @@ def judge(d: list[float], min_effect: float, alpha_look: float) -> str | None:
 
 
 def first_decisive_look(planned: list[int], alpha_look: float) -> int:
-    """The first planned look at which the sign test has any interval at ``alpha_look`` (``2 / 2^n <=
-    alpha_look``): before it no verdict is possible, so a time budget never stops a case earlier. With the
-    Bonferroni share of eight cases and eight looks (0.05 / 64) that is the look at 12 rounds, not 8: on an H200
-    (GPU-64e499a3) 19 of 76 identical cases stopped at 8 rounds on a 3 s budget and could only be UNKNOWN."""
+    """The first planned look at which the sign test has any interval at ``alpha_look`` (``2 / 2^(n/2) <=
+    alpha_look`` over the n / 2 crossed pairs of n rounds): before it no verdict is possible, so a time budget
+    never stops a case earlier. With the Bonferroni share of eight cases and eight looks (0.05 / 64) that is the
+    look at 24 rounds (12 pairs): on an H200 (GPU-64e499a3) 19 of 76 identical cases stopped at 8 rounds on a 3 s
+    budget, before any look that could decide, and could only be UNKNOWN."""
     for n in planned:
-        if 2 * 0.5**n <= alpha_look:
+        if 2 * 0.5 ** (n // 2) <= alpha_look:  # n rounds are n / 2 crossed pairs (:func:`crossed`)
             return n
     return planned[-1]
 
 
-def summarise(result: CaseConfirm, alpha_look: float) -> None:
+def crossed(result: CaseConfirm) -> list[float]:
+    """The observations the rule judges: the mean log ratio of each pair of rounds (1 and 2, 3 and 4, ...), whose
+    sequences open with opposite commits (``run_rounds`` alternates the opener), an AB/BA crossover. Whatever
+    favours the side that opens a round (or whose graph is captured first) cancels in the pair: on an H200
+    (GPU-abc5b934) identical code of the atomic MSELoss at 1M and 4,096 elements read 0.954, 1.037, 0.964,
+    1.039, ... (fp32) and 0.90, 1.11, ... (fp16) round after round, each round's ratio set by its opener, so the
+    sign interval of single rounds spanned ±4-11% and the case stayed UNKNOWN. Under identical code a pair's
+    mean is symmetric about 0 whenever the opener effect is the same both ways, so the bound holds."""
     d = [math.log(c / b) for b, c in zip(result.baseline_ms, result.candidate_ms)]
+    return [(d[i] + d[i + 1]) / 2 for i in range(0, len(d) - 1, 2)]
+
+
+def summarise(result: CaseConfirm, alpha_look: float) -> None:
+    d = crossed(result)
     if not d:
         return
     s = sorted(d)
@@ -251,8 +266,7 @@ def run_rounds(
         if r + 1 in planned:
             for case in list(active):
                 res = results[case]
-                d = [math.log(c / b) for b, c in zip(res.baseline_ms, res.candidate_ms)]
-                verdict = judge(d, min_effect, alpha_look)
+                verdict = judge(crossed(res), min_effect, alpha_look)
                 if verdict is not None:
                     res.verdict = verdict
                     active.remove(case)
