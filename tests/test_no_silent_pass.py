@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -125,7 +126,12 @@ def gate(cli, db_url: str, tmp_path: Path, doc: dict | None = None, *extra: str)
         path = tmp_path / "candidate.json"
         path.write_text(dumps(doc))
         args += ["--artifact", str(path)]
-    return cli.invoke(main, args)
+    result = cli.invoke(main, args)
+    report = tmp_path / "report" / "gate.md"  # the terminal gets plain text; the tables are in gate.md
+    markdown = report.read_text() if report.exists() else ""
+    if report.exists():
+        report.unlink()  # a later gate in the same test writes its own
+    return SimpleNamespace(exit_code=result.exit_code, output=result.output + "\n" + markdown)
 
 
 # ---------------------------------------------------------------------------------------------
