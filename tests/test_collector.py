@@ -386,7 +386,7 @@ def test_two_cpu_runs_of_one_commit_are_bit_identical_and_gate_pass(tmp_path: Pa
         ],
     )
     assert gate.exit_code == 0, gate.output
-    assert "## KernelWatch gate: PASS" in gate.output and f"{LABELS['pass']}: {expected}" in gate.output
+    assert gate.output.startswith("KernelWatch gate: PASS") and f"{LABELS['pass']}: {expected}" in gate.output
 
 
 def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monkeypatch) -> None:
@@ -424,9 +424,10 @@ def test_exploration_is_stored_apart_and_never_decides(tmp_path: Path, cli, monk
         ],
     )
     assert gate.exit_code == 1  # off_by_one_percent fails on its gating inputs, as before
-    assert gate.output.count("| accuracy failed |") == 1
-    assert "Exploration (fresh seeds; not part of the verdict)" in gate.output
-    assert "1 of 2 cases passed" in gate.output
+    report = (tmp_path / "r" / "gate.md").read_text()  # the terminal gets the plain summary
+    assert report.count("| accuracy failed |") == 1
+    assert "Exploration (fresh seeds; not part of the verdict)" in report
+    assert "1 of 2 cases passed" in report
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,7 +70,13 @@ def _facts(comparison: Comparison | None = None, **kw) -> PerfFacts:
 
 
 def test_the_rules_in_order():
-    assert [r.__name__ for r in INPUT_RULES] == ["errored", "no_samples", "no_baseline", "baseline_unsampled"]
+    assert [r.__name__ for r in INPUT_RULES] == [
+        "errored",
+        "no_samples",
+        "no_baseline",
+        "baseline_unsampled",
+        "timing_changed",
+    ]
     assert [r.__name__ for r in PERF_RULES] == [
         "contaminated",
         "past_machine_bound",
