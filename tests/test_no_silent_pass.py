@@ -151,6 +151,18 @@ def test_probe1_a_run_without_kernel_timings_fails_as_missing(history_url, tmp_p
     assert "torch_eager, torch_rms_norm but not the kernel" in result.output.replace("\\_", "_")  # references named
 
 
+def test_a_run_that_calls_itself_synthetic_buys_no_way_out_of_the_specs(history_url, tmp_path, cli) -> None:
+    """The SYNTHETIC flag is the artifact's word: the newest run of main with every softmax timing dropped and
+    ``synthetic: true`` set. Defect: a synthetic candidate is judged without the specs' case set, so the dropped
+    cases are never named missing (the verdict then rests on what else the copy holds). Now a synthetic run off a
+    synthetic/ branch is refused (exit 2)."""
+    doc = drop_perf(as_new_run(run(NEWEST)), lambda p: not p["case"].startswith("scaled_masked_softmax/"))
+    doc["run"]["synthetic"] = True
+    result = gate(cli, history_url, tmp_path, doc)
+    assert result.exit_code == 2, result.output
+    assert "says it is SYNTHETIC but its branch 'main'" in result.output
+
+
 @pytest.mark.parametrize("kernels", [("scaled_masked_softmax",), None])
 def test_probe2_dropping_a_kernels_timings_is_missing_never_retired(kernels, history_url, tmp_path, cli) -> None:
     """Probe 2: the newest run (its notes: "every case of its specs") with every perf row of scaled_masked_softmax

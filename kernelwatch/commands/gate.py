@@ -113,6 +113,7 @@ def command(
     from kernelwatch.store.artifact import load_artifact
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.export import export_run, find_run_id
+    from kernelwatch.store.synthetic import SYNTHETIC_BRANCHES
 
     project = active_project()
     baseline = baseline or project.baseline
@@ -146,6 +147,12 @@ def command(
         known = {c.kernel for c in doc.cases} | {c.key for c in doc.cases}
         efforts = {**{k: v for k, v in project.case_min_effect.items() if k in known}, **efforts}
         # generated history's cases are the generator's, not the specs'
+        if doc.run.synthetic and not doc.run.commit.branch.startswith(SYNTHETIC_BRANCHES):
+            # the flag is the artifact's word: it must not buy a real branch's run out of the specs' case set
+            raise GateUndecided(
+                f"the candidate says it is SYNTHETIC but its branch {doc.run.commit.branch!r} is not a "
+                f"{SYNTHETIC_BRANCHES}... branch: generated runs are never judged as a real branch's"
+            )
         defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, tolerances, defined)
     except Exception as exc:
