@@ -506,7 +506,7 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     message, a hostile branch name): printed raw they would repaint a reviewer's terminal, and JUnit XML
     cannot hold them at all. Every command and report shows them escaped."""
     candidate = _history(db_url, runs=3)
-    candidate["run"]["commit"].update(branch="main" + CONTROL, subject="fix" + CONTROL)
+    candidate["run"]["commit"].update(branch="synthetic/main" + CONTROL, subject="fix" + CONTROL)
     bad = candidate["accuracy"][0]
     bad.update(passed=False, error="boom" + CONTROL)
     result = _gate(cli, db_url, candidate, tmp_path)
@@ -515,7 +515,9 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     texts = {"terminal": result.output, **{f.name: f.read_text() for f in report.iterdir() if f.suffix != ".png"}}
     for name, text in texts.items():
         assert not set(text) & set("\x1b\r\x08\x07"), name
-    assert "(main\\x1b[2J\\x1b[32mPASS" in result.output  # shown escaped, not swallowed (plain text, no Markdown)
+    assert (
+        "(synthetic/main\\x1b[2J\\x1b[32mPASS" in result.output
+    )  # shown escaped, not swallowed (plain text, no Markdown)
     assert "main\\\\x1b\\[2J" in _md(tmp_path)  # gate.md: escaped, as Markdown source
     suites = ET.fromstring((report / "gate-junit.xml").read_text())
     assert any("boom" in (f.get("message") or "") for f in suites.iter("failure"))
@@ -524,7 +526,8 @@ def test_control_characters_reach_terminals_and_reports_escaped(db_url, tmp_path
     for command in (["runs"], ["show", candidate["run"]["id"]], ["show", candidate["run"]["id"], "--format", "csv"]):
         out = cli.invoke(main, [*command, "--db", db_url])
         assert out.exit_code == 0 and not set(out.output) & set("\x1b\r\x08\x07"), command
-    assert "main\\x1b[2J" in cli.invoke(main, ["runs", "--db", db_url]).output
+    listed = cli.invoke(main, ["runs", "--db", db_url, "--format", "json"]).output
+    assert "synthetic/main" + CONTROL in {r["branch"] for r in json.loads(listed)}  # data kept whole in JSON
     shown = cli.invoke(main, ["show", candidate["run"]["id"], "--db", db_url, "--format", "json"]).output
     assert "\x1b" not in shown and "boom" + CONTROL in {r["error"] for r in json.loads(shown)}
 
