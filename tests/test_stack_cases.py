@@ -121,3 +121,16 @@ def test_a_graph_stack_is_timed_from_its_graph_or_fails_never_falling_back_to_ev
 
     row = time_implementation(_graph_backend(), KERNEL_IMPL, synchronising, 1, stack)
     assert row["median_ms"] is None and "operation not permitted when stream is capturing" in row["error"]
+
+
+def test_a_compile_peer_outlives_dynamos_recompile_limit():
+    """A worker compiles one eager function per case at each case's shapes: past Dynamo's default limit of 8
+    recompiles of one function, its torch_compile rows would silently time eager PyTorch."""
+    import torch
+
+    from kernelwatch.kernels.peers import RECOMPILE_LIMIT, compile_peer
+
+    torch._dynamo.config.recompile_limit = 8
+    compile_peer(lambda x: x + 1)
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT >= 64
+    assert torch._dynamo.config.accumulated_recompile_limit >= RECOMPILE_LIMIT

@@ -725,19 +725,26 @@ def stack_cases(kernel: str, tolerance: Callable[[str, int], Tolerance], **extra
 
 
 def stack_inputs(case: Case, device: torch.device, seed: int, beta: bool) -> dict[str, Any]:
-    """x and the layers (weight, gamma[, beta]) of a stack case, each layer drawn apart, as its spec's single
-    calls draw them (w ~ N(0, 1/K), gamma ~ U[1, 1.5], beta ~ N(0, 1/4)); the sizes of
+    """x and the layers (weight, gamma[, beta]) of a stack case, each layer drawn apart on ``device`` by its own
+    generator, with the distributions of the spec's single calls (w ~ N(0, 1/K), gamma ~ U[1, 1.5],
+    beta ~ N(0, 1/4)); the sizes of
     :func:`~kernelwatch.kernels.spec.stack_of` on ``device``."""
     stack = stack_of(case, device)
     assert stack is not None, f"{case.key} is not a stack case"
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)  # drawn where they live: 80 decode layers are 5.4 G values
+
+    def draw(*shape: int, uniform: bool = False) -> torch.Tensor:
+        rand = torch.rand if uniform else torch.randn
+        return rand(shape, generator=gen, device=device, dtype=torch.float32)
+
     dtype, k, n = case.torch_dtype, stack.shape[-1], stack.n
-    x = (torch.randn(stack.shape, generator=gen) * 2.0).to(dtype).to(device)
+    x = (draw(*stack.shape) * 2.0).to(dtype)
     layers = []
     for _ in range(stack.layers):
-        w = (torch.randn(n, k, generator=gen) / math.sqrt(k)).to(dtype).to(device)
-        g = (1.0 + 0.5 * torch.rand(k, generator=gen)).to(dtype).to(device)
-        layers.append((w, g, (0.5 * torch.randn(k, generator=gen)).to(dtype).to(device)) if beta else (w, g))
+        w = (draw(n, k) / math.sqrt(k)).to(dtype)
+        g = (1.0 + 0.5 * draw(k, uniform=True)).to(dtype)
+        layers.append((w, g, (0.5 * draw(k)).to(dtype)) if beta else (w, g))
     return {"x": x, "layers": layers, "stack": stack}
 
 

@@ -40,6 +40,19 @@ def _import(name: str) -> ModuleType | None:
         return None
 
 
+RECOMPILE_LIMIT = 4096  # Dynamo's default (8 per function) would turn a worker's 9th shape into eager PyTorch
+
+
+def compile_peer(fn: Any) -> Any:
+    """``torch.compile(fn, dynamic=False)`` for a torch.compile peer. Every case compiles the same Python
+    function at its own shapes in one long-lived worker; past Dynamo's recompile limit (8 per code object by
+    default) it would silently run ``fn`` eagerly and the "torch_compile" row would time eager PyTorch."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+    return torch.compile(fn, dynamic=False)
+
+
 def liger_rms_norm(device: torch.device | str) -> Any:
     """Liger-Kernel's ``liger_rms_norm(X, W, eps, offset=0.0, casting_mode="llama", in_place=True)`` or None."""
     if not _cuda(device):

@@ -51,7 +51,7 @@ from kernelwatch.kernels.norm_gemm import (
     stack_inputs,
     stack_runner,
 )
-from kernelwatch.kernels.peers import flaggems_layer_norm, liger_layer_norm
+from kernelwatch.kernels.peers import compile_peer, flaggems_layer_norm, liger_layer_norm
 from kernelwatch.kernels.plan import DeviceInfo, Step
 from kernelwatch.kernels.spec import (
     COMPILE_IMPL,
@@ -239,7 +239,7 @@ def _stack_implementations(inputs: dict) -> dict:
     def unfused(x: torch.Tensor) -> list[torch.Tensor]:
         return [F.linear(F.layer_norm(x, (k,), g, beta, eps), w) for w, g, beta in layers]
 
-    compiled = torch.compile(unfused, dynamic=False)
+    compiled = compile_peer(unfused)
     impls = {
         KERNEL_IMPL: stack_runner(x, modules),
         EAGER_IMPL: lambda: unfused(x),
@@ -261,7 +261,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         return _stack_implementations(inputs)
     x, w, g, beta, b = _leaves(inputs)
     eps = inputs["eps"]
-    compiled = torch.compile(eager_layernorm_linear, dynamic=False)
+    compiled = compile_peer(eager_layernorm_linear)
     return {
         KERNEL_IMPL: lambda: fused_layernorm_matmul_forward(x, w, g, beta, b, eps, case.variant),
         EAGER_IMPL: lambda: eager_layernorm_linear(x, w, g, beta, b, eps),

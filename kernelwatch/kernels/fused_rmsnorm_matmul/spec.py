@@ -42,7 +42,7 @@ from kernelwatch.kernels.norm_gemm import (
     stack_inputs,
     stack_runner,
 )
-from kernelwatch.kernels.peers import flaggems, liger_rms_norm
+from kernelwatch.kernels.peers import compile_peer, flaggems, liger_rms_norm
 from kernelwatch.kernels.plan import DeviceInfo, Step
 from kernelwatch.kernels.spec import (
     COMPILE_IMPL,
@@ -240,7 +240,7 @@ def _stack_implementations(inputs: dict) -> dict:
     def unfused(x: torch.Tensor) -> list[torch.Tensor]:
         return [F.linear(F.rms_norm(x, (k,), g, eps), w) for w, g in layers]
 
-    compiled = torch.compile(unfused, dynamic=False)
+    compiled = compile_peer(unfused)
     impls = {
         KERNEL_IMPL: stack_runner(x, modules),
         EAGER_IMPL: lambda: unfused(x),
@@ -261,7 +261,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
     if "layers" in inputs:
         return _stack_implementations(inputs)
     x, w, g, b, eps = inputs["x"], inputs["weight"], inputs["gamma"], inputs["bias"], inputs["eps"]
-    compiled = torch.compile(eager_rmsnorm_linear, dynamic=False)
+    compiled = compile_peer(eager_rmsnorm_linear)
     k = x.shape[-1]
     impls = {
         KERNEL_IMPL: lambda: fused_rmsnorm_matmul_forward(x, w, g, b, eps, case.variant),

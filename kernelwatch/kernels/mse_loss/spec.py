@@ -30,7 +30,7 @@ import torch
 from kernelwatch.kernels.mse_loss.api import mse_loss, mse_loss_forward
 from kernelwatch.kernels.mse_loss.plans import REDUCTIONS, VARIANTS, plan_backward, plan_forward
 from kernelwatch.kernels.names import COPY_CEILING, READ_CEILING
-from kernelwatch.kernels.peers import flaggems
+from kernelwatch.kernels.peers import compile_peer, flaggems
 from kernelwatch.kernels.plan import DeviceInfo, Launch
 from kernelwatch.kernels.spec import (
     COMPILE_IMPL,
@@ -202,7 +202,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         KERNEL_IMPL: lambda: mse_loss_forward(x, y, reduction, case.variant),
         EAGER_IMPL: lambda: eager(x, y, reduction=reduction),
     }
-    compiled = torch.compile(eager, dynamic=False)
+    compiled = compile_peer(eager)
     impls[COMPILE_IMPL] = lambda: compiled(x, y, reduction=reduction)
     gems = flaggems(x.device)
     if gems is not None and case.p.get("direction", "fwd") == "fwd":

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from kernelwatch.kernels.peers import apex_softmax
+from kernelwatch.kernels.peers import apex_softmax, compile_peer
 from kernelwatch.kernels.plan import DeviceInfo, Launch
 from kernelwatch.kernels.scaled_masked_softmax.api import (
     scaled_masked_softmax,
@@ -257,7 +257,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
             if causal
             else (lambda: scaled_masked_softmax_forward(x, mask, scale))
         )
-        compiled = torch.compile(eager_forward, dynamic=False)
+        compiled = compile_peer(eager_forward)
         impls = {
             KERNEL_IMPL: kernel,
             EAGER_IMPL: lambda: eager_forward(x, mask, scale),
@@ -270,7 +270,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         return impls
     y = eager_forward(x, mask, scale)
     dy = inputs["dy"]
-    compiled = torch.compile(eager_backward, dynamic=False)
+    compiled = compile_peer(eager_backward)
     impls = {
         KERNEL_IMPL: lambda: softmax_backward(y, dy, scale, causal),
         EAGER_IMPL: lambda: eager_backward(y, dy, scale),
