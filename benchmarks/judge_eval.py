@@ -248,19 +248,24 @@ def run_aa(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None)
     other = args.same_tree or copy_tree(tree, scratch / "same")
     cases = args.cases or perf_cases()
     say(f"aa: {len(cases)} case(s), {tree} against {other}")
-    results = confirm_trees(
-        tree,
-        other,
-        cases,
-        args.device,
-        max_rounds=args.max_rounds,
-        case_seconds=args.case_seconds,
-        chunk=args.chunk,
-        progress=lambda line: say(f"aa: {line}"),
-    )
-    rows = rows_of("aa", results, gpu, 1.0)
-    for row in rows:
-        say(f"aa: {row['verdict']:>10} {row['rounds']:3d} rounds {row['seconds']:6.1f} s  {row['case']}")
+    rows: list[dict[str, Any]] = []
+    for at in range(0, len(cases), args.chunk):
+        if time.perf_counter() - args.started > args.deadline_s:
+            say(f"aa: --deadline-s {args.deadline_s:.0f} passed: cases {at + 1}-{len(cases)} not run")
+            break
+        results = confirm_trees(
+            tree,
+            other,
+            cases[at : at + args.chunk],
+            args.device,
+            max_rounds=args.max_rounds,
+            case_seconds=args.case_seconds,
+            progress=lambda line, at=at: say(f"aa [{at + 1}-{min(at + args.chunk, len(cases))}/{len(cases)}]: {line}"),
+        )
+        for row in rows_of("aa", results, gpu, 1.0):
+            say(f"aa: {row['verdict']:>10} {row['rounds']:3d} rounds {row['seconds']:6.1f} s  {row['case']}")
+            rows.append(row)
+        args.checkpoint(rows)
     return rows
 
 
@@ -276,6 +281,9 @@ def run_planted(
     timings = {c: known[c]["timing"] for c in case_ms}
     rows: list[dict[str, Any]] = []
     for ratio in args.ratios:
+        if time.perf_counter() - args.started > args.deadline_s:
+            say(f"planted: --deadline-s {args.deadline_s:.0f} passed: x{ratio} not run")
+            break
         planted_tree = copy_tree(tree, scratch / f"planted-{ratio}")
         plant(planted_tree, planted_extra(case_ms, timings, ratio, args.device), args.device)
         say(f"planted x{ratio}: {len(case_ms)} case(s)")
@@ -351,12 +359,18 @@ def scratch_repo(tree: Path, where: Path) -> Path:
 def collect_run(
     args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path
 ) -> tuple[Path, Path, dict[str, str], float]:
-    """The tree committed into a scratch repository and collected there as the nightly does: (repo, the run
-    artifact ``run-<gpu>.json`` beside ``--out``, the environment, when it started)."""
-    repo = scratch_repo(tree, scratch / "nightly")
-    env = {**os.environ, "PYTHONPATH": str(repo), "KERNELWATCH_DB": f"sqlite:///{scratch / 'nightly.db'}"}
+    """The tree collected as the nightly does, in ``--repo`` (a real checkout: its HEAD is the run's commit, and
+    ``confirm`` checks the baseline's commit out of it) or else committed into a scratch repository: (repo, the
+    run artifact ``run-<gpu>.json.gz`` beside ``--out``, the environment, when it started)."""
+    repo = args.repo or scratch_repo(tree, scratch / "nightly")
+    site = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), *site]),
+        "KERNELWATCH_DB": f"sqlite:///{scratch / 'nightly.db'}",
+    }
     started = time.perf_counter()
-    run_json = out.parent / f"run-{(gpu or 'device')[:12]}.json"
+    run_json = out.parent / f"run-{(gpu or 'device')[:12]}.json.gz"
     code, text = _kw(
         repo, "collect", "--trigger", "nightly", "--device", args.device, "--no-progress", "--out", str(run_json),
         *args.collect_args, env=env,
@@ -369,7 +383,7 @@ def collect_run(
 
 def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path) -> list[dict]:
     repo, run_json, env, started = collect_run(args, tree, scratch, gpu, out)
-    history = sorted((tree / "ci" / "history").glob("*.json")) if args.history else []
+    history = sorted((tree / "ci" / "history").glob("*.json*")) if args.history else []
     code, text = _kw(repo, "ingest", *(str(p) for p in [*history, *args.against]), env=env)
     if code != 0:
         say(f"ingest: {text.strip().splitlines()[-3:]}")
@@ -481,7 +495,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case-seconds", type=float, default=4.0)
     parser.add_argument("--max-rounds", type=int, default=96)
     parser.add_argument("--chunk", type=int, default=8, help="cases per worker setup")
-    parser.add_argument("--against", type=Path, nargs="*", default=[], help="run artifacts for the nightly's db")
+    parser.add_argument(
+        "--against", type=Path, nargs="*", default=[], help="more run artifacts for the nightly's db (other GPUs')"
+    )
+    parser.add_argument(
+        "--repo", type=Path, default=None, help="the nightly in this git checkout as it is (also the tree)"
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, default=math.inf, help="start no chunk of aa or planted after this many seconds"
+    )
     parser.add_argument("--no-history", dest="history", action="store_false", help="no ci/history in the db")
     parser.add_argument("--nightly-case-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -496,8 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in [args.tree, *([args.same_tree] if args.same_tree else [])]:
         if not (path / "kernelwatch" / "kernels" / "__init__.py").is_file():
             parser.error(f"{path} holds no kernelwatch/kernels package")
-    if "nightly" in experiments and not args.against:
-        parser.error("the nightly experiment needs --against RUN.json (a run of the same tree on another GPU)")
+    if args.repo is not None:
+        if not (args.repo / ".git").exists():
+            parser.error(f"--repo {args.repo}: not a git checkout")
+        args.repo = args.repo.resolve()
+        args.tree = args.repo
     for path in args.against:
         if not path.is_file():
             parser.error(f"--against {path}: no such file")
@@ -508,22 +533,22 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     gpu = gpu_uuid(args.device)
     rows: list[dict[str, Any]] = []
-    started = time.perf_counter()
+    started = args.started = time.perf_counter()
+    args.checkpoint = lambda more: out.write_text(json.dumps(rows + more, indent=1))  # a timeout keeps what ran
     with tempfile.TemporaryDirectory(prefix="kw-judge-eval-") as tmp:
         scratch = Path(tmp)
-        if "aa" in experiments:
-            rows += run_aa(args, args.tree, scratch, gpu)
+        for experiment in experiments:  # in the order given
+            if experiment == "aa":
+                rows += run_aa(args, args.tree, scratch, gpu)
+            elif experiment == "spread":
+                rows += run_spread(args, args.tree, scratch, gpu)
+            elif experiment == "planted":
+                rows += run_planted(args, args.tree, scratch, gpu, [r for r in rows if r["experiment"] == "aa"])
+            elif experiment == "collect":  # a run of this tree for another GPU's nightly to gate against
+                collect_run(args, args.tree, scratch, gpu, out)
+            else:
+                rows += run_nightly(args, args.tree, scratch, gpu, out)
             out.write_text(json.dumps(rows, indent=1))
-        if "spread" in experiments:
-            rows += run_spread(args, args.tree, scratch, gpu)
-            out.write_text(json.dumps(rows, indent=1))
-        if "planted" in experiments:
-            rows += run_planted(args, args.tree, scratch, gpu, [r for r in rows if r["experiment"] == "aa"])
-            out.write_text(json.dumps(rows, indent=1))
-        if "collect" in experiments:  # a run of this tree for another GPU's nightly to gate against
-            collect_run(args, args.tree, scratch, gpu, out)
-        if "nightly" in experiments:
-            rows += run_nightly(args, args.tree, scratch, gpu, out)
     out.write_text(json.dumps(rows, indent=1))
     say(f"{len(rows)} rows in {out}, {time.perf_counter() - started:.0f} s")
     print(summary(rows))
