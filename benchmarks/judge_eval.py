@@ -246,7 +246,8 @@ def perf_cases() -> list[str]:
 
 def run_aa(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None) -> list[dict[str, Any]]:
     other = args.same_tree or copy_tree(tree, scratch / "same")
-    cases = args.cases or perf_cases()
+    cases = args.cases or sorted(perf_cases(), key=lambda c: "layers=" in c)  # the long stack cases last
+    cases = cases[args.rotate % len(cases) :] + cases[: args.rotate % len(cases)]
     say(f"aa: {len(cases)} case(s), {tree} against {other}")
     rows: list[dict[str, Any]] = []
     for at in range(0, len(cases), args.chunk):
@@ -501,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repo", type=Path, default=None, help="the nightly in this git checkout as it is (also the tree)"
     )
+    parser.add_argument("--rotate", type=int, default=0, help="aa starts at this case (another GPU, another start)")
     parser.add_argument(
         "--deadline-s", type=float, default=math.inf, help="start no chunk of aa or planted after this many seconds"
     )
