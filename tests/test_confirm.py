@@ -409,6 +409,23 @@ def test_confirm_between_two_directories_without_git(scratch, tmp_path: Path) ->
         confirm_trees(a, tmp_path, [CASE], "cpu")
 
 
+def test_a_tree_older_than_the_registry_is_confirmed_with_kernelwatchs_own_kernels(scratch, tmp_path: Path) -> None:
+    """When KernelWatch watches itself, confirm passes its own kernel modules (the project's) to the worker; a
+    baseline tree from before the registry lists its kernels and then those again, and refused to load ("two
+    kernel specs are named ..."): the nightly's confirm against a week-old baseline failed on an H200 so."""
+    repo, (c1, _, _) = scratch
+    a, b = _tree(repo, c1, tmp_path / "a"), _tree(repo, c1, tmp_path / "b")
+    init = b / "kernelwatch" / "kernels" / "__init__.py"
+    old = init.read_text().replace(
+        "dict.fromkeys([*kernel_modules(project), *extra_modules])", "[*kernel_modules(project), *extra_modules]"
+    )
+    assert old != init.read_text()
+    init.write_text(old)  # discover as it was before the registry: no de-duplication
+    own = ("planted_confirm", "kernelwatch.kernels.mse_loss")
+    res = confirm_trees(b, a, [CASE], "cpu", own, min_effect=0.2, round_ms=10, case_seconds=5)[CASE]
+    assert res.verdict in ("SAME", "NOT_SLOWER", "UNKNOWN") and res.rounds >= MIN_ROUNDS, res
+
+
 def test_a_commit_older_than_a_timing_method_is_timed_by_the_drivers_backend(scratch, tmp_path: Path) -> None:
     """A baseline tree's ``names`` may predate a timing method the driver's ``Backend`` names (``graph-batch``):
     the worker loads the driver's ``names`` under its ``Backend`` and each tree's kernels import their own,

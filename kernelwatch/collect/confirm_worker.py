@@ -108,7 +108,10 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
         except ImportError:  # a tree older than launch plans
             plan_module = None
         out["tree"] = os.path.abspath(kernels.__file__)
-        specs = kernels.discover(tuple(extra))
+        own = os.path.isdir(os.path.join(tree, "kernelwatch", "kernels"))
+        # A tree that holds this package lists its own kernels; a commit older than the registry would add
+        # KernelWatch's own entry points (the project's kernels when it watches itself) a second time and refuse.
+        specs = kernels.discover(tuple(m for m in extra if not (own and _ours(m, ()))))
         if extra and not os.path.isdir(os.path.join(tree, "kernelwatch")):  # a team's tree: its kernel is what it holds
             out["tree"] = os.path.abspath(sys.modules[extra[0]].__file__)
         by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
