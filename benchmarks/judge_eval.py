@@ -383,7 +383,11 @@ def collect_run(
 
 
 def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, out: Path) -> list[dict]:
-    repo, run_json, env, started = collect_run(args, tree, scratch, gpu, out)
+    if args.artifact is None:
+        repo, run_json, env, started = collect_run(args, tree, scratch, gpu, out)
+    else:  # the steps after collect, for a run collected by an earlier call (its row names where it ran)
+        repo, run_json, started = args.repo, args.artifact, time.perf_counter()
+        env = {**os.environ, "KERNELWATCH_DB": f"sqlite:///{scratch / 'nightly.db'}"}
     history = sorted((tree / "ci" / "history").glob("*.json*")) if args.history else []
     code, text = _kw(repo, "ingest", *(str(p) for p in [*history, *args.against]), env=env)
     if code != 0:
@@ -418,9 +422,16 @@ def run_nightly(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | 
             "confirm_exit": confirmed,
             "against": [str(p) for p in args.against],
             "run_artifact": str(run_json),
+            "collected_on": _collected_on(run_json),
         }
     )
     return rows
+
+
+def _collected_on(run_json: Path) -> str | None:
+    from kernelwatch.store.artifact import load_artifact
+
+    return next((p.device_uuid for p in load_artifact(run_json).perf if p.device_uuid), None)
 
 
 def _confirmed_rows(url: str, gpu: str | None, job: int) -> list[dict[str, Any]]:
@@ -500,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         "--against", type=Path, nargs="*", default=[], help="more run artifacts for the nightly's db (other GPUs')"
     )
     parser.add_argument(
+        "--artifact", type=Path, default=None, help="the nightly without collect: gate and confirm this run"
+    )
+    parser.add_argument(
         "--repo", type=Path, default=None, help="the nightly in this git checkout as it is (also the tree)"
     )
     parser.add_argument("--rotate", type=int, default=0, help="aa starts at this case (another GPU, another start)")
@@ -525,12 +539,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--repo {args.repo}: not a git checkout")
         args.repo = args.repo.resolve()
         args.tree = args.repo
-    for path in args.against:
+    if args.artifact is not None and args.repo is None:
+        parser.error("--artifact needs --repo (the checkout of the run's commit, for confirm)")
+    for path in [*args.against, *([args.artifact] if args.artifact else [])]:
         if not path.is_file():
             parser.error(f"--against {path}: no such file")
     out = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-judge-eval" / "judge-eval.json"
     out = out.resolve()  # the nightly's commands run in a scratch repository
     args.against = [p.resolve() for p in args.against]
+    args.artifact = args.artifact.resolve() if args.artifact else None
     args.tree = args.tree.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     gpu = gpu_uuid(args.device)
