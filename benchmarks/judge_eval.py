@@ -274,7 +274,8 @@ def run_planted(
     args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None, aa: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     cases = list(args.planted_cases or PLANTED_CASES)
-    known = {r["case"]: r for r in aa if r["baseline_ms"] is not None and r["case"] in cases}
+    prior = [r for f in args.prior for r in json.loads(f.read_text()) if r["experiment"] == "aa"]
+    known = {r["case"]: r for r in [*prior, *aa] if r["baseline_ms"] is not None and r["case"] in cases}
     if len(known) < len(cases):  # the case's time, from a short A/A of its own
         probe = confirm_trees(tree, tree, [c for c in cases if c not in known], args.device, max_rounds=8)
         known.update({r["case"]: r for r in rows_of("probe", probe, gpu, 1.0) if r["baseline_ms"] is not None})
@@ -515,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--repo", type=Path, default=None, help="the nightly in this git checkout as it is (also the tree)"
+    )
+    parser.add_argument(
+        "--prior", type=Path, nargs="*", default=[], help="judge-eval.json of an earlier call: its aa rows time (b)"
     )
     parser.add_argument("--rotate", type=int, default=0, help="aa starts at this case (another GPU, another start)")
     parser.add_argument(

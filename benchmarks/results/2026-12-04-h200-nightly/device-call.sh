@@ -13,6 +13,6 @@ rm -rf /tmp/main && git clone -q -b main .kw-local/repo.bundle /tmp/main || exit
 git -C /tmp/main log --oneline -1
 cd /tmp/main && export PYTHONPATH=/tmp/site:/tmp/main
 against=$(ls $here/.kw-local/runs/*.json.gz 2>/dev/null)
-timeout 575 python3 benchmarks/judge_eval.py --repo /tmp/main --experiments "$experiments" --deadline-s "$deadline" \
+timeout ${KW_TIMEOUT:-575} python3 benchmarks/judge_eval.py --repo /tmp/main --experiments "$experiments" --deadline-s "$deadline" \
   --out $OUT/judge-eval.json ${against:+--against $against} "$@" 2>&1 | tee $OUT/log.txt | grep -v "^\[judge-eval.*\] aa \[" 
 echo "judge_eval exit ${PIPESTATUS[0]}"
