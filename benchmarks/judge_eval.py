@@ -1,6 +1,6 @@
 """Does the judge (``kernelwatch confirm``) agree with itself, and does it find real slowdowns?
 
-    PYTHONUNBUFFERED=1 python benchmarks/judge_eval.py                         # (a) + (b) on a GPU, <= 8 min
+    PYTHONUNBUFFERED=1 python benchmarks/judge_eval.py                         # (a) + (b) on a GPU, ~20 min
     PYTHONUNBUFFERED=1 python benchmarks/judge_eval.py --experiments nightly --against OTHER_RUN.json
     TRITON_INTERPRET=1 python benchmarks/judge_eval.py --device cpu --cases KEY --planted-cases KEY  # smoke
 
@@ -58,7 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernelwatch.collect.confirm import CaseConfirm, confirm_trees  # noqa: E402
+from kernelwatch.collect.confirm import CASE_SECONDS, CaseConfirm, confirm_trees  # noqa: E402
 
 PLANTED_CASES = (
     "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=4096",
@@ -505,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="*", default=None, help="(a)'s cases (default: every perf case)")
     parser.add_argument("--planted-cases", nargs="*", default=None, help="(b)'s cases (default: one per class)")
     parser.add_argument("--ratios", type=float, nargs="*", default=[1.05, 1.10])
-    parser.add_argument("--case-seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--case-seconds", type=float, default=CASE_SECONDS, help="as confirm's default (settled cases stop sooner)"
+    )
     parser.add_argument("--max-rounds", type=int, default=96)
     parser.add_argument("--chunk", type=int, default=8, help="cases per worker setup")
     parser.add_argument(
