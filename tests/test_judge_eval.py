@@ -54,7 +54,9 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
         (["--tree", str(tmp_path)], "holds no kernelwatch/kernels package"),
         (["--experiments", "aa,bogus"], "unknown experiment"),
         (["--against", str(tmp_path / "none.json")], "no such file"),
-        (["--experiments", "nightly"], "needs --against"),
+        (["--experiments", "nightly", "--artifact", str(ROOT / "README.md")], "needs --repo"),
+        (["--repo", str(tmp_path)], "not a git checkout"),
+        (["--repo", str(ROOT), "--artifact", str(tmp_path / "run.json.gz")], "no such file"),
     ):
         got = _eval("--device", "cpu", *argv)
         assert got.returncode == 2 and message in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)
