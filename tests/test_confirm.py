@@ -722,3 +722,24 @@ def test_dry_run_fails_and_says_why_on_stdout_when_the_job_fails_whatever_is_con
     path.write_text(dumps(doc))
     nothing = cli.invoke(main, source)
     assert nothing.exit_code == 1 and "the gate also fails on 1 case(s)" in nothing.stdout, nothing.output
+
+
+def test_the_confirm_worker_compiles_into_the_caches_collect_fills(monkeypatch, tmp_path: Path) -> None:
+    """On a GPU the worker uses collect's compiler caches (KERNELWATCH_CACHE_DIR, TRITON_CACHE_DIR, or
+    ~/.cache/kernelwatch): the nightly's confirm follows its collect. Defect: the worker compiling every kernel
+    again into Triton's default cache. The interpreter's worker compiles nothing and keeps the environment."""
+    from kernelwatch.collect.confirm import worker_env
+    from kernelwatch.collect.precompile import use_cache_dirs
+
+    for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):  # recorded, so use_cache_dirs' writes are undone
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KERNELWATCH_CACHE_DIR", str(tmp_path))
+    env = worker_env("cuda")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton"), env.get("TRITON_CACHE_DIR")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["TRITON_CACHE_AUTOTUNING"] == "1" and "KERNELWATCH_PROJECT" not in env
+    collect = use_cache_dirs()  # what collect points its workers at, in the same environment
+    assert worker_env("cuda")["TRITON_CACHE_DIR"] == str(collect.triton)
+    cpu = worker_env("cpu", {"PATH": "/usr/bin"})
+    assert cpu["TRITON_INTERPRET"] == "1" and "TRITON_CACHE_DIR" not in cpu

@@ -325,6 +325,34 @@ def worktree(repo: Path, sha: str, parent: Path) -> Iterator[Path]:
 
 # ---------------------------------------------------------------------------------------------
 # Workers
+def worker_env(device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The confirm worker's environment: this checkout importable after each tree, Triton's autotuning kept on
+    disk, and on a GPU the compiler caches ``kernelwatch collect`` fills (``precompile.cache_dirs``): the nightly's
+    confirm, right after its collect, finds the candidate's kernels compiled (it compiled them all again, into
+    Triton's default cache: a minute of each H200 confirm)."""
+    from kernelwatch.collect.precompile import cache_dirs
+
+    base = dict(os.environ) if base is None else base
+    env = {k: v for k, v in base.items() if k not in ("PYTHONPATH", "KERNELWATCH_PROJECT")}
+    # after each tree (put first while it loads): a team's tree holds no kernelwatch package, this checkout's serves
+    env["PYTHONPATH"] = str(DRIVER_ROOT)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Triton's autotuner keeps its choice on disk, keyed by the kernel's source and the tuning key: a kernel
+    # both trees hold unchanged is tuned once and both sides launch the same tile configuration (tuned apart,
+    # the two sides of identical code may pick different tiles and read apart); a changed kernel tunes anew.
+    env["TRITON_CACHE_AUTOTUNING"] = "1"
+    if device.startswith("cpu"):
+        env["TRITON_INTERPRET"] = "1"
+        return env
+    dirs = cache_dirs(base)
+    dirs.triton.mkdir(parents=True, exist_ok=True)
+    env["TRITON_CACHE_DIR"] = str(dirs.triton)
+    if dirs.inductor is not None:
+        dirs.inductor.mkdir(parents=True, exist_ok=True)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(dirs.inductor)
+    return env
+
+
 # ---------------------------------------------------------------------------------------------
 class Worker:
     """A ``confirm_worker.py`` process that loads the kernels of the trees ``trees`` (side -> checkout) side by
@@ -333,20 +361,10 @@ class Worker:
     def __init__(self, trees: dict[str, Path], device: str, extra_modules: tuple[str, ...]) -> None:
         self.trees = trees
         self.sizes: dict[str, list[int]] = {}  # case -> [bytes moved, FLOPs], from the last setup
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERNELWATCH_PROJECT")}
-        # after each tree (put first while it loads): a team's tree holds no kernelwatch package, this checkout's serves
-        env["PYTHONPATH"] = str(DRIVER_ROOT)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        # Triton's autotuner keeps its choice on disk, keyed by the kernel's source and the tuning key: a kernel
-        # both trees hold unchanged is tuned once and both sides launch the same tile configuration (tuned apart,
-        # the two sides of identical code may pick different tiles and read apart); a changed kernel tunes anew.
-        env["TRITON_CACHE_AUTOTUNING"] = "1"
-        if device.startswith("cpu"):
-            env["TRITON_INTERPRET"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), str(BACKENDS), device, *extra_modules],
             cwd=tempfile.gettempdir(),  # neither tree: its folder would be first on sys.path
-            env=env,
+            env=worker_env(device),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
