@@ -244,11 +244,32 @@ def perf_cases() -> list[str]:
     return [c.key for spec in kernels.discover().values() for c in spec.perf_cases()]
 
 
+def precompile_cases(args: argparse.Namespace, cases: list[str]) -> None:
+    """Compile every launch of ``cases`` ahead, as ``collect`` does, into the caches confirm's worker reads: each
+    chunk's worker then finds them compiled (cold, each chunk of 8 compiled its own for 30-60 s on an H200)."""
+    if args.device != "cuda":
+        return
+    import torch
+
+    from kernelwatch.collect.precompile import precompile, use_cache_dirs
+    from kernelwatch.kernels.device import describe
+
+    dirs = use_cache_dirs()
+    started = time.perf_counter()
+    try:
+        outcome = precompile([("perf", c) for c in cases], describe(torch.device("cuda")), max(1, os.cpu_count() - 1))
+    except Exception as exc:  # the workers compile what this could not
+        say(f"precompile failed ({type(exc).__name__}: {exc}); the workers compile")
+        return
+    say(f"precompile: {outcome.note(dirs.triton)} ({time.perf_counter() - started:.0f} s)")
+
+
 def run_aa(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None) -> list[dict[str, Any]]:
     other = args.same_tree or copy_tree(tree, scratch / "same")
     cases = args.cases or sorted(perf_cases(), key=lambda c: "layers=" in c)  # the long stack cases last
     cases = cases[args.rotate % len(cases) :] + cases[: args.rotate % len(cases)]
     say(f"aa: {len(cases)} case(s), {tree} against {other}")
+    precompile_cases(args, cases)
     rows: list[dict[str, Any]] = []
     for at in range(0, len(cases), args.chunk):
         if time.perf_counter() - args.started > args.deadline_s:
