@@ -108,6 +108,7 @@ INTERPRETER_FILES = {
     "test_gpu_dev.py",
     "test_kernel_contract.py",
     "test_team_kernels.py",
+    "test_weight_slots.py",
 }
 BROWSER_FILES = {"test_dashboard_browser.py", "test_chart_layout.py"}
 # What starts another process: a command's subprocess, a collector's device workers (collect, confirm), git, a
