@@ -5,6 +5,7 @@ accuracy-only machine with a failing case, and a machine whose names and case ke
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -620,6 +621,15 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
 # The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
 # ---------------------------------------------------------------------------------------------
 ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json.gz"))
+
+
+@functools.cache
+def _all_history() -> tuple:
+    """Every run of ci/history, read and validated once per test process (five tests and a fixture read them; none
+    changes a document): about 2 s each time."""
+    return tuple(load_artifact(p) for p in ALL_HISTORY)
+
+
 DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"
 
 
@@ -630,7 +640,7 @@ def history_dbs(tmp_path_factory) -> tuple[str, str]:
 
     folder = tmp_path_factory.mktemp("demo")
     engine = open_database(f"sqlite:///{folder / 'real.db'}")
-    ingest_documents(engine, [(str(p), load_artifact(p)) for p in ALL_HISTORY])
+    ingest_documents(engine, list(zip(map(str, ALL_HISTORY), _all_history())))
     engine.dispose()
     shutil.copy(folder / "real.db", folder / "demo.db")
     from click.testing import CliRunner  # as `make demo` plants it: after the newest real run
@@ -662,7 +672,7 @@ def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:
 @pytest.fixture(scope="module")
 def newest_h200() -> dict[str, object]:
     """The newest single-model H200 run of the shipped history with perf results, and the newest with accuracy."""
-    docs = [d for d in (load_artifact(p) for p in ALL_HISTORY) if d.hardware.device_name == "NVIDIA H200"]
+    docs = [d for d in _all_history() if d.hardware.device_name == "NVIDIA H200"]
     return {
         section: max((d for d in docs if getattr(d, section)), key=lambda d: d.run.started_at)
         for section in ("perf", "accuracy")
@@ -687,7 +697,7 @@ def test_a_picked_kernel_is_judged_in_the_newest_runs_that_hold_it(tmp_path, mon
     """With a kernel picked, Triage judges the newest runs holding that kernel's perf and its accuracy: the
     shipped history's newest H200 run once held only softmax, and judging it for MSELoss showed "no cases".
     The history is cut just after the newest H200 perf run that lacks some kernel, so that run is the newest."""
-    docs = sorted((load_artifact(p) for p in ALL_HISTORY), key=lambda d: d.run.started_at)
+    docs = sorted(_all_history(), key=lambda d: d.run.started_at)
     h200 = [d for d in docs if d.hardware.device_name == "NVIDIA H200" and d.perf]
     every = {r.case.split("/")[0] for d in h200 for r in d.perf}
     partial = max((d for d in h200 if {r.case.split("/")[0] for r in d.perf} < every), key=lambda d: d.run.started_at)
@@ -869,7 +879,7 @@ def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkey
     real = max(
         (
             d
-            for d in (load_artifact(p) for p in ALL_HISTORY)
+            for d in _all_history()
             if d.hardware.device_name == "NVIDIA H200"
             and any(r.value is not None for r in d.profiler)
             and all(r.launch is None for r in d.profiler)
@@ -906,9 +916,7 @@ def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> N
         "shape=4096x4096,shift=0.0"
     )
     docs = [
-        d
-        for d in (load_artifact(p) for p in ALL_HISTORY)
-        if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)
+        d for d in _all_history() if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)
     ]
     assert len(docs) >= 3
     docs.sort(key=lambda d: (d.run.commit.time or d.run.started_at, d.run.started_at))
