@@ -5,7 +5,6 @@ accuracy-only machine with a failing case, and a machine whose names and case ke
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_
 from kernelwatch.store.engine import open_database
 from kernelwatch.store.ingest import ingest_documents
 from kernelwatch.store.synthetic import Step, SyntheticHistory, stepped_copies
+from tests.history import history_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "kernelwatch" / "dashboard" / "views"
@@ -620,14 +620,11 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
 # ---------------------------------------------------------------------------------------------
 # The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
 # ---------------------------------------------------------------------------------------------
-ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json.gz"))
 
 
-@functools.cache
 def _all_history() -> tuple:
-    """Every run of ci/history, read and validated once per test process (five tests and a fixture read them; none
-    changes a document): about 2 s each time."""
-    return tuple(load_artifact(p) for p in ALL_HISTORY)
+    """Every run of ci/history, read once per process (tests/history.py); none of these tests changes one."""
+    return tuple(doc for _, doc in history_runs())
 
 
 DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"
@@ -640,7 +637,7 @@ def history_dbs(tmp_path_factory) -> tuple[str, str]:
 
     folder = tmp_path_factory.mktemp("demo")
     engine = open_database(f"sqlite:///{folder / 'real.db'}")
-    ingest_documents(engine, list(zip(map(str, ALL_HISTORY), _all_history())))
+    ingest_documents(engine, list(history_runs()))
     engine.dispose()
     shutil.copy(folder / "real.db", folder / "demo.db")
     from click.testing import CliRunner  # as `make demo` plants it: after the newest real run

@@ -45,15 +45,16 @@ def build_demo() -> str:
     synth --demo-from DEMO_SOURCE` store (`make demo` without the CPU collect and the server)."""
     from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.store.artifact import load_artifact
-    from kernelwatch.store.ingest import ingest_documents, load_files
+    from kernelwatch.store.ingest import ingest_documents
     from kernelwatch.store.schema import parse_time
     from kernelwatch.store.synthetic import demo_branch
+    from tests.history import history_runs
 
     folder = Path(tempfile.mkdtemp(prefix="kw-demo-"))
     atexit.register(shutil.rmtree, folder, True)
     url = f"sqlite:///{folder / 'demo.db'}"
     engine = open_database(url)
-    ingest_documents(engine, load_files(tuple(sorted((ROOT / "ci" / "history").glob("*.json.gz")))))
+    ingest_documents(engine, list(history_runs()))  # the files `ingest` reads, read once per process
     fill_missing(engine)
     real = [r["started"] for r in queries.list_runs(engine) if not r["synthetic"] and r["started"]]
     docs = demo_branch(load_artifact(demo_source()), after=parse_time(max(real)))
