@@ -1,6 +1,6 @@
 """The shipped history (ci/history), read and validated once per test process: the fixtures that build databases
 from it (test_dashboard.py, test_no_silent_pass.py, test_verdict_agreement.py) and the tests that pick runs out of
-it only read the documents, and reading all 61 files takes about 2 s each time."""
+it only read the documents, and reading every file takes about 2 s each time."""
 
 from __future__ import annotations
 
