@@ -167,7 +167,8 @@ def test_perf_inputs_are_drawn_on_the_device_with_the_host_stream_untouched() ->
         assert mode is None
     for spec in discover().values():
         layouts = [c for c in spec.accuracy_cases() if any(k in c.key for k in ("strided", "transposed"))][:1]
-        for case in [spec.perf_cases()[0], *layouts]:
+        smallest = min(spec.perf_cases(), key=spec.bytes_moved)  # the path is the same at any size; 5 s less
+        for case in [smallest, *layouts]:
             plain = spec.make_inputs(case, torch.device("cpu"), 7)
             with drawn_on(torch.device("cpu"), force=True) as mode:
                 drawn = spec.make_inputs(case, torch.device("cpu"), 7)

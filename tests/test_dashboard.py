@@ -24,6 +24,7 @@ from kernelwatch.store.artifact import dumps, load_artifact, parse_artifact, to_
 from kernelwatch.store.engine import open_database
 from kernelwatch.store.ingest import ingest_documents
 from kernelwatch.store.synthetic import Step, SyntheticHistory, stepped_copies
+from tests.history import history_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "kernelwatch" / "dashboard" / "views"
@@ -564,8 +565,22 @@ HOSTILE_QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: ",".join(q))
-@pytest.mark.parametrize("name", VIEWS)
+def _page_queries() -> list:
+    """Every page with every hostile query (80 page runs, about 50 s): the fast lane runs two queries per page, page
+    ``i`` taking queries ``i`` and ``i + len(VIEWS)`` (mod their number), so each page and each query is in it once at
+    least; the rest are marked slow (`make test` runs all)."""
+    ids = [",".join(q) for q in HOSTILE_QUERIES]
+    ids = [f"{i}{ids[:n].count(i)}" if ids.count(i) > 1 else i for n, i in enumerate(ids)]  # pytest's own ids
+    fast = {(v, (v + k * len(VIEWS)) % len(HOSTILE_QUERIES)) for v in range(len(VIEWS)) for k in (0, 1)}
+    assert {q for _, q in fast} == set(range(len(HOSTILE_QUERIES)))
+    return [
+        pytest.param(name, query, id=f"{name}-{ids[q]}", marks=() if (v, q) in fast else pytest.mark.slow)
+        for v, name in enumerate(VIEWS)
+        for q, query in enumerate(HOSTILE_QUERIES)
+    ]
+
+
+@pytest.mark.parametrize(("name", "query"), _page_queries())
 def test_url_values_never_raise_and_never_render_as_markdown(page, name, query) -> None:
     at = page(name, **query)  # page() asserts no exception
     shown = texts(at)  # Markdown sources: an escaped URL reads "https\:\/\/example\.com"
@@ -605,7 +620,13 @@ def test_hostile_names_reach_pages_escaped_and_commands_quoted(page, dash_db, tm
 # ---------------------------------------------------------------------------------------------
 # The demo: the whole shipped H200 history, then the SYNTHETIC demo branch `make demo` adds
 # ---------------------------------------------------------------------------------------------
-ALL_HISTORY = sorted((ROOT / "ci" / "history").glob("*.json.gz"))
+
+
+def _all_history() -> tuple:
+    """Every run of ci/history, read once per process (tests/history.py); none of these tests changes one."""
+    return tuple(doc for _, doc in history_runs())
+
+
 DEMO_SOURCE = ROOT / "ci" / "history" / "2026-11-30T2052-cd36845f-h200x2-full-2gpu.json.gz"
 
 
@@ -616,7 +637,7 @@ def history_dbs(tmp_path_factory) -> tuple[str, str]:
 
     folder = tmp_path_factory.mktemp("demo")
     engine = open_database(f"sqlite:///{folder / 'real.db'}")
-    ingest_documents(engine, [(str(p), load_artifact(p)) for p in ALL_HISTORY])
+    ingest_documents(engine, list(history_runs()))
     engine.dispose()
     shutil.copy(folder / "real.db", folder / "demo.db")
     from click.testing import CliRunner  # as `make demo` plants it: after the newest real run
@@ -648,7 +669,7 @@ def _triage_at(url: str, monkeypatch, **query: str) -> AppTest:
 @pytest.fixture(scope="module")
 def newest_h200() -> dict[str, object]:
     """The newest single-model H200 run of the shipped history with perf results, and the newest with accuracy."""
-    docs = [d for d in (load_artifact(p) for p in ALL_HISTORY) if d.hardware.device_name == "NVIDIA H200"]
+    docs = [d for d in _all_history() if d.hardware.device_name == "NVIDIA H200"]
     return {
         section: max((d for d in docs if getattr(d, section)), key=lambda d: d.run.started_at)
         for section in ("perf", "accuracy")
@@ -673,7 +694,7 @@ def test_a_picked_kernel_is_judged_in_the_newest_runs_that_hold_it(tmp_path, mon
     """With a kernel picked, Triage judges the newest runs holding that kernel's perf and its accuracy: the
     shipped history's newest H200 run once held only softmax, and judging it for MSELoss showed "no cases".
     The history is cut just after the newest H200 perf run that lacks some kernel, so that run is the newest."""
-    docs = sorted((load_artifact(p) for p in ALL_HISTORY), key=lambda d: d.run.started_at)
+    docs = sorted(_all_history(), key=lambda d: d.run.started_at)
     h200 = [d for d in docs if d.hardware.device_name == "NVIDIA H200" and d.perf]
     every = {r.case.split("/")[0] for d in h200 for r in d.perf}
     partial = max((d for d in h200 if {r.case.split("/")[0] for r in d.perf} < every), key=lambda d: d.run.started_at)
@@ -855,7 +876,7 @@ def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkey
     real = max(
         (
             d
-            for d in (load_artifact(p) for p in ALL_HISTORY)
+            for d in _all_history()
             if d.hardware.device_name == "NVIDIA H200"
             and any(r.value is not None for r in d.profiler)
             and all(r.launch is None for r in d.profiler)
@@ -892,9 +913,7 @@ def test_case_page_counters_read_oldest_run_first(history_dbs, monkeypatch) -> N
         "shape=4096x4096,shift=0.0"
     )
     docs = [
-        d
-        for d in (load_artifact(p) for p in ALL_HISTORY)
-        if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)
+        d for d in _all_history() if d.hardware.device_name == "NVIDIA H200" and any(r.case == case for r in d.profiler)
     ]
     assert len(docs) >= 3
     docs.sort(key=lambda d: (d.run.commit.time or d.run.started_at, d.run.started_at))

@@ -22,6 +22,7 @@ from kernelwatch.store.artifact import dumps, load_artifact, to_data
 from kernelwatch.store.engine import open_database
 from kernelwatch.store.ingest import ingest_documents
 from kernelwatch.store.schema import format_time, parse_time
+from tests.history import history_runs
 from tests.pgserver import drop_database
 from tests.test_gate_probes import slower, statuses
 
@@ -72,7 +73,7 @@ def drop_perf(doc: dict, keep) -> dict:
 # ---------------------------------------------------------------------------------------------
 def _store_history(url: str) -> None:
     engine = open_database(url)
-    ingest_documents(engine, [(p.name, load_artifact(p)) for p in sorted(HISTORY.glob("*.json.gz"))])
+    ingest_documents(engine, [(Path(p).name, doc) for p, doc in history_runs()])  # read once per process
     engine.dispose()
 
 

@@ -63,6 +63,7 @@ class Recording(Backend):
         return super().call_samples(fn, batch_ms=1.0, batches=2)
 
 
+@pytest.mark.interpreter  # the fused kernels run through Triton's interpreter
 @pytest.mark.parametrize(
     "spec,mode,timing",
     [(RMS, "eager", TIMING_WALL), (LN, "graph", TIMING_EVENTS)],
@@ -85,6 +86,7 @@ def test_a_stack_case_runs_on_the_cpu_stand_in_and_is_stored_per_layer(spec, mod
     assert sorted(stored) == pytest.approx(sorted(p / layers for p in passes))
 
 
+@pytest.mark.interpreter  # the fused kernels run through Triton's interpreter
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_the_kernel_pass_of_a_stack_computes_what_the_unfused_pass_does(spec) -> None:
     """Defect caught: a stack whose layers share a fold or a launcher they should not (every layer would give

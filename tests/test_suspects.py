@@ -13,6 +13,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from kernelwatch.cli import main
 from kernelwatch.gate import judge
 from kernelwatch.gate.judge import SUSPECT, decide
@@ -370,6 +372,7 @@ def fresh_full_run() -> dict:
     return doc
 
 
+@pytest.mark.slow  # the whole shipped history ingested and gated: about 10 s
 def test_a_fragmented_main_is_judged_and_the_report_lists_its_runs(tmp_path, cli) -> None:
     """The shipped history, every run ingested, and a fresh full run of 82 kernel timings gated with --baseline main
     (what nightly-nvidia.yml passes). Defect: the pre-issue rule exited 2 ("the run of 'main' sharing most cases

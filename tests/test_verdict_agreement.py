@@ -45,15 +45,16 @@ def build_demo() -> str:
     synth --demo-from DEMO_SOURCE` store (`make demo` without the CPU collect and the server)."""
     from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.store.artifact import load_artifact
-    from kernelwatch.store.ingest import ingest_documents, load_files
+    from kernelwatch.store.ingest import ingest_documents
     from kernelwatch.store.schema import parse_time
     from kernelwatch.store.synthetic import demo_branch
+    from tests.history import history_runs
 
     folder = Path(tempfile.mkdtemp(prefix="kw-demo-"))
     atexit.register(shutil.rmtree, folder, True)
     url = f"sqlite:///{folder / 'demo.db'}"
     engine = open_database(url)
-    ingest_documents(engine, load_files(tuple(sorted((ROOT / "ci" / "history").glob("*.json.gz")))))
+    ingest_documents(engine, list(history_runs()))  # the files `ingest` reads, read once per process
     fill_missing(engine)
     real = [r["started"] for r in queries.list_runs(engine) if not r["synthetic"] and r["started"]]
     docs = demo_branch(load_artifact(demo_source()), after=parse_time(max(real)))
@@ -310,6 +311,8 @@ def test_the_readmes_demo_numbers_are_the_demos(eng) -> None:
 WORKFLOW_BASELINE = "main"  # ci/workflows/nightly-nvidia.yml: kernelwatch gate ... --baseline main
 
 
+# Judging every run twice takes about 30 s of one core: the tests that read every_run are in the full lane only
+# (test_gate_rules.py and test_reports.py keep each rule and the terminal report in the fast lane).
 @pytest.fixture(scope="module")
 def every_run(eng) -> list[tuple[dict, dict, object]]:
     """[(run, Triage's judgement as the pages get it, the gate's result or its GateUndecided)] for every run."""
@@ -329,6 +332,7 @@ def every_run(eng) -> list[tuple[dict, dict, object]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_run_is_judged_alike_by_the_pages_and_by_the_gate_with_the_workflows_arguments(eng, every_run) -> None:
     """Triage judged the newest real run (da7e61dc, of main) against a run of branch demo/zero-output, and the
     SYNTHETIC run `slower: 8` where `gate --baseline main` said `missing 8 · suspect 19 · accuracy warning 17`."""
@@ -359,6 +363,7 @@ def test_every_run_is_judged_alike_by_the_pages_and_by_the_gate_with_the_workflo
     }
 
 
+@pytest.mark.slow
 def test_the_launch_bound_mse_move_to_graph_batch_is_re_baselined(every_run) -> None:
     """621ddb38 timed launch-bound MSELoss as a graph of 100 calls per sample: Triage called 9 cases "faster (within
     noise)" at -38% to -66%. A change of calls per sample is a new measurement, never faster or slower."""
@@ -371,23 +376,45 @@ def test_the_launch_bound_mse_move_to_graph_batch_is_re_baselined(every_run) -> 
     assert not result.failed or all(v.status != "rebaselined" for v in result.failed)
 
 
+def _check_terminal_report(run: dict, result) -> None:
+    from kernelwatch.gate.reports import ICONS, TERMINAL_WIDTH, plain
+
+    text = plain(result, Path("gate-report"))
+    for line in text.splitlines():
+        assert len(line) <= TERMINAL_WIDTH == 100, (run["id"], line)
+    assert not any(icon in text for icon in ICONS.values()), run["id"]
+    assert "\\_" not in text and "\\`" not in text and "| ---" not in text and "##" not in text, run["id"]
+    assert text.startswith(f"KernelWatch gate: {result.verdict}\n"), run["id"]
+
+
+@pytest.mark.slow
 def test_the_terminal_report_of_every_run_fits_100_columns_without_markdown_or_emoji(every_run) -> None:
     """The gate printed raw Markdown: lines up to 1,118 characters, emoji, literal \\_ and \\` escapes."""
     from kernelwatch.gate.judge import GateUndecided
-    from kernelwatch.gate.reports import ICONS, TERMINAL_WIDTH, plain
 
     checked = 0
     for run, _, result in every_run:
         if isinstance(result, GateUndecided):
             continue
-        text = plain(result, Path("gate-report"))
-        for line in text.splitlines():
-            assert len(line) <= TERMINAL_WIDTH == 100, (run["id"], line)
-        assert not any(icon in text for icon in ICONS.values()), run["id"]
-        assert "\\_" not in text and "\\`" not in text and "| ---" not in text and "##" not in text, run["id"]
-        assert text.startswith(f"KernelWatch gate: {result.verdict}\n"), run["id"]
+        _check_terminal_report(run, result)
         checked += 1
     assert checked >= 50
+
+
+def test_the_terminal_report_of_the_demo_branch_fits_100_columns_without_markdown_or_emoji(eng) -> None:
+    """The fast lane's share of the test above: the SYNTHETIC run with the planted story (slower, accuracy warnings,
+    faster: every kind of row) and the newest real run, each gated as the workflows do."""
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import tolerances
+
+    tol = tolerances(discover())
+    runs = queries.list_runs(eng, limit=1000)
+    story = max((r for r in runs if r["synthetic"]), key=lambda r: r["started"])
+    newest_real = next(r for r in runs if r["id"].startswith("da7e61dc"))
+    for run in (story, newest_real):
+        result = decide(eng, export_run(eng, run["id"]), WORKFLOW_BASELINE, tolerances=tol)
+        assert result.failed or run is newest_real, run["id"]  # the story's slowdowns are rows of the report
+        _check_terminal_report(run, result)
 
 
 def _kw(*args: str) -> subprocess.CompletedProcess:

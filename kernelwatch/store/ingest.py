@@ -140,13 +140,18 @@ def _same(stored: Any, given: Any) -> bool:
 
 
 def write_run(
-    conn: Connection, doc: RunDocument, source: str = "<artifact>", replace_synthetic: bool = False
+    conn: Connection,
+    doc: RunDocument,
+    source: str = "<artifact>",
+    replace_synthetic: bool = False,
+    digest: str | None = None,
 ) -> IngestOutcome:
     """Write one validated document inside the caller's transaction. With ``replace_synthetic``, a stored
     SYNTHETIC run of the same id and other content is deleted and written again (a demo rebuilt over changed
-    history); a real run is never replaced."""
+    history); a real run is never replaced. ``digest``: the document's :func:`content_hash` where the caller has
+    it already (a whole run's canonical JSON, hashed once per ingest)."""
     run = doc.run
-    digest = content_hash(doc)
+    digest = digest or content_hash(doc)
     n_results = len(doc.accuracy) + len(doc.perf) + len(doc.profiler)
     stored = conn.execute(select(Run.content_hash, Run.synthetic).where(Run.id == run.id)).one_or_none()
     status = "ingested"
@@ -209,10 +214,12 @@ def store_confirmations(engine: Engine, hardware: schema.Hardware, items: list[s
     return len(items)
 
 
-def _write_all(conn: Connection, docs: list[tuple[str, RunDocument]], replace_synthetic: bool) -> list[IngestOutcome]:
+def _write_all(
+    conn: Connection, docs: list[tuple[str, RunDocument]], digests: list[str], replace_synthetic: bool
+) -> list[IngestOutcome]:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_INGEST_LOCK})
-    return [write_run(conn, doc, source, replace_synthetic) for source, doc in docs]
+    return [write_run(conn, doc, source, replace_synthetic, digest) for (source, doc), digest in zip(docs, digests)]
 
 
 def _retryable(exc: SQLAlchemyError) -> bool:
@@ -231,12 +238,12 @@ def ingest_documents(
     database's own trouble (gone, full, read-only, locked past the timeout): one line, nothing stored.
     """
     docs = list(docs)
-    _no_conflicts_between(docs)
+    digests = _no_conflicts_between(docs)
     try:
         for attempt in range(_RETRIES):
             try:
                 with engine.begin() as conn:
-                    return _write_all(conn, docs, replace_synthetic)
+                    return _write_all(conn, docs, digests, replace_synthetic)
             except SQLAlchemyError as exc:
                 if attempt == _RETRIES - 1 or not _retryable(exc):
                     raise
@@ -248,13 +255,17 @@ def ingest_documents(
         raise DatabaseError(printable(f"nothing stored from {sources}: {first}")) from None
 
 
-def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> None:
+def _no_conflicts_between(docs: list[tuple[str, RunDocument]]) -> list[str]:
+    """Each document's content hash; an error where one run id comes with two contents."""
     seen: dict[str, tuple[str, str]] = {}
+    digests = []
     for source, doc in docs:
         digest = content_hash(doc)
         first = seen.setdefault(doc.run.id, (source, digest))
         if first[1] != digest:
             raise ArtifactError(f"{source}: run.id: {doc.run.id} also appears, with different content, in {first[0]}")
+        digests.append(digest)
+    return digests
 
 
 def load_files(paths: Iterable[str | Path]) -> list[tuple[str, RunDocument]]:
