@@ -68,13 +68,13 @@ def verdicts(metric: str) -> dict[str, dict[str, Any]]:
     """Run id -> the gate's decision on it (see the module's docstring); a run it cannot decide: exit 2 and why."""
     from kernelwatch.gate.judge import GateUndecided, SpecCases, decide
     from kernelwatch.kernels import discover
-    from kernelwatch.kernels.spec import case_kernels, tolerances
+    from kernelwatch.kernels.spec import case_facts, case_kernels, tolerances
     from kernelwatch.store import queries
     from kernelwatch.store.engine import open_database
     from kernelwatch.store.export import export_run
 
     specs = discover()
-    defined, tol = SpecCases(case_kernels(specs)), tolerances(specs)
+    defined, tol = SpecCases(case_kernels(specs), facts=case_facts(specs)), tolerances(specs)
     engine = open_database(history_db(), readonly=True)
     out: dict[str, dict[str, Any]] = {}
     try:

@@ -301,7 +301,8 @@ def test_launch_bound_cases_are_the_small_ones_and_every_implementation_is_batch
     ``LAUNCH_BOUND_BYTES`` (today MSELoss at 4,096 and 1,048,576 elements) get ``LAUNCH_BATCH`` calls, and
     ``time_implementation`` times with that many. Defects: a large case batched (its samples would read a warm
     L2), a small one not, or the count not reaching the timing."""
-    from kernelwatch.collect.perf import LAUNCH_BATCH, LAUNCH_BOUND_BYTES, calls_per_sample, time_implementation
+    from kernelwatch.collect.perf import LAUNCH_BATCH, calls_per_sample, time_implementation
+    from kernelwatch.kernels.names import LAUNCH_BOUND_BYTES
     from kernelwatch.kernels import discover
 
     batched, single = [], []

@@ -29,31 +29,22 @@ import torch
 
 from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
-from kernelwatch.kernels.names import TIMING_GRAPH
+from kernelwatch.kernels.names import LAUNCH_BATCH, TIMING_GRAPH, launch_bound
 from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Stack, stack_of
 from kernelwatch.store.schema import PerfResult
-
-# A case is launch-bound when it moves at most this much and computes at most this many FLOPs: on an H200 the
-# MSELoss cases of 4,096 and 1,048,576 elements (16 KiB to 8 MiB), 2-9 us a call, where one call per sample is
-# mostly launch latency. The next-smallest perf case moves 64 MiB.
-LAUNCH_BOUND_BYTES = 16 << 20
-LAUNCH_BOUND_FLOPS = 1 << 30
-# Calls per sample of a launch-bound case. Between-GPU spread of MSELoss at 4,096 elements (persistent fp32) on
-# three H200s: one call per sample 5.32-5.87 us (1.103x), 100 calls 1.95-1.98 us (1.015x); repeat spread in one
-# process 0.006-0.038 against 0.0007-0.0095 (kernelwatch/kernels/NOTES.md, "Launch-bound cases across GPUs").
-LAUNCH_BATCH = 100
 
 
 def launch_batch(nbytes: int, flops: int) -> int:
     """How many back-to-back calls one timed sample of a case of this size holds: :data:`LAUNCH_BATCH` for a
-    launch-bound case, else 1. Decided from the size, never from a measurement, so the same case is timed the
-    same way on every run and every device (``kernelwatch confirm`` applies it to both commits' sizes)."""
-    return LAUNCH_BATCH if nbytes <= LAUNCH_BOUND_BYTES and flops <= LAUNCH_BOUND_FLOPS else 1
+    launch-bound case (:func:`kernelwatch.kernels.names.launch_bound`), else 1. Decided from the size, never from a
+    measurement, so the same case is timed the same way on every run and every device (``kernelwatch confirm``
+    applies it to both commits' sizes)."""
+    return LAUNCH_BATCH if launch_bound(nbytes, flops) else 1
 
 
 def calls_per_sample(spec: KernelSpec, case: Case) -> int:
-    """:func:`launch_batch` of the case's bytes and FLOPs."""
-    return launch_batch(spec.bytes_moved(case), spec.flops(case))
+    """What the case's spec declares (``KernelSpec.facts``: :func:`launch_batch` of its size unless it says)."""
+    return spec.facts(case).calls_per_sample
 
 
 def _quantile(sorted_samples: list[float], q: float) -> float:

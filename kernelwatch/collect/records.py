@@ -85,6 +85,7 @@ def make_record(
             dtype=case.dtype,
             params=case.json_params(),
             ceiling=spec.case_ceiling(case),
+            facts=spec.facts(case).to_data(),
         ).model_dump(mode="json"),
         "accuracy": [],
         "perf": [],

@@ -106,7 +106,7 @@ def command(
     from kernelwatch.gate.judge import GateUndecided, SpecCases, check_values, decide
     from kernelwatch.gate.reports import fold, plain, publish
     from kernelwatch.kernels import discover
-    from kernelwatch.kernels.spec import case_kernels
+    from kernelwatch.kernels.spec import case_facts, case_kernels
     from kernelwatch.kernels.spec import tolerances as spec_tolerances
     from kernelwatch.output import say, terminal
     from kernelwatch.project import active_project
@@ -153,7 +153,7 @@ def command(
                 f"the candidate says it is SYNTHETIC but its branch {doc.run.commit.branch!r} is not a "
                 f"{SYNTHETIC_BRANCHES}... branch: generated runs are never judged as a real branch's"
             )
-        defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since)
+        defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since, case_facts(specs))
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, tolerances, defined)
     except Exception as exc:
         message = str(exc) if isinstance(exc, GateUndecided) else expected_message(exc)

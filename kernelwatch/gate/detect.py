@@ -16,7 +16,7 @@ benchmark share it.
   when candidate and baseline ran on different physical GPUs.
 * :func:`run_shift`: when most compared cases moved the same way, the run-wide shift.
 * :func:`machine_bound` / :func:`run_ratio`: how far a machine of the model may be slower than another, past which
-  a shift the references share is no machine's (MACHINE_BOUND, MACHINE_RUN_BOUND).
+  a shift the references share is no machine's (the model's figures: :mod:`kernelwatch.gate.machines`).
 """
 
 from __future__ import annotations
@@ -28,21 +28,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from kernelwatch.kernels.names import calls_per_sample
+from kernelwatch.gate.machines import DEFAULT, Machine
+from kernelwatch.kernels.names import NOISE_LABELS, calls_per_sample
 
 DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_FDR = 0.05
 
-# Between-run noise of a case's per-run median on one machine (each run a fresh process).
-# JITTER_MS: an absolute term. On the H200, 12 MSELoss cases x 4 repeated runs (ci/history/*repeat*.json.gz,
-# 2026-11-30) gave per-case standard deviations of the per-run median of 0.07-0.45 us at every size from
-# 5 us to 470 us: launch and clock jitter, not a share of the time. 0.5 us covers the largest.
-JITTER_MS = 0.0005
-# REL_NOISE: a relative term, docs/design.md's run-to-run study (30 processes): large memory-bound cases vary
-# by 0.03-0.3% (coefficient of variation of the per-run median).
-REL_NOISE = 0.003
+# The between-run noise floor (jitter, relative noise) and the between-machine figures are data per hardware model:
+# kernelwatch.gate.machines (the H200's measured, a named default elsewhere).
 # Without MIN_HISTORY runs of history the floor is all there is, so it is doubled: each of the 12
-# standard deviations behind JITTER_MS comes from 4 runs (3 degrees of freedom), and the true value can be
+# standard deviations behind the H200's jitter comes from 4 runs (3 degrees of freedom), and the true value can be
 # about twice such an estimate (chi-square, 3 dof: P(s < sigma / 2) = 0.14).
 MIN_HISTORY = 5
 # A history is cut at its steps before its noise is measured (_log_deviations): looser than a reported change
@@ -52,52 +47,12 @@ SEGMENT_ALPHA = 0.01
 PRIOR_FACTOR = 2.0
 # Change points (``change_points``, ``kernelwatch bisect``, the dashboard's step markers) need this many runs.
 MIN_SERIES = 6
-# Launch-bound cases are heavy-tailed (docs/design.md): most runs agree within +-5%, but 1-3 runs in 30 come
-# out 2-6x slower. Below LAUNCH_BOUND_MS (4x the ~5 us a near-empty launch takes on the H200, where the
-# 0.5 us jitter alone is 2.5% or more) one run is treated as possibly such an outlier run.
-LAUNCH_BOUND_MS = 0.02
+# Launch-bound cases (kernelwatch.kernels.names.launch_bound, declared with each case's facts) are heavy-tailed
+# (docs/design.md): most runs agree within +-5%, but 1-3 runs in 30 come out 2-6x slower: one run is treated as
+# possibly such an outlier run.
 OUTLIER_RATE = 3 / 30
 OUTLIER_FACTORS = (2.0, 6.0)
-
-# Between-machine noise (docs/design.md "Machines of one model"): the standard deviation of log(per-run median)
-# between physical GPUs of one model, per case class, used when a case's history has fewer than
-# MIN_MACHINES GPUs (and as a floor under an estimate from fewer). Measured by benchmarks/machine_spread.py
-# on ci/history (2026-11-30, H200: 2-3 GPUs per commit, the GPU UUID or the machine and device label):
-#   atomic   40 estimates: median 0.0022, p90 0.0408, max 0.0715
-#   gemm     18 estimates: median 0.0005, p90 0.0058, max 0.0087
-#   memory  140 estimates: median 0.0002, p90 0.0057, max 0.0271
-# Each class takes its largest estimate (an upper bound where each GPU measured a case once), except gemm:
-# ci/history holds RMSNorm+MatMul on three GPUs only, so the larger measurement in docs/design.md is
-# taken: one 4096^3 case over seven runs on four H200s spread 240.8-257.9 us, a standard deviation of 2.4%
-# of the median (range / 2.7 for seven values), rounded up. atomic: reductions that accumulate with atomics,
-# whose throughput differs between GPUs of one model (7-11% on the two GPUs of one host).
-MACHINE_SIGMA = {"memory": 0.027, "atomic": 0.072, "gemm": 0.025}
-ATOMIC_VARIANTS = ("atomic",)
-CLASS_NAMES = {"memory": "memory-bound", "atomic": "atomic-reduction", "gemm": "GEMM"}
 MIN_MACHINES = 3
-# A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
-# ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
-GEMM_INTENSITY = 50.0
-
-# How much slower one machine of a model may run than another: past this, a shift the same-run references share
-# is no machine of that model (a broken runner, a throttled GPU, a broken timer) and the run is unmeasured.
-# Measured by benchmarks/machine_bound.py on ci/history (2026-12-02, H200: 25 GPU groups, 11 of them by UUID;
-# p20 of each implementation's samples, robust to host delay; per-GPU median over runs of one commit):
-# MACHINE_BOUND, per case class, the largest ratio of one case's time on two GPUs (rounded up):
-#   launch (baseline < LAUNCH_BOUND_MS) 144 pairs: p99 1.52, max 1.70 (torch.compile, MSELoss 1M fp32)
-#   memory 477: p99 1.047, max 1.31 (RMSNorm+MatMul bf16 rstd_prepass, the 73812d88 two-GPU session)
-#   atomic  72: p99 1.080, max 1.11 (MSELoss atomic 268M fp16)
-#   gemm   180: p99 1.045, max 1.045 (cuBLAS beside RMSNorm+MatMul, 9b9d362d); then (2026-12-03, with three
-#     H200s of one CUDA code, --same-code 43d6c970,82af87ea,5e02f011) 352 pairs: p99 1.054, max 1.087, and run
-#     against run on two GPUs up to 1.146 (Liger, FlagGems and cuBLAS at the Llama MLP GEMM, which runs at the
-#     700 W cap with its SM clock set by what ran before: benchmarks/gemm_clock.py). 1.15: past it a GEMM case is
-#     unmeasured; within it a shared shift is "machine", and a machine slowdown past the minimum effect (0.8 of
-#     it across GPUs) is still a suspect that `kernelwatch confirm` decides.
-# MACHINE_RUN_BOUND: a whole run (the median over one class's cases shared by two GPUs of one commit, 10 pairs of
-# 4-231 cases): at most 1.0449 (launch-bound, 9b9d362d), 1.0137 memory, 1.0062 gemm, 1.0054 atomic; 1.05 for all.
-MACHINE_BOUND = {"launch": 1.71, "memory": 1.31, "atomic": 1.11, "gemm": 1.15}
-MACHINE_RUN_BOUND = 1.05
-BOUND_CLASSES = {"launch": "launch-bound", **CLASS_NAMES}
 
 # Contamination: a lower quantile "stays" when it moved by less than this share of the minimum effect.
 STAY_SHARE = 0.5
@@ -145,7 +100,7 @@ def contamination(
 
     (the median is slower past the minimum effect while the 20th percentile and the minimum moved by less
     than half of it). Both runs need at least 5 samples (a p20 of fewer is the minimum itself). Example
-    (a fresh H200, RMSNorm+MatMul rstd_prepass bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
+    (a fresh H200, RMSNorm+MatMul with its 1/rms pre-pass, bf16 16x8192): baseline median 52.2 us (p20 51.1), candidate
     samples 49.7-167.7 us, p20 51.3, median 70.8: +35.6% at the median, +0.4% at p20 -> contaminated.
     """
     base = np.asarray([v for v in baseline if v > 0], dtype=float)
@@ -159,14 +114,6 @@ def contamination(
     if math.log(med) > m and math.log(p20_c / p20_b) < STAY_SHARE * m and math.log(min_c / min_b) < STAY_SHARE * m:
         return Contamination(med, p20_c, p20_b, min_c, min_b)
     return None
-
-
-def case_class(flops: float | None, nbytes: float | None, variant: str = "") -> str:
-    """ "gemm" when the case does more than GEMM_INTENSITY flop per byte, else "atomic" for a variant in
-    ATOMIC_VARIANTS, else "memory"."""
-    if flops and nbytes and flops / nbytes > GEMM_INTENSITY:
-        return "gemm"
-    return "atomic" if variant in ATOMIC_VARIANTS else "memory"
 
 
 def between_machine_sigma(groups: dict[str, list[float]]) -> float | None:
@@ -188,21 +135,17 @@ def between_machine_sigma(groups: dict[str, list[float]]) -> float | None:
     return math.sqrt(max(0.0, float(means.var(ddof=1)) - sw2 * float(np.mean(1 / ns))))
 
 
-def machine_sigma(groups: dict[str, list[float]], klass: str) -> tuple[float, str]:
+def machine_sigma(groups: dict[str, list[float]], klass: str, model: Machine = DEFAULT) -> tuple[float, str]:
     """(sigma_m, its source) for a comparison across GPUs: the estimate from history on MIN_MACHINES or more
-    GPUs, else the larger of MACHINE_SIGMA[klass] and whatever fewer GPUs estimate."""
+    GPUs, else the larger of the model's figure for the noise class ``klass`` (``model.sigma``) and whatever fewer
+    GPUs estimate."""
     estimate = between_machine_sigma(groups)
-    default = MACHINE_SIGMA[klass]
+    default = model.sigma[klass]
     if estimate is not None and len(groups) >= MIN_MACHINES:
         return estimate, f"estimated from {len(groups)} GPUs"
     if estimate is not None and estimate > default:
         return estimate, f"estimated from {len(groups)} GPUs"
-    return default, f"default for {CLASS_NAMES[klass]} cases"
-
-
-def bound_class(klass: str, baseline_ms: float) -> str:
-    """The case class of MACHINE_BOUND: "launch" below LAUNCH_BOUND_MS, else ``klass`` (:func:`case_class`)."""
-    return "launch" if baseline_ms < LAUNCH_BOUND_MS else klass
+    return default, f"default for {NOISE_LABELS[klass]} cases"
 
 
 def between_machine_ratio(groups: dict[str, list[float]]) -> float | None:
@@ -227,13 +170,19 @@ def run_ratio(cases: list[dict[str, list[float]]], min_cases: int = RUN_SHIFT_MI
     return max(shifts) if shifts else None
 
 
-def machine_bound(estimate: float | None, klass: str) -> tuple[float, str]:
-    """(the bound on one case's machine shift, its source): MACHINE_BOUND[klass], or the history's own larger
-    ``estimate`` (:func:`between_machine_ratio` over its cases of that class)."""
-    default = MACHINE_BOUND[klass]
+def machine_bound(estimate: float | None, klass: str, model: Machine = DEFAULT) -> tuple[float, str]:
+    """(the bound on one case's machine shift, its source): the model's figure for the bound class ``klass``
+    (``model.bound``), or the history's own larger ``estimate`` (:func:`between_machine_ratio` over its cases of
+    that class)."""
+    default = model.bound[klass]
     if estimate is not None and estimate > default:
-        return estimate, f"the largest between-GPU ratio of a {BOUND_CLASSES[klass]} case in the history"
-    return default, f"the largest measured between H200s for {BOUND_CLASSES[klass]} cases"
+        return estimate, f"the largest between-GPU ratio of a {NOISE_LABELS[klass]} case in the history"
+    if model.measured:
+        return (
+            default,
+            f"the largest measured between {model.short}s for {NOISE_LABELS[klass]} cases",
+        )
+    return default, f"the default for {NOISE_LABELS[klass]} cases ({model.source})"
 
 
 @dataclass(frozen=True)
@@ -273,7 +222,7 @@ class Comparison:
 def _log_deviations(history: list[float]) -> np.ndarray:
     """|log(m_i / median of its neighbours)| for a series of per-run medians, neighbours taken within the run's
     segment: a step the history already holds (:func:`change_points` at ``SEGMENT_ALPHA``) is a change, not
-    noise. Measured across it, a real 33% speed-up of the causal softmax three runs back made a real 21% slowdown
+    noise. Measured across it, a real 33% speed-up of a softmax case three runs back made a real 21% slowdown
     of the same cases "within noise" (p = 0.18: the runs at the step deviated 40% from their neighbours)."""
     x = np.log(np.asarray(history, dtype=float))
     cuts = [0, *(c.index for c in change_points(history, alpha=SEGMENT_ALPHA)), len(x)]
@@ -291,15 +240,15 @@ def _log_deviations(history: list[float]) -> np.ndarray:
 def segment_start(history: list[float]) -> int:
     """Where the history's last segment starts: the index of its last step (:func:`change_points` at
     ``SEGMENT_ALPHA``), 0 without one. Runs before it measured other code: GPUs compared across it differ by
-    the step, not by the machine (the causal softmax's 33% speed-up read as 21.9% between-GPU noise)."""
+    the step, not by the machine (that softmax case's 33% speed-up read as 21.9% between-GPU noise)."""
     found = change_points(history, alpha=SEGMENT_ALPHA) if len(history) >= 2 else []
     return found[-1].index if found else 0
 
 
-def noise_floor(median_ms: float, factor: float = 1.0) -> float:
+def noise_floor(median_ms: float, factor: float = 1.0, model: Machine = DEFAULT) -> float:
     """Smallest believable between-run standard deviation of log(per-run median) for a case of this time:
-    sqrt((J / t)^2 + r^2) with J = JITTER_MS, r = REL_NOISE, both times ``factor``."""
-    return factor * math.hypot(JITTER_MS / median_ms, REL_NOISE)
+    sqrt((J / t)^2 + r^2) with J = ``model.jitter_ms``, r = ``model.rel_noise``, both times ``factor``."""
+    return factor * math.hypot(model.jitter_ms / median_ms, model.rel_noise)
 
 
 def outlier_p(ratio: float) -> float:
@@ -318,6 +267,8 @@ def compare_case(
     min_effect: float = DEFAULT_MIN_EFFECT,
     heavy_tailed: bool = False,
     machine: float = 0.0,
+    launch_bound: bool = False,
+    model: Machine = DEFAULT,
 ) -> Comparison:
     """Evidence that ``candidate`` samples are slower than ``baseline`` samples (milliseconds).
 
@@ -332,8 +283,8 @@ def compare_case(
       normal tail with sigma = max(1.4826 MAD of the deviations, noise_floor(t));
     * with less history: a normal tail with sigma = noise_floor(t, PRIOR_FACTOR), the measured floor
       doubled; the within-run p-value is never used alone;
-    * launch-bound cases (baseline median t < LAUNCH_BOUND_MS) also get ``outlier_p``: one run cannot be
-      told from the 2-6x outlier runs these cases have, so whatever the samples say, p >= 0.1 up to 2x
+    * ``launch_bound`` cases (the case's facts: kernelwatch.kernels.names.launch_bound) also get ``outlier_p``:
+      one run cannot be told from the 2-6x outlier runs these cases have, so whatever the samples say, p >= 0.1 up to 2x
       and falls to 0 at 6x. A sustained smaller step on such a case shows as a change point in its
       history (``change_points``, ``kernelwatch bisect``), where many runs give the evidence one cannot.
       ``heavy_tailed`` applies the same to any case: host wall time per call has such runs at every size
@@ -362,18 +313,18 @@ def compare_case(
     hist = [h for h in (history or []) if h and h > 0]
     if len(hist) >= MIN_HISTORY:
         devs = _log_deviations(hist)
-        sigma = max(1.4826 * float(np.median(devs)), noise_floor(t_base))
+        sigma = max(1.4826 * float(np.median(devs)), noise_floor(t_base, model=model))
         exceed = int(np.sum(devs >= d))
         p_between = (1 + exceed) / (len(devs) + 1) if exceed else float(stats.norm.sf(d / sigma))
         basis = "history"
     else:
         exceed = 0
-        sigma = noise_floor(t_base, PRIOR_FACTOR)
+        sigma = noise_floor(t_base, PRIOR_FACTOR, model)
         p_between = float(stats.norm.sf(d / sigma))
         basis = "floor"
     if machine > 0:
         p_between = max(p_between, float(stats.norm.sf(d / math.hypot(sigma, machine))))
-    launch_bound = heavy_tailed or t_base < LAUNCH_BOUND_MS
+    launch_bound = heavy_tailed or launch_bound
     p_out = outlier_p(ratio) if launch_bound else 0.0
     p_between = max(p_between, p_out)
     dirty = None if heavy_tailed else contamination(list(base), list(cand), min_effect)

@@ -9,7 +9,7 @@ Exit status (``GateResult.exit_code``):
   the candidate did not (missing; a kernel timing is missing whatever reference rows remain), or a result
   without a measurement (a perf row with no samples, an accuracy row with no trials), a slowdown the same-run
   references share past what machines of the model differ by (unmeasured: the machine, not the kernel, is
-  broken; ``kernelwatch.gate.detect.MACHINE_BOUND`` / ``MACHINE_RUN_BOUND``), a case whose samples absorbed host delay
+  broken; the model's machine bounds, :mod:`kernelwatch.gate.machines`), a case whose samples absorbed host delay
   (unreliable: re-measure), or a suspect not yet cleared by a stored confirmation;
 * 2: cannot decide: bad options, no baseline, or nothing comparable measured at all.
 
@@ -37,17 +37,11 @@ from sqlalchemy import Engine
 
 from kernelwatch.gate.budget import disagreements
 from kernelwatch.gate.detect import (
-    BOUND_CLASSES,
     DEFAULT_FDR,
     DEFAULT_MIN_EFFECT,
-    LAUNCH_BOUND_MS,
-    MACHINE_BOUND,
-    MACHINE_RUN_BOUND,
     Comparison,
     Shift,
     between_machine_ratio,
-    bound_class,
-    case_class,
     compare_case,
     machine_bound,
     machine_sigma,
@@ -56,6 +50,7 @@ from kernelwatch.gate.detect import (
     run_shift,
     segment_start,
 )
+from kernelwatch.gate.machines import Machine, machine_of
 from kernelwatch.gate.statuses import (
     ACCURACY_FAILED,
     ACCURACY_WARNING,
@@ -81,10 +76,12 @@ from kernelwatch.gate.statuses import (
     p_value,
 )
 from kernelwatch.kernels.names import (
-    EAGER_IMPL,
     GRAPH_TIMINGS,
     KERNEL_IMPL,
+    NOISE_GEMM,
+    NOISE_LABELS,
     TIMING_EVENTS,
+    CaseFacts,
     calls_per_sample,
 )
 from kernelwatch.store.export import export_run
@@ -109,6 +106,7 @@ from kernelwatch.store.schema import (
     hardware_fingerprint,
     is_commit_sha,
     parse_time,
+    recorded_facts,
     to_data,
 )
 from kernelwatch.store.synthetic import SYNTHETIC_BRANCHES
@@ -136,10 +134,12 @@ class SpecCases:
     """What the checked-out tree's specs define (the command line reads them through the kernel registry
     ``collect`` uses; ``gate`` imports no kernel): ``suites``: suite -> {case key: kernel};
     ``unchanged_since(commit)``: the kernels none of whose sources changed between ``commit`` and the tree (empty
-    when it cannot tell: nothing is carried over then)."""
+    when it cannot tell: nothing is carried over then); ``facts``: case key -> what its spec declares about timing it
+    (``kernelwatch.kernels.spec.case_facts``), over what a run recorded (:func:`case_facts_of`)."""
 
     suites: CaseSets
     unchanged_since: Callable[[str], set[str]] = field(default=lambda commit: set())
+    facts: Mapping[str, CaseFacts] = field(default_factory=dict)
 
     @property
     def kernels(self) -> set[str]:
@@ -617,8 +617,13 @@ def baseline_run(
 # sample per repetition; call: wall time per call with calls issued back to back (host + device), one
 # sample per batch (the collector's cost per call).
 METRICS = {"gpu": ("median_ms", "samples_ms"), "call": ("call_ms", "call_samples_ms")}
-# Same-run references of a kernel timing, preferred first: cuBLAS alone (RMSNorm+MatMul), eager PyTorch.
-REFERENCES = ("cublas_linear", EAGER_IMPL)
+
+
+def case_facts_of(candidate: RunDocument, specs: SpecCases | None) -> dict[str, CaseFacts]:
+    """Per case of the candidate, its facts (noise class, launch-bound, references: ``CaseFacts``): the checked-out
+    specs' where they define the case, else what the run recorded (or, from before it did, its rows imply:
+    ``kernelwatch.store.schema.recorded_facts``)."""
+    return {**recorded_facts(candidate), **{k: f for k, f in (specs.facts if specs else {}).items()}}
 
 
 def _histories(
@@ -867,27 +872,29 @@ def _short_uuid(uuid: str | None) -> str:
 
 
 def _reference(
-    candidate: RunDocument, base: RunDocument, case: str, column: str, klass: str
+    candidate: RunDocument, base: RunDocument, case: str, column: str, facts: CaseFacts
 ) -> tuple[str, float] | None:
-    """(what, candidate / baseline time ratio it implies) for the case's same-run reference: the first of
-    REFERENCES both runs timed, else the runs' measured ceiling for the case's class (bandwidth for
-    memory-bound cases, matmul throughput for GEMM)."""
+    """(what, candidate / baseline time ratio it implies) for the case's same-run reference: the first of its
+    facts' references both runs timed, else the runs' measured ceiling for the case's noise class (matmul
+    throughput for GEMM, bandwidth for the others)."""
+    refs = facts.reference_names
 
     def timed(doc: RunDocument) -> dict[str, float]:
         return {
             p.implementation: getattr(p, column)
             for p in doc.perf
-            if p.case == case and p.implementation in REFERENCES and getattr(p, column)
+            if p.case == case and p.implementation in refs and getattr(p, column)
         }
 
     mine, theirs = timed(candidate), timed(base)
-    for impl in REFERENCES:
+    for impl in refs:
         if impl in mine and impl in theirs:
             return impl, mine[impl] / theirs[impl]
-    ceiling = "peak_tflops" if klass == "gemm" else "peak_gbps"
+    gemm = facts.noise == NOISE_GEMM
+    ceiling = "peak_tflops" if gemm else "peak_gbps"
     now, before = getattr(candidate.hardware, ceiling), getattr(base.hardware, ceiling)
     if now and before:
-        return f"the measured {'matmul' if klass == 'gemm' else 'bandwidth'} ceiling", before / now
+        return f"the measured {'matmul' if gemm else 'bandwidth'} ceiling", before / now
     return None
 
 
@@ -903,9 +910,9 @@ def _gpu_groups(history: list[tuple[float, str | None]]) -> dict[str, list[float
 
 @dataclass(frozen=True)
 class MachineBound:
-    """How much slower a machine of this model may run than another: per bound class
-    (``kernelwatch.gate.detect.bound_class``) for one case, and for a whole run; the history's estimates where they are
-    larger than the measured defaults."""
+    """How much slower a machine of this model may run than another: per bound class (``CaseFacts.bound_class``)
+    for one case, and for a whole run; the history's estimates where they are larger than the model's figures
+    (:mod:`kernelwatch.gate.machines`)."""
 
     per_class: dict[str, tuple[float, str]]
     run: float
@@ -915,19 +922,22 @@ class MachineBound:
 def _machine_bounds(
     compared: list[tuple[CaseVerdict, Comparison, str]],
     gpu_groups: dict[str, dict[str, list[float]]],
-    class_of: dict[str, str],
+    facts: Mapping[str, CaseFacts],
+    model: Machine,
 ) -> MachineBound:
     estimates: dict[str, float] = {}
-    for v, c, _ in compared:
+    for v, _, _ in compared:
         ratio = between_machine_ratio(gpu_groups[v.case])
-        klass = bound_class(class_of[v.case], c.baseline_ms)
+        klass = facts[v.case].bound_class
         if ratio is not None:
             estimates[klass] = max(ratio, estimates.get(klass, ratio))
-    per_class = {klass: machine_bound(estimates.get(klass), klass) for klass in MACHINE_BOUND}
+    per_class = {klass: machine_bound(estimates.get(klass), klass, model) for klass in model.bound}
     whole = run_ratio([gpu_groups[v.case] for v, _, _ in compared])
-    if whole is not None and whole > MACHINE_RUN_BOUND:
+    if whole is not None and whole > model.run_bound:
         return MachineBound(per_class, whole, "the largest whole-run ratio between two GPUs in the history")
-    return MachineBound(per_class, MACHINE_RUN_BOUND, "the largest measured between two H200 runs")
+    if model.measured:
+        return MachineBound(per_class, model.run_bound, f"the largest measured between two {model.short} runs")
+    return MachineBound(per_class, model.run_bound, f"the default ({model.source})")
 
 
 def _model(candidate: RunDocument) -> str:
@@ -1032,7 +1042,7 @@ class PerfFacts:
     * ``shift``: the run-wide shift of the compared kernels (None: none past chance);
     * ``reference`` / ``reference_ratio``: the same-run reference and its candidate / baseline ratio (None: none);
     * ``bound_class`` and ``machine_limit``: the case's class for :class:`MachineBound`
-    (``kernelwatch.gate.detect.bound_class``)
+    (``CaseFacts.bound_class``)
       and how much slower a machine of the model may run for it, with where that figure comes from;
     * ``model``: the device's name; ``branch``: the baseline branch (its history judged the noise);
     * ``note``: what else the message says (another GPU, another timing method).
@@ -1142,7 +1152,7 @@ def past_machine_bound(f: PerfFacts) -> Judged | None:
     c = f.comparison
     past = (
         f"this machine ran {ratio:.3g}x slower than the baseline's ({f.reference}), past the {limit:.3g}x any "
-        f"{f.model} in the history ran slower than another for {BOUND_CLASSES[f.bound_class]} cases ({source}): "
+        f"{f.model} in the history ran slower than another for {NOISE_LABELS[f.bound_class]} cases ({source}): "
         "re-run on a healthy runner"
     )
     return Judged(UNMEASURED, f"{past} ({c.effect:+.1%}, {f.times}; {f.why}){f.tail}")
@@ -1212,14 +1222,17 @@ def _judge_perf(
     candidate: RunDocument,
     base: RunDocument,
     kernel_of: dict[str, str],
-    fingerprint: str,
+    facts: Mapping[str, CaseFacts],
     min_effects: dict[str, float],
 ) -> int:
-    """Perf verdicts (FDR-controlled across the compared cases) by INPUT_RULES, then PERF_RULES; returns how many
-    cases were compared."""
+    """Perf verdicts (FDR-controlled across the compared cases) by INPUT_RULES, then PERF_RULES, each case judged
+    by its ``facts`` (noise class, launch-bound, same-run references) and the model's figures
+    (:mod:`kernelwatch.gate.machines`); returns how many cases were compared."""
     median, samples = METRICS[result.metric]
     base_perf = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
-    variant_of = {c.key: c.variant for c in candidate.cases}
+    model = machine_of(candidate.hardware.device_name)
+    if not model.measured:
+        result.notes.append(f"machine bounds and noise: {model.describe(candidate.hardware.device_name)}")
     branch = result.baseline["branch"]
     histories, judges = _histories(engine, candidate, branch, median)
     result.notes.append(
@@ -1230,7 +1243,6 @@ def _judge_perf(
     compared: list[tuple[CaseVerdict, Comparison, str]] = []
     other_gpu: set[str] = set()
     gpu_groups: dict[str, dict[str, list[float]]] = {}  # per case: its history's per-run times per GPU
-    class_of: dict[str, str] = {}
     for p in candidate.perf:
         if p.implementation != KERNEL_IMPL:
             continue
@@ -1248,12 +1260,12 @@ def _judge_perf(
             continue
         effect = min_effects.get(p.case, min_effects.get(kernel, result.min_effect))
         history = histories.get(p.case, [])
-        klass = case_class(p.flops, p.bytes, variant_of[p.case])
+        case = facts[p.case]
         note, sigma_m = "", 0.0
         groups = _gpu_groups(history)
-        gpu_groups[p.case], class_of[p.case] = groups, klass
+        gpu_groups[p.case] = groups
         if p.device_uuid != b.device_uuid:
-            sigma_m, source = machine_sigma(groups, klass)
+            sigma_m, source = machine_sigma(groups, case.noise, model)
             where = (
                 f"baseline from another GPU ({_short_uuid(b.device_uuid)}, candidate on {_short_uuid(p.device_uuid)})"
                 if b.device_uuid and p.device_uuid
@@ -1270,6 +1282,8 @@ def _judge_perf(
             effect,
             heavy_tailed=result.metric == "call",
             machine=sigma_m,
+            launch_bound=case.launch_bound,
+            model=model,
         )
         if c.contaminated is not None and p.timing in GRAPH_TIMINGS:
             # replayed from a CUDA graph, a sample holds no host time: a median that moves while p20 stays
@@ -1277,7 +1291,7 @@ def _judge_perf(
             c = replace(c, contaminated=None)
         v.comparison, v.effect, v.p_value = c, c.effect, c.p
         v.time_ms, v.baseline_ms = c.candidate_ms, c.baseline_ms
-        ref = _reference(candidate, base, p.case, median, klass)
+        ref = _reference(candidate, base, p.case, median, case)
         if ref is not None:
             v.reference, v.reference_ratio = ref
         if result.metric == "gpu" and p.timing != b.timing:
@@ -1305,10 +1319,10 @@ def _judge_perf(
             f"minimum effect (median {shift.ratio - 1:+.1%}, sign test {p_text(shift.p)}): "
             "judged as one change, not as each case's noise"
         )
-    bound = _machine_bounds(compared, gpu_groups, class_of)
+    bound = _machine_bounds(compared, gpu_groups, facts, model)
     for v, c, note in compared:
-        klass = bound_class(class_of[v.case], c.baseline_ms)
-        facts = PerfFacts(
+        klass = facts[v.case].bound_class
+        judging = PerfFacts(
             c,
             id(c) in found,
             shift,
@@ -1320,7 +1334,7 @@ def _judge_perf(
             branch,
             note,
         )
-        judged = first_answer(PERF_RULES, facts)
+        judged = first_answer(PERF_RULES, judging)
         v.status, v.message = judged.status, judged.message
     broken = _broken_machine(shift, compared, bound, candidate)
     if broken is not None:  # a regression stays one; nothing else this machine measured passes or warns
@@ -1388,7 +1402,8 @@ def decide(
     retired = retire(result, candidate, base, expected, specs)
 
     measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
-    measured += _judge_perf(result, engine, candidate, base, kernel_of, fingerprint, min_effects)
+    facts = case_facts_of(candidate, specs)
+    measured += _judge_perf(result, engine, candidate, base, kernel_of, facts, min_effects)
     missing = _missing(candidate, base, expected)
     result.verdicts += retired
     references = _reference_rows(candidate)
@@ -1464,7 +1479,7 @@ def _suspect_reasons(v: CaseVerdict, unlike: list[str]) -> list[str]:
     why = list(unlike)
     if v.status in UNDECIDED:
         why.append(f"the statistics called it {v.status}")
-    if why and c.launch_bound and c.baseline_ms < LAUNCH_BOUND_MS:
+    if why and c.launch_bound:  # GPU time only (mark_suspects): the case's facts, not --metric call's tails
         why.append(
             f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ this much"
         )
@@ -1671,6 +1686,8 @@ def speedup_tests(engine: Engine, candidate: RunDocument, result: GateResult) ->
             quick[p.case].min_effect,
             heavy_tailed=result.metric == "call",
             machine=quick[p.case].machine_sigma,
+            launch_bound=quick[p.case].launch_bound,
+            model=machine_of(candidate.hardware.device_name),
         )
         for p in candidate.perf
         if p.implementation == KERNEL_IMPL and p.case in quick

@@ -1,10 +1,14 @@
-"""Names every layer shares: implementations, their display labels, vendors, ceilings. Imports nothing.
+"""Names every layer shares: implementations, their display labels, vendors, ceilings, case facts. Imports nothing
+of the project (and no torch).
 
 The one definition of these facts. ``db``, ``ci`` and ``dashboard`` import this module (and only this one
 from ``kernels``): importing it runs no torch, no Triton (``kernelwatch/kernels/__init__.py`` loads its kernels lazily).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 KERNEL_IMPL = "triton"  # the kernel under test; every spec's implementations include it
 EAGER_IMPL = "torch_eager"  # eager PyTorch: the speedup baseline (speedup = t(eager) / t(kernel))
@@ -21,7 +25,8 @@ PEER_IMPLS = (LIGER_IMPL, FLAGGEMS_IMPL, APEX_IMPL)
 PEER_LABELS = {LIGER_IMPL: "peer: Liger-Kernel", FLAGGEMS_IMPL: "peer: FlagGems", APEX_IMPL: "peer: apex (Megatron)"}
 
 # A kernel's own same-run references (not peers: part of its spec, e.g. the GEMM alone), as a page names them.
-REFERENCE_LABELS = {"cublas_linear": "cuBLAS (F.linear)", "torch_rms_norm": "PyTorch F.rms_norm + F.linear"}
+CUBLAS_IMPL = "cublas_linear"  # the fused norm+GEMM kernels' GEMM alone (F.linear): their first same-run reference
+REFERENCE_LABELS = {CUBLAS_IMPL: "cuBLAS (F.linear)", "torch_rms_norm": "PyTorch F.rms_norm + F.linear"}
 ALL_LABELS = {**LABELS, **PEER_LABELS, **REFERENCE_LABELS}
 
 
@@ -61,3 +66,107 @@ def calls_per_sample(timing: str | None) -> str:
     re-baselines it, the charts break their line at it, change points and bisect never cross it. Unrecorded
     timings (older runs) were one call per sample."""
     return "a batch of calls" if timing == TIMING_GRAPH_BATCH else "one call"
+
+
+# Noise classes: what a case's time is bound by, which decides how it varies between runs and between machines of
+# one model (the gate's between-machine noise and machine bounds are data per class: kernelwatch.gate.machines).
+# Declared by a kernel's spec (KernelSpec.facts); ``memory`` and ``gemm`` follow from its bytes and FLOPs
+# (:func:`work_class`), an atomic reduction only its spec can tell.
+NOISE_MEMORY, NOISE_ATOMIC, NOISE_GEMM = "memory", "atomic-reduction", "gemm"
+NOISE_CLASSES = (NOISE_MEMORY, NOISE_ATOMIC, NOISE_GEMM)
+# A launch-bound case's spread is launch latency's, whatever bounds its work: its own class beside these.
+NOISE_LAUNCH = "launch-bound"
+NOISE_LABELS = {
+    NOISE_LAUNCH: "launch-bound",
+    NOISE_MEMORY: "memory-bound",
+    NOISE_ATOMIC: "atomic-reduction",
+    NOISE_GEMM: "GEMM",
+}
+# A case is GEMM-class above this many floating-point operations per byte moved (the [4096]^3 matmuls have
+# ~750; decode [16, 8192] GEMV 16, MSELoss 0.75, softmax 1.25).
+GEMM_INTENSITY = 50.0
+# A case is launch-bound when it moves at most this much and computes at most this many FLOPs: on an H200 the
+# MSELoss cases of 4,096 and 1,048,576 elements (16 KiB to 8 MiB), 2-9 us a call, where one call per sample is
+# mostly launch latency. The next-smallest perf case moves 64 MiB. The one definition of launch-bound: the collector
+# batches such cases' calls (LAUNCH_BATCH), the gate gives them the outlier-run term and the launch-bound machine bound.
+LAUNCH_BOUND_BYTES = 16 << 20
+LAUNCH_BOUND_FLOPS = 1 << 30
+# Calls per sample of a launch-bound case. Between-GPU spread of MSELoss at 4,096 elements (persistent fp32) on
+# three H200s: one call per sample 5.32-5.87 us (1.103x), 100 calls 1.95-1.98 us (1.015x); repeat spread in one
+# process 0.006-0.038 against 0.0007-0.0095 (kernelwatch/kernels/NOTES.md, "Launch-bound cases across GPUs").
+LAUNCH_BATCH = 100
+
+
+def work_class(nbytes: float | None, flops: float | None) -> str:
+    """``gemm`` above GEMM_INTENSITY flop per byte, else ``memory`` (an atomic reduction is declared by its spec)."""
+    return NOISE_GEMM if flops and nbytes and flops / nbytes > GEMM_INTENSITY else NOISE_MEMORY
+
+
+def launch_bound(nbytes: float | None, flops: float | None) -> bool:
+    """At most LAUNCH_BOUND_BYTES moved and LAUNCH_BOUND_FLOPS computed (unknown sizes: not launch-bound)."""
+    return nbytes is not None and nbytes <= LAUNCH_BOUND_BYTES and (flops or 0) <= LAUNCH_BOUND_FLOPS
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """What a case's spec declares about timing it, recorded with the case in every run (``CaseInfo.facts``) and
+    read by the gate (from the checked-out specs where they define the case, else from the run):
+
+    * ``noise``: its noise class (one of NOISE_CLASSES) and ``launch_bound`` (:func:`launch_bound`);
+    * ``calls_per_sample``: how many back-to-back calls one timed sample holds (LAUNCH_BATCH when launch-bound);
+    * ``references``: its same-run references, preferred first, as (implementation, label): what tells a slower
+      machine from a slower kernel (eager PyTorch last, every case has it);
+    * ``peers``: the other projects' implementations its spec may time beside it (never gating).
+    """
+
+    noise: str
+    launch_bound: bool
+    calls_per_sample: int
+    references: tuple[tuple[str, str], ...]
+    peers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISE_CLASSES:
+            raise ValueError(f"noise class {self.noise!r} is not one of {', '.join(NOISE_CLASSES)}")
+        if isinstance(self.calls_per_sample, bool) or not isinstance(self.calls_per_sample, int):
+            raise ValueError(f"calls_per_sample must be a whole number, got {self.calls_per_sample!r}")
+        if self.calls_per_sample < 1:
+            raise ValueError(f"calls_per_sample must be at least 1, got {self.calls_per_sample}")
+        if not isinstance(self.launch_bound, bool):
+            raise ValueError(f"launch_bound must be true or false, got {self.launch_bound!r}")
+
+    @property
+    def bound_class(self) -> str:
+        """NOISE_LAUNCH for a launch-bound case, else its noise class: the key of the machine bounds."""
+        return NOISE_LAUNCH if self.launch_bound else self.noise
+
+    @property
+    def reference_names(self) -> tuple[str, ...]:
+        return tuple(impl for impl, _ in self.references)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "noise": self.noise,
+            "launch_bound": self.launch_bound,
+            "calls_per_sample": self.calls_per_sample,
+            "references": [list(r) for r in self.references],
+            "peers": list(self.peers),
+        }
+
+    @classmethod
+    def from_data(cls, data: Any) -> CaseFacts:
+        """The facts of :meth:`to_data`'s shape; ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"case facts must be an object, got {type(data).__name__}")
+        fields = {"noise", "launch_bound", "calls_per_sample", "references", "peers"}
+        if set(data) != fields:
+            odd = sorted(set(data) ^ fields)
+            raise ValueError(f"case facts must hold exactly {', '.join(sorted(fields))} (not: {', '.join(odd)})")
+        refs, peers = data["references"], data["peers"]
+        if not isinstance(refs, list) or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(s, str) and s for s in r) for r in refs
+        ):
+            raise ValueError("case facts: references must be a list of [implementation, label] pairs of text")
+        if not isinstance(peers, list) or not all(isinstance(p, str) and p for p in peers):
+            raise ValueError("case facts: peers must be a list of implementation names")
+        return cls(data["noise"], data["launch_bound"], data["calls_per_sample"], tuple(map(tuple, refs)), tuple(peers))

@@ -21,8 +21,14 @@ from kernelwatch.kernels.names import (  # noqa: F401 - the specs' peers
     EAGER_IMPL,
     FLAGGEMS_IMPL,
     KERNEL_IMPL,
+    LABELS,
+    LAUNCH_BATCH,
     LIGER_IMPL,
+    NOISE_CLASSES,
     PEER_IMPLS,
+    CaseFacts,
+    launch_bound,
+    work_class,
 )
 
 DTYPES: dict[str, torch.dtype] = {
@@ -164,6 +170,11 @@ class KernelSpec:
     * ``plan_sample``: the launch-plan test starts every n-th accuracy case in the interpreter under each
       simulated device (4n off Ascend): 1 for kernels with few cases, more where the suite is large.
     * ``public``: the module's public API, exported as ``kernels.<name>``.
+    * The facts the gate reads (:meth:`facts`, recorded with each case of a run): ``noise(case)``, the case's noise
+      class (``kernelwatch.kernels.names.NOISE_CLASSES``; None: from its bytes and FLOPs, ``work_class``: an atomic
+      reduction must say so); ``references(case)``, its same-run references other than eager PyTorch, preferred
+      first, as (implementation, label) (eager PyTorch is always the last); ``peers``, the other projects'
+      implementations (``PEER_IMPLS``) its ``implementations`` may add where they import.
     """
 
     name: str
@@ -184,12 +195,33 @@ class KernelSpec:
     plan_sample: int = 1
     public: tuple[str, ...] = ()
     doc: str = ""
+    noise: Callable[[Case], str] | None = None
+    references: Callable[[Case], tuple[tuple[str, str], ...]] = field(default=lambda case: ())
+    peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.bound not in BOUNDS:
             raise ValueError(f"KernelSpec {self.name!r}: bound must be one of {BOUNDS}, got {self.bound!r}")
         if self.plan_sample < 1:
             raise ValueError(f"KernelSpec {self.name!r}: plan_sample must be >= 1, got {self.plan_sample}")
+        odd = [p for p in self.peers if p not in PEER_IMPLS]
+        if odd:
+            raise ValueError(f"KernelSpec {self.name!r}: peers {odd} are not among {PEER_IMPLS}")
+
+    def facts(self, case: Case) -> CaseFacts:
+        """What the gate knows of timing ``case`` (:class:`~kernelwatch.kernels.names.CaseFacts`): its noise class
+        (``noise``, else from its size), whether it is launch-bound and so timed :data:`LAUNCH_BATCH` calls per
+        sample (from its size: ``kernelwatch.kernels.names.launch_bound``), its same-run references (``references``,
+        then eager PyTorch) and its peers."""
+        nbytes, flops = self.bytes_moved(case), self.flops(case)
+        noise = self.noise(case) if self.noise is not None else work_class(nbytes, flops)
+        if noise not in NOISE_CLASSES:
+            raise ValueError(f"KernelSpec {self.name!r}: noise of {case.key} is {noise!r}, not one of {NOISE_CLASSES}")
+        short = launch_bound(nbytes, flops)
+        refs = tuple((impl, label) for impl, label in self.references(case) if impl != EAGER_IMPL)
+        return CaseFacts(
+            noise, short, LAUNCH_BATCH if short else 1, (*refs, (EAGER_IMPL, LABELS[EAGER_IMPL])), tuple(self.peers)
+        )
 
     def variant_names(self) -> tuple[str, ...]:
         """``variants``, or the variants of its cases in order of first appearance."""
@@ -259,6 +291,12 @@ def tolerances(specs: Mapping[str, KernelSpec]) -> dict[str, tuple[float, float]
     """(rtol, atol) of every accuracy case of ``specs`` (``kernels.discover()``), by case key: what the gate checks
     a stored accuracy row's tolerance against."""
     return {c.key: (c.tol.rtol, c.tol.atol) for spec in specs.values() for c in spec.accuracy_cases() if c.tol}
+
+
+def case_facts(specs: Mapping[str, KernelSpec]) -> dict[str, CaseFacts]:
+    """The facts (:meth:`KernelSpec.facts`) of every perf case ``specs`` define, by case key: what the gate reads
+    for the cases the checked-out tree defines."""
+    return {c.key: spec.facts(c) for spec in specs.values() for c in spec.perf_cases()}
 
 
 def case_kernels(specs: Mapping[str, KernelSpec]) -> dict[str, dict[str, str]]:

@@ -119,6 +119,14 @@ def _case_ids(conn: Connection, doc: RunDocument, source: str) -> dict[str, int]
                 .where(Case.key.in_(keys_of[start : start + 500]), or_(Case.ceiling.is_(None), Case.ceiling != ceiling))
                 .values(ceiling=ceiling)
             )
+    # So do its facts (kernelwatch.kernels.names.CaseFacts): the newest statement stands.
+    facts: dict[str, list[str]] = {}
+    for key, case in given.items():
+        if case["facts"] is not None:
+            facts.setdefault(json.dumps(case["facts"], sort_keys=True), []).append(key)
+    for value, keys_of in facts.items():
+        for start in range(0, len(keys_of), 500):
+            conn.execute(update(Case).where(Case.key.in_(keys_of[start : start + 500])).values(facts=json.loads(value)))
     return ids
 
 

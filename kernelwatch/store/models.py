@@ -116,6 +116,7 @@ class Case(Base):
     dtype: Mapped[str] = mapped_column(String(TAG_LEN))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     ceiling: Mapped[str | None] = mapped_column(String(TAG_LEN))  # copy / read (kernelwatch.kernels.names.CEILINGS)
+    facts: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # schema.CaseInfo.facts: the spec's, as the ceiling
 
 
 class AccuracyResult(Base):

@@ -36,7 +36,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kernelwatch.kernels.names import CEILINGS
+from kernelwatch.kernels.names import (
+    CEILINGS,
+    EAGER_IMPL,
+    KERNEL_IMPL,
+    LABELS,
+    LAUNCH_BATCH,
+    NOISE_ATOMIC,
+    NOISE_GEMM,
+    REFERENCE_LABELS,
+    TIMING_GRAPH_BATCH,
+    CaseFacts,
+    launch_bound,
+    work_class,
+)
 
 SCHEMA = "kernelwatch.run/1"
 TRIGGERS = ("pr", "nightly", "manual")
@@ -380,6 +393,17 @@ class CaseInfo(Record):
         description="The measured bandwidth that is the case's 100%: copy, or read for a "
         "read-only stream (from the kernel's spec); None in runs from before it was recorded.",
     )
+    facts: dict[str, Any] | None = Field(
+        default=None,
+        description="What the kernel's spec declares about timing the case (kernelwatch.kernels.names.CaseFacts: "
+        "noise class, launch-bound, calls per sample, same-run references, peers); None in runs from before it "
+        "was recorded (recorded_facts reads theirs off their rows).",
+    )
+
+    @field_validator("facts", mode="after")
+    @classmethod
+    def _facts(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else CaseFacts.from_data(value).to_data()
 
     @field_validator("params", mode="after")
     @classmethod
@@ -586,7 +610,7 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
     "hardware": ("peak_read_gbps", "sm_clock_mhz"),
     "accuracy": ("kind",),
     "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
-    "cases": ("ceiling",),
+    "cases": ("ceiling", "facts"),
     "profiler": ("launch",),
 }
 
@@ -623,6 +647,40 @@ def upgrade_document(data: Any) -> Any:
                 item["host"] = host
         items.append(item)
     return {**data, "perf": items}
+
+
+# The implementation names a run from before case facts were recorded used for its same-run references, preferred
+# first, and the variant of KernelWatch's own atomic reduction then: what recorded_facts reads old runs with.
+LEGACY_REFERENCES = ("cublas_linear", EAGER_IMPL)
+LEGACY_ATOMIC_VARIANTS = ("atomic",)
+
+
+def recorded_facts(doc: RunDocument) -> dict[str, CaseFacts]:
+    """Per case key, the facts the run recorded (``CaseInfo.facts``); a case of a run from before they were, its
+    facts as that run's code held them, read off its rows once, here: the noise class from its kernel timing's bytes
+    and FLOPs (an atomic reduction by its variant), launch-bound and calls per sample from its size (or a
+    graph-batch timing), references: those of LEGACY_REFERENCES it timed."""
+    out: dict[str, CaseFacts] = {}
+    timed: dict[str, set[str]] = {}
+    kernel_rows = {}
+    for p in doc.perf:
+        timed.setdefault(p.case, set()).add(p.implementation)
+        if p.implementation == KERNEL_IMPL:
+            kernel_rows[p.case] = p
+    for c in doc.cases:
+        if c.facts is not None:
+            out[c.key] = CaseFacts.from_data(c.facts)
+            continue
+        p = kernel_rows.get(c.key)
+        nbytes, flops = (p.bytes, p.flops) if p is not None else (None, None)
+        noise = work_class(nbytes, flops)
+        if noise != NOISE_GEMM and c.variant in LEGACY_ATOMIC_VARIANTS:
+            noise = NOISE_ATOMIC
+        short = launch_bound(nbytes, flops) or (p is not None and p.timing == TIMING_GRAPH_BATCH)
+        refs = [impl for impl in LEGACY_REFERENCES if impl in timed.get(c.key, ()) or impl == EAGER_IMPL]
+        labels = {**LABELS, **REFERENCE_LABELS}
+        out[c.key] = CaseFacts(noise, short, LAUNCH_BATCH if short else 1, tuple((impl, labels[impl]) for impl in refs))
+    return out
 
 
 def physical_from_notes(notes: str | None) -> tuple[dict[str, str], str | None]:
@@ -915,6 +973,7 @@ def canonical(doc: RunDocument) -> dict[str, Any]:
     # not something the run measured: an old artifact and its export, which names the ceiling, hash alike.
     for item in data["cases"]:
         item.pop("ceiling", None)
+        item.pop("facts", None)  # the spec's word too, stored per case as the ceiling is
     # Confirmations are verdicts about the run's commit reached later, not what the run measured.
     data.pop("confirmations", None)
     # The physical device a run's notes already state is not new content (runs from before the fields

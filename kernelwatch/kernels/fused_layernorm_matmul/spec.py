@@ -41,6 +41,7 @@ from kernelwatch.kernels.fused_layernorm_matmul.api import (
     fused_layernorm_matmul_forward,
 )
 from kernelwatch.kernels.fused_layernorm_matmul.plans import NAME, VARIANTS, plan_forward
+from kernelwatch.kernels.names import CUBLAS_IMPL, label
 from kernelwatch.kernels.norm_gemm import (
     RTOL,
     accumulation_atol,
@@ -143,7 +144,7 @@ def _perf_cases() -> list[Case]:
             for shape, n in PERF_POINTS:
                 target = None
                 if variant == "fold_gamma":
-                    target = Target(max_ratio_to=("cublas_linear", TARGET_RATIO), source=TARGETS_DOC)
+                    target = Target(max_ratio_to=(CUBLAS_IMPL, TARGET_RATIO), source=TARGETS_DOC)
                 cases.append(
                     Case.make(
                         NAME,
@@ -266,7 +267,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         KERNEL_IMPL: lambda: fused_layernorm_matmul_forward(x, w, g, beta, b, eps, case.variant),
         EAGER_IMPL: lambda: eager_layernorm_linear(x, w, g, beta, b, eps),
         COMPILE_IMPL: lambda: compiled(x, w, g, beta, b, eps),
-        "cublas_linear": lambda: torch.nn.functional.linear(x, w, b),
+        CUBLAS_IMPL: lambda: torch.nn.functional.linear(x, w, b),
     }
 
 
@@ -286,6 +287,11 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Step, ...]:
     return plan_forward(m, n, k, case.dtype, case.variant, True, device, case_dense(case)).steps
 
 
+def _references(case: Case) -> tuple[tuple[str, str], ...]:
+    """The GEMM alone, timed beside every single-call case (a stack case times the kernel and its peers only)."""
+    return () if "layers" in case.p else ((CUBLAS_IMPL, label(CUBLAS_IMPL)),)
+
+
 SPEC = KernelSpec(
     name=NAME,
     accuracy_cases=_accuracy_cases,
@@ -301,6 +307,8 @@ SPEC = KernelSpec(
     launch_plans=_launch_plans,
     bound="compute",
     variants=VARIANTS,
+    references=_references,
+    peers=(LIGER_IMPL, FLAGGEMS_IMPL),
     plan_sample=3,
     public=("fused_layernorm_matmul", "FusedLayerNormLinear"),
     doc=__doc__ or "",

@@ -32,6 +32,7 @@ from kernelwatch.kernels.fused_rmsnorm_matmul.api import (
     fused_rmsnorm_matmul_forward,
 )
 from kernelwatch.kernels.fused_rmsnorm_matmul.plans import NAME, VARIANTS, plan_forward
+from kernelwatch.kernels.names import CUBLAS_IMPL, label
 from kernelwatch.kernels.norm_gemm import (
     RTOL,
     accumulation_atol,
@@ -145,7 +146,7 @@ def _perf_cases() -> list[Case]:
                 if variant == "fold_gamma" and ratio is not None:
                     big = shape == (1024, 8192)
                     target = Target(
-                        max_ratio_to=("cublas_linear", ratio),
+                        max_ratio_to=(CUBLAS_IMPL, ratio),
                         min_speedup_vs_eager=2 if big else None,
                         min_speedup_vs_compile=1.0 if big else None,
                         source=TARGETS_DOC,
@@ -268,7 +269,7 @@ def _implementations(case: Case, inputs: dict) -> dict:
         EAGER_IMPL: lambda: eager_rmsnorm_linear(x, w, g, b, eps),
         "torch_rms_norm": lambda: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (k,), g, eps), w, b),
         COMPILE_IMPL: lambda: compiled(x, w, g, b, eps),
-        "cublas_linear": lambda: torch.nn.functional.linear(x, w, b),
+        CUBLAS_IMPL: lambda: torch.nn.functional.linear(x, w, b),
     }
     liger = liger_rms_norm(x.device)
     if liger is not None:  # Liger-Kernel's RMSNorm (its default Llama casting), then cuBLAS
@@ -296,6 +297,11 @@ def _launch_plans(case: Case, device: DeviceInfo) -> tuple[Step, ...]:
     return plan_forward(m, n, k, case.dtype, case.variant, bool(case.p["bias"]), device, case_dense(case))
 
 
+def _references(case: Case) -> tuple[tuple[str, str], ...]:
+    """The GEMM alone, timed beside every single-call case (a stack case times the kernel and its peers only)."""
+    return () if "layers" in case.p else ((CUBLAS_IMPL, label(CUBLAS_IMPL)),)
+
+
 SPEC = KernelSpec(
     name=NAME,
     accuracy_cases=_accuracy_cases,
@@ -312,6 +318,8 @@ SPEC = KernelSpec(
     launch_plans=_launch_plans,
     bound="compute",
     variants=VARIANTS,
+    references=_references,
+    peers=(LIGER_IMPL, FLAGGEMS_IMPL),
     public=("fused_rmsnorm_matmul", "FusedRMSLinear"),
     doc=__doc__ or "",
 )

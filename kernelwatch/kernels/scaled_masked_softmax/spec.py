@@ -343,6 +343,7 @@ SPEC = KernelSpec(
     # reduction) and takes an exponential per element: the MSELoss document's mte3 and vec ideals do not apply.
     profiler_ideals={"aiv_mte3_ratio": None, "aiv_vec_ratio": None},
     variants=("masked", "causal"),
+    peers=(APEX_IMPL,),
     public=("scaled_masked_softmax", "scaled_upper_triang_masked_softmax"),
     doc=__doc__ or "",
 )
