@@ -102,7 +102,11 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
     gate's minimum effect either way; a case the two machines already tell apart (the atomic MSELoss at
     268M elements differs by ~10% between the two GPUs of the x2 host) would test the machines, not the
     planted step: faster on the candidate's GPU, it hides the step."""
-    from kernelwatch.gate.detect import ATOMIC_VARIANTS
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.names import NOISE_ATOMIC
+    from kernelwatch.kernels.spec import case_facts
+
+    atomic = {key for key, f in case_facts(discover()).items() if f.noise == NOISE_ATOMIC}
 
     chosen: list[str] = []
     for family in (MEMORY_BOUND, MATMUL, MEMORY_BOUND):
@@ -112,7 +116,7 @@ def default_plants(shared: set[str], kernel_of: dict[str, str], times: dict[str,
                 for c in shared & quiet
                 if kernel_of.get(c) == kernel
                 and c in times
-                and c.split("/")[1] not in ATOMIC_VARIANTS
+                and c not in atomic
                 and not any(kernel_of.get(x) == kernel for x in chosen)
             ]
             if pool:

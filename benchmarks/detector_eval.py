@@ -5,7 +5,7 @@
 Noise: each artifact is one repetition of the same commit's perf suite on the same H200. A
 synthetic "run" of a case draws one of those real runs and takes the median of a bootstrap resample
 of its real timing samples, so both the between-run and the within-run spread are the measured
-ones. Launch-bound cases (median under ``kernelwatch.gate.detect.LAUNCH_BOUND_MS``, the gate's own rule) also get
+ones. Launch-bound cases (their facts, ``kernelwatch.store.schema.recorded_facts``: the gate's own rule) also get
 the heavy tail docs/design.md documents from a 30-process study on the H200 (about 2 in 30 runs 2-6x
 slower), which four repetitions cannot show. (The first version called a case launch-bound below
 4 MB moved: the 1M-element fp16 MSELoss case, 7.9 us, moves 4 MB + 2 bytes and escaped the tail.)
@@ -34,12 +34,12 @@ import numpy as np
 from kernelwatch.gate.detect import (
     DEFAULT_FDR,
     DEFAULT_MIN_EFFECT,
-    LAUNCH_BOUND_MS,
     change_points,
     compare_case,
     regressions,
 )
 from kernelwatch.store.artifact import load_artifact, to_data
+from kernelwatch.store.schema import recorded_facts
 
 STEPS = (0.02, 0.05, 0.10, 0.20)
 TAIL_RATE, TAIL_FACTORS = 2 / 30, (2.0, 6.0)
@@ -48,16 +48,15 @@ WINDOW = 2
 
 def real_noise(paths: list[str]) -> dict[str, dict]:
     cases: dict[str, dict] = defaultdict(lambda: {"runs": [], "medians": []})
+    short: set[str] = set()
     for path in paths:
-        for p in to_data(load_artifact(path))["perf"]:
+        doc = load_artifact(path)
+        short |= {k for k, f in recorded_facts(doc).items() if f.launch_bound}
+        for p in to_data(doc)["perf"]:
             if p["implementation"] == "triton" and p["samples_ms"]:
                 cases[p["case"]]["runs"].append(np.asarray(p["samples_ms"]))
                 cases[p["case"]]["medians"].append(float(np.median(p["samples_ms"])))
-    return {
-        k: {**v, "launch_bound": float(np.median(v["medians"])) < LAUNCH_BOUND_MS}
-        for k, v in cases.items()
-        if len(v["runs"]) >= 2
-    }
+    return {k: {**v, "launch_bound": k in short} for k, v in cases.items() if len(v["runs"]) >= 2}
 
 
 def make_series(noise: dict, length: int, rng: random.Random, step: float | None, at: int) -> list[float]:
@@ -142,12 +141,11 @@ def main() -> None:
 def a_to_a(paths: list[str]) -> None:
     """The gate's test on every ordered pair of real repeats: baseline i, candidate j, the others history."""
     runs = []
+    short: set[str] = set()
     for path in paths:
-        perf = {
-            p["case"]: p
-            for p in to_data(load_artifact(path))["perf"]
-            if p["implementation"] == "triton" and p["samples_ms"]
-        }
+        doc = load_artifact(path)
+        short |= {k for k, f in recorded_facts(doc).items() if f.launch_bound}
+        perf = {p["case"]: p for p in to_data(doc)["perf"] if p["implementation"] == "triton" and p["samples_ms"]}
         runs.append(perf)
     pairs = flagged = 0
     for i, base in enumerate(runs):
@@ -158,7 +156,14 @@ def a_to_a(paths: list[str]) -> None:
             for case in sorted(set(base) & set(cand)):
                 history = [r[case]["median_ms"] for k, r in enumerate(runs) if k != j and case in r]
                 comps.append(
-                    compare_case(case, base[case]["samples_ms"], cand[case]["samples_ms"], history, DEFAULT_MIN_EFFECT)
+                    compare_case(
+                        case,
+                        base[case]["samples_ms"],
+                        cand[case]["samples_ms"],
+                        history,
+                        DEFAULT_MIN_EFFECT,
+                        launch_bound=case in short,
+                    )
                 )
             found = regressions(comps, DEFAULT_FDR)
             pairs += 1

@@ -1,5 +1,5 @@
 """How much slower one H200 ran than another in ci/history: the bounds on a "machine" shift
-(kernelwatch.gate.detect.MACHINE_BOUND, MACHINE_RUN_BOUND).
+(kernelwatch.gate.machines: H200.bound, H200.run_bound).
 
     python benchmarks/machine_bound.py [--same-code 43d6c970,82af87ea,5e02f011]
 
@@ -9,8 +9,8 @@ does); the time is the p20 of the samples, which host delay leaves in place (ker
 a GPU's time of a case is the median over its runs of that commit. ``--same-code`` pools commits whose CUDA code is
 the same (``benchmarks/cuda_unchanged.py``: identical PTX, launch for launch) as one commit. Printed:
 
-* per bound class (kernelwatch.gate.detect.bound_class: launch-bound below LAUNCH_BOUND_MS, else memory / atomic /
-GEMM), the
+* per bound class (the case's facts, kernelwatch.kernels.names.CaseFacts.bound_class: launch-bound, else its noise
+class: memory / atomic reduction / GEMM), the
   ratio of the slowest to the fastest GPU of each (commit, case, implementation) measured on two or more GPUs
   (kernelwatch.gate.detect.between_machine_ratio): count, median, p99, max and the largest;
 * per class and commit, the whole-run ratio (kernelwatch.gate.detect.run_ratio: for two GPUs, the median over the
@@ -29,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwatch.gate.detect import between_machine_ratio, bound_class, case_class, run_ratio
+from kernelwatch.gate.detect import between_machine_ratio, run_ratio
 from kernelwatch.store.artifact import load_artifact
+from kernelwatch.store.schema import recorded_facts
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 
@@ -46,7 +47,7 @@ def groups(
     for path in sorted(HISTORY.glob("*.json.gz")):
         doc = load_artifact(path)
         tag = path.name.split("-")[4]
-        variants = {c.key: c.variant for c in doc.cases}
+        facts = recorded_facts(doc)
         for p in doc.perf:
             if not p.p20_ms:
                 continue
@@ -57,7 +58,7 @@ def groups(
                 commit = "+".join(c[:8] for c in same)
             key = (commit, p.case, p.implementation)
             times[key][gpu].append(p.p20_ms)
-            classes[key] = case_class(p.flops, p.bytes, variants[p.case])
+            classes[key] = facts[p.case].bound_class
     return times, classes, len(gpus)
 
 
@@ -73,21 +74,20 @@ def main() -> None:
         ratio = between_machine_ratio(by_gpu)
         if ratio is None:
             continue
-        fastest = min(float(np.median(v)) for v in by_gpu.values())
-        klass = bound_class(classes[key], fastest)
+        klass = classes[key]
         per_case[klass].append((ratio, key))
         per_run[(klass, key[0])].append(by_gpu)
     for klass, rows in sorted(per_case.items()):
         r = np.array([x for x, _ in rows])
         worst, (commit, case, impl) = max(rows)
         print(
-            f"{klass:7s} {len(r):4d} case pairs: median {np.median(r):.4f}, p99 {np.quantile(r, 0.99):.4f}, "
+            f"{klass:16s} {len(r):4d} case pairs: median {np.median(r):.4f}, p99 {np.quantile(r, 0.99):.4f}, "
             f"max {r.max():.4f} ({impl} {case} at {commit})"
         )
     for (klass, commit), cases in sorted(per_run.items()):
         ratio = run_ratio(cases)
         if ratio is not None:
-            print(f"run   {klass:7s} {commit}: {len(cases):4d} cases, largest whole-run ratio {ratio:.4f}")
+            print(f"run   {klass:16s} {commit}: {len(cases):4d} cases, largest whole-run ratio {ratio:.4f}")
 
 
 if __name__ == "__main__":

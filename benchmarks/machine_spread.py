@@ -6,9 +6,10 @@ For each commit and case, the kernel's per-run medians are grouped by the physic
 them: its UUID where the run records it, else the run's machine (the file name's tag, ``h200`` or
 ``h200x2``), its device label and the commit (a session: no two sessions are assumed to share a GPU).
 ``kernelwatch.gate.detect.between_machine_sigma`` (the gate's estimator: the random-effect standard deviation of log
-medians) gives each (commit, case) with two or more GPUs one value. Printed per class (``kernelwatch.gate.detect.
-case_class``: GEMM by arithmetic intensity, else atomic or memory-bound): the number of estimates, their median,
-90th percentile and maximum, and the five largest. ``kernelwatch.gate.detect.MACHINE_SIGMA`` cites this output.
+medians) gives each (commit, case) with two or more GPUs one value. Printed per noise class (the case's facts,
+``kernelwatch.store.schema.recorded_facts``: GEMM by arithmetic intensity, an atomic reduction, or memory-bound): the
+number of estimates, their median, 90th percentile and maximum, and the five largest.
+``kernelwatch.gate.machines.H200.sigma`` cites this output.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kernelwatch.gate.detect import between_machine_sigma, case_class
+from kernelwatch.gate.detect import between_machine_sigma
 from kernelwatch.kernels.names import KERNEL_IMPL
 from kernelwatch.store.artifact import load_artifact
+from kernelwatch.store.schema import recorded_facts
 
 HISTORY = Path(__file__).resolve().parents[1] / "ci" / "history"
 
@@ -32,13 +34,13 @@ def spreads() -> dict[str, list[tuple[float, str, str, int]]]:
     for path in sorted(HISTORY.glob("*.json.gz")):
         doc = load_artifact(path)
         tag = path.name.split("-")[4]
-        variants = {c.key: c.variant for c in doc.cases}
+        facts = recorded_facts(doc)
         for p in doc.perf:
             if p.implementation != KERNEL_IMPL or not p.median_ms:
                 continue
             gpu = p.device_uuid or f"{tag}:{p.device or 'cuda:0'}:{doc.run.commit.sha[:8]}"
             medians[(doc.run.commit.sha, p.case)][gpu].append(p.median_ms)
-            classes[p.case] = case_class(p.flops, p.bytes, variants[p.case])
+            classes[p.case] = facts[p.case].noise
     out: dict[str, list[tuple[float, str, str, int]]] = defaultdict(list)
     for (commit, case), groups in medians.items():
         sigma = between_machine_sigma(groups)

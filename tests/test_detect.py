@@ -13,19 +13,16 @@ import numpy as np
 import pytest
 
 from kernelwatch.gate.detect import (
-    JITTER_MS,
-    LAUNCH_BOUND_MS,
-    MACHINE_SIGMA,
     MIN_HISTORY,
     OUTLIER_RATE,
     PRIOR_FACTOR,
-    REL_NOISE,
     Comparison,
     benjamini_hochberg,
     between_machine_sigma,
     change_points,
     compare_case,
     contamination,
+    machine_bound,
     machine_sigma,
     noise_floor,
     outlier_p,
@@ -33,6 +30,8 @@ from kernelwatch.gate.detect import (
     run_shift,
     segment_start,
 )
+from kernelwatch.gate.machines import DEFAULT, H200, machine_of
+from kernelwatch.kernels.names import NOISE_GEMM, NOISE_LAUNCH, NOISE_MEMORY
 
 
 def _samples(center_ms: float, cv: float, n: int = 50, seed: int = 0) -> list[float]:
@@ -105,12 +104,15 @@ def test_short_history_falls_back_to_the_floor() -> None:
 
 
 def test_noise_floor_and_outlier_model() -> None:
-    assert noise_floor(0.005) == pytest.approx(math.hypot(JITTER_MS / 0.005, REL_NOISE))
-    assert noise_floor(100.0) == pytest.approx(REL_NOISE, rel=1e-3)
+    assert noise_floor(0.005, model=H200) == pytest.approx(math.hypot(H200.jitter_ms / 0.005, H200.rel_noise))
+    assert noise_floor(100.0, model=H200) == pytest.approx(H200.rel_noise, rel=1e-3)
     assert outlier_p(1.5) == outlier_p(2.0) == pytest.approx(OUTLIER_RATE)
     assert outlier_p(6.0) == 0.0 and 0 < outlier_p(3.0) < OUTLIER_RATE
-    launch = compare_case("k", _samples(0.005, 0.01), _samples(0.0125, 0.01, seed=1))  # a 2.5x outlier run
-    assert LAUNCH_BOUND_MS > 0.005 and launch.launch_bound and launch.p >= outlier_p(2.5) > 0.05
+    # a 2.5x outlier run of a case its facts call launch-bound; the same samples of one that is not
+    launch = compare_case("k", _samples(0.005, 0.01), _samples(0.0125, 0.01, seed=1), launch_bound=True)
+    assert launch.launch_bound and launch.p >= outlier_p(2.5) > 0.05
+    other = compare_case("k", _samples(0.005, 0.01), _samples(0.0125, 0.01, seed=1))
+    assert not other.launch_bound and other.p < 1e-4  # the floor alone (no history): 2.3e-6
     big = compare_case("k", _samples(0.5, 0.01), _samples(1.25, 0.01, seed=1))
     assert not big.launch_bound and big.p < 1e-9
 
@@ -262,7 +264,7 @@ def test_between_machine_sigma_is_a_variance_component() -> None:
     same = {f"GPU-{i}": list(0.1 * np.exp(0.002 * rng.standard_normal(6))) for i in range(12)}
     assert between_machine_sigma(same) < 0.002
     assert between_machine_sigma({"GPU-0": [0.1, 0.1]}) is None
-    assert machine_sigma({}, "gemm") == (MACHINE_SIGMA["gemm"], "default for GEMM cases")
+    assert machine_sigma({}, NOISE_GEMM, H200) == (H200.sigma[NOISE_GEMM], "default for GEMM cases")
 
 
 def test_a_between_gpu_term_widens_the_noise() -> None:
@@ -394,9 +396,23 @@ def test_run_ratio_takes_the_median_over_shared_cases_of_each_gpu_pair() -> None
 
 
 def test_machine_bound_takes_the_larger_of_the_measured_default_and_the_history() -> None:
-    from kernelwatch.gate.detect import MACHINE_BOUND, bound_class, machine_bound
+    assert machine_bound(None, NOISE_MEMORY, H200) == (
+        H200.bound[NOISE_MEMORY],
+        "the largest measured between H200s for memory-bound cases",
+    )
+    assert machine_bound(1.01, NOISE_GEMM, H200)[0] == H200.bound[NOISE_GEMM]
+    assert machine_bound(2.5, NOISE_LAUNCH, H200) == (
+        2.5,
+        "the largest between-GPU ratio of a launch-bound case in the history",
+    )
 
-    assert machine_bound(None, "memory")[0] == MACHINE_BOUND["memory"]
-    assert machine_bound(1.01, "gemm")[0] == MACHINE_BOUND["gemm"]
-    assert machine_bound(2.5, "launch") == (2.5, "the largest between-GPU ratio of a launch-bound case in the history")
-    assert bound_class("memory", 0.005) == "launch" and bound_class("gemm", 0.3) == "gemm"
+
+def test_a_model_without_measurements_gets_the_named_default() -> None:
+    """The H200's figures were applied to every hardware, silently: another model now gets DEFAULT, whose messages
+    say it is a default and whose figures it holds."""
+    assert machine_of("NVIDIA H200") is H200
+    assert machine_of("NVIDIA A100-SXM4-80GB") is DEFAULT is machine_of(None)
+    assert not DEFAULT.measured and DEFAULT.bound == H200.bound and DEFAULT.sigma == H200.sigma
+    bound, source = machine_bound(None, NOISE_GEMM, DEFAULT)
+    assert bound == H200.bound[NOISE_GEMM] and source.startswith("the default for GEMM cases"), source
+    assert "no measurement for Ascend910B4" in DEFAULT.describe("Ascend910B4")

@@ -302,8 +302,8 @@ def test_launch_bound_cases_are_the_small_ones_and_every_implementation_is_batch
     ``time_implementation`` times with that many. Defects: a large case batched (its samples would read a warm
     L2), a small one not, or the count not reaching the timing."""
     from kernelwatch.collect.perf import LAUNCH_BATCH, calls_per_sample, time_implementation
-    from kernelwatch.kernels.names import LAUNCH_BOUND_BYTES
     from kernelwatch.kernels import discover
+    from kernelwatch.kernels.names import LAUNCH_BOUND_BYTES
 
     batched, single = [], []
     for spec in discover().values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from kernelwatch.kernels.names import KERNEL_IMPL
 from kernelwatch.options import Effect, check_case, clean_errors, db_option, open_readonly
 
 SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
@@ -12,7 +13,7 @@ SHOWN_COMMITS = 20  # re-run commands printed per range; the rest are counted
 @click.command("bisect")
 @click.argument("case")
 @click.option("--hardware", required=True, help="Device name substring or fingerprint prefix.")
-@click.option("--implementation", default="triton", show_default=True)
+@click.option("--implementation", default=KERNEL_IMPL, show_default=True)
 @click.option(
     "--min-effect",
     type=Effect(0.0, 10.0, min_open=True),

@@ -60,7 +60,7 @@ def unchanged_since(commit: str) -> set[str]:
     "--case-min-effect",
     multiple=True,
     metavar="KERNEL_OR_CASE=EFFECT",
-    help="Per kernel or per case minimum effect, e.g. mse_loss=0.1 or mse_loss=10% (a kernel or case of the "
+    help="Per kernel or per case minimum effect, e.g. KERNEL=0.1 or KERNEL=10% (a kernel or case of the "
     "candidate); over the project file's case-min-effect.",
 )
 @click.option(

@@ -6,16 +6,9 @@ from typing import Any
 
 import click
 
+from kernelwatch.kernels.names import SHORT_LABELS as IMPL_SHORT
 from kernelwatch.options import FORMATS, clean_errors, closest, db_option, fail, open_readonly
 
-# Implementations as the dashboard names them, short enough for a terminal column.
-IMPL_SHORT = {
-    "triton": "kernel",
-    "torch_eager": "eager",
-    "torch_compile": "compile",
-    "cublas_linear": "F.linear",
-    "torch_rms_norm": "rms+linear",
-}
 WIDTH = 120
 
 

@@ -17,7 +17,7 @@ from kernelwatch.options import clean_errors, db_option, project_option
     "steps",
     multiple=True,
     metavar="AT:FACTOR[:MATCH]",
-    help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:mse_loss).",
+    help="From run AT on, matching cases take FACTOR times as long (e.g. 20:1.1:KERNEL).",
 )
 @click.option(
     "--demo-from",

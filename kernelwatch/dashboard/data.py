@@ -156,7 +156,7 @@ def short_case(case: str, kernel: str | None = None) -> str:
 def case_labels(cases: list[str], kernels: list[str]) -> list[str]:
     """Per row, a case label that tells rows apart in a narrow column: the key without its kernel, variant and
     dtype kept, and of its parameters only those that the same kernel's other rows do not all share, a word-valued
-    one as its value, a flag as its name ("masked/bf16 bwd shape=4x16x1024x1024", "fold_gamma/fp16 no bias fwd").
+    one as its value, a flag as its name ("VARIANT/bf16 bwd shape=4x16x1024x1024", "VARIANT/fp16 no bias fwd").
     One row of a kernel keeps every parameter."""
 
     def split(case: str, kernel: str) -> tuple[str, list[str]]:
@@ -244,7 +244,7 @@ def geomean(values: list[float]) -> float | None:
 
 def targets(target: str | None) -> dict[str, float]:
     """The speedup targets of a documented target string, e.g. ">=85% of peak; >=1.8x eager; >=2x torch.compile"
-    -> {"torch_eager": 1.8, "torch_compile": 2.0}."""
+    -> {EAGER_IMPL: 1.8, COMPILE_IMPL: 2.0}."""
     out: dict[str, float] = {}
     if not isinstance(target, str):
         return out
@@ -255,7 +255,7 @@ def targets(target: str | None) -> dict[str, float]:
 
 def target_text(target: str | None) -> str:
     """A documented target as a page shows it: implementation names as people call them ("<=1.05x time of
-    cuBLAS (F.linear)", stored as "... of cublas_linear"); "-" when there is none."""
+    cuBLAS (F.linear)", stored as "... of" the implementation's name); "-" when there is none."""
     if not isinstance(target, str):
         return "-"
     return re.sub(r"\b[a-z][a-z_]*[a-z]\b", lambda m: ALL_LABELS.get(m.group(0), m.group(0)), target)

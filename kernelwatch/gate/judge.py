@@ -623,7 +623,7 @@ def case_facts_of(candidate: RunDocument, specs: SpecCases | None) -> dict[str, 
     """Per case of the candidate, its facts (noise class, launch-bound, references: ``CaseFacts``): the checked-out
     specs' where they define the case, else what the run recorded (or, from before it did, its rows imply:
     ``kernelwatch.store.schema.recorded_facts``)."""
-    return {**recorded_facts(candidate), **{k: f for k, f in (specs.facts if specs else {}).items()}}
+    return {**recorded_facts(candidate), **(specs.facts if specs else {})}
 
 
 def _histories(

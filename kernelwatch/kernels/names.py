@@ -28,6 +28,14 @@ PEER_LABELS = {LIGER_IMPL: "peer: Liger-Kernel", FLAGGEMS_IMPL: "peer: FlagGems"
 CUBLAS_IMPL = "cublas_linear"  # the fused norm+GEMM kernels' GEMM alone (F.linear): their first same-run reference
 REFERENCE_LABELS = {CUBLAS_IMPL: "cuBLAS (F.linear)", "torch_rms_norm": "PyTorch F.rms_norm + F.linear"}
 ALL_LABELS = {**LABELS, **PEER_LABELS, **REFERENCE_LABELS}
+# Implementations as the dashboard names them, short enough for a terminal column (`kernelwatch show`).
+SHORT_LABELS = {
+    KERNEL_IMPL: "kernel",
+    EAGER_IMPL: "eager",
+    COMPILE_IMPL: "compile",
+    CUBLAS_IMPL: "F.linear",
+    "torch_rms_norm": "rms+linear",
+}
 
 
 def label(implementation: str) -> str:

@@ -18,7 +18,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kernelwatch.kernels.names import COPY_CEILING, EAGER_IMPL, IMPLEMENTATIONS, KERNEL_IMPL, vendor
+from kernelwatch.kernels.names import (
+    COPY_CEILING,
+    EAGER_IMPL,
+    IMPLEMENTATIONS,
+    KERNEL_IMPL,
+    LABELS,
+    NOISE_ATOMIC,
+    NOISE_MEMORY,
+    CaseFacts,
+    vendor,
+)
 from kernelwatch.store.schema import SCHEMA, RunDocument, describe, format_time, parse_time, to_data
 
 HARDWARE = (
@@ -58,6 +68,12 @@ STAND_INS = (
     ("fused_rmsnorm_matmul", ("fold_gamma", "prologue_gamma", "rstd_prepass")),
 )
 
+
+# The stand-ins' facts, as a spec would declare them: the atomic variant an atomic reduction; launch-bound, a case
+# whose first hardware's median is under this (4x the ~5 us a near-empty launch takes on an H200): their sizes
+# (``n``) are labels, not what their times come from.
+STAND_IN_ATOMIC = "atomic"
+STAND_IN_LAUNCH_MS = 0.02
 
 SYNTHETIC_BRANCHES = "synthetic/"  # every generated run's branch starts so
 
@@ -105,6 +121,12 @@ class SyntheticHistory:
                     "dtype": dtype,
                     "params": {"n": size, "synthetic": i},
                     "ceiling": COPY_CEILING,
+                    "facts": CaseFacts(
+                        NOISE_ATOMIC if variant == STAND_IN_ATOMIC else NOISE_MEMORY,
+                        self.base_ms * (1 + i % 7) < STAND_IN_LAUNCH_MS,
+                        1,
+                        ((EAGER_IMPL, LABELS[EAGER_IMPL]),),
+                    ).to_data(),
                 }
             )
             i += 1

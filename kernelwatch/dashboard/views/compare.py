@@ -12,6 +12,7 @@ from kernelwatch.dashboard import charts, common, data, verdicts
 from kernelwatch.dashboard.safe import md
 from kernelwatch.gate.reports import FINGERPRINT_NOTE
 from kernelwatch.gate.statuses import RED_FILL, p_value
+from kernelwatch.kernels.names import KERNEL_IMPL
 from kernelwatch.store import queries
 from kernelwatch.store.export import export_run
 
@@ -74,13 +75,13 @@ a, b = pick("a", pair[0], st), pick("b", pair[1], st)  # one a line: a label say
 run_a, run_b = (next(r for r in runs if r["id"] == x) for x in (a, b))
 if run_a["synthetic"] or run_b["synthetic"]:
     common.synthetic_note(True)
-impls = ["triton", "all"]
+impls = [KERNEL_IMPL, "all"]
 impl = st.selectbox(
     "Implementations",
     impls,
-    index=impls.index(params.choice("impl", impls, "triton")),
+    index=impls.index(params.choice("impl", impls, KERNEL_IMPL)),
     key="impl",
-    format_func={"triton": "the kernel (Triton) only", "all": "all implementations"}.get,
+    format_func={KERNEL_IMPL: "the kernel (Triton) only", "all": "all implementations"}.get,
 )
 pa = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [a], with_samples=True)}
 pb = {(r["case"], r["implementation"]): r for r in queries.perf_rows(eng, [b], with_samples=True)}
@@ -97,9 +98,9 @@ elif run_a["fingerprint"] == run_b["fingerprint"]:
 rows = []
 for key in sorted(set(pa) & set(pb)):
     ra, rb = pa[key], pb[key]
-    if (impl == "triton" and key[1] != "triton") or not ra["samples_ms"] or not rb["samples_ms"]:
+    if (impl == KERNEL_IMPL and key[1] != KERNEL_IMPL) or not ra["samples_ms"] or not rb["samples_ms"]:
         continue
-    v = judged.get(key[0], {}) if key[1] == "triton" else {}
+    v = judged.get(key[0], {}) if key[1] == KERNEL_IMPL else {}
     rows.append(
         {
             "kernel": ra["kernel"],
@@ -119,7 +120,7 @@ for case in sorted((set(acc_a) & set(acc_b)) - {r["case"] for r in rows}):
         {
             "kernel": acc_a[case]["kernel"],
             "case": case,
-            "impl": charts.impl_label("triton"),
+            "impl": charts.impl_label(KERNEL_IMPL),
             "gate": judged.get(case, {}).get("verdict"),
             "budget A": acc_a[case]["error_budget"],
             "budget B": acc_b[case]["error_budget"],
@@ -179,4 +180,4 @@ else:
     st.download_button(
         "Download CSV", frame.to_csv(index=False), file_name=f"compare-{a[:8]}-{b[:8]}.csv", mime="text/csv"
     )
-common.finish(params, {"a": a[:8], "b": b[:8], "impl": None if impl == "triton" else impl})
+common.finish(params, {"a": a[:8], "b": b[:8], "impl": None if impl == KERNEL_IMPL else impl})

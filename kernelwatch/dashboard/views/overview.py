@@ -20,6 +20,7 @@ from kernelwatch.gate.statuses import (
     RED_FILL,
     label_of,
 )
+from kernelwatch.kernels.names import COMPILE_IMPL, KERNEL_IMPL, PEER_LABELS
 from kernelwatch.store import queries
 
 HISTORY = 20  # runs per hardware behind the trend
@@ -72,16 +73,16 @@ def speed(url: str | None, fingerprint: str, newest_run: str) -> dict[str, dict]
     eng = data.engine()
     history = queries.recent_runs(eng, fingerprint, HISTORY)
     perf = data.perf_frame(
-        eng, history, None, implementations=("triton", "torch_compile", *data.PEER_IMPLS), with_params=False
+        eng, history, None, implementations=(KERNEL_IMPL, COMPILE_IMPL, *data.PEER_IMPLS), with_params=False
     )
     order = {r["id"]: i for i, r in enumerate(history)}
     out = {}
     for kernel in sorted(set(perf["kernel"]) if not perf.empty else set()):
         kp = perf[perf["kernel"] == kernel]
         newest = max(kp["run_id"], key=order.get)
-        trit = kp[kp["implementation"] == "triton"]
+        trit = kp[kp["implementation"] == KERNEL_IMPL]
         now = trit[trit["run_id"] == newest]
-        comp = kp[(kp["implementation"] == "torch_compile") & (kp["run_id"] == newest)].set_index("case")
+        comp = kp[(kp["implementation"] == COMPILE_IMPL) & (kp["run_id"] == newest)].set_index("case")
         vs_compile = [
             c / t
             for case, t in zip(now["case"], now["median_ms"])
@@ -177,8 +178,9 @@ for run in latest:
                 "x peer",
                 format="%.2f",
                 width=64,
-                help="geometric mean of t(fastest peer: Liger-Kernel, FlagGems, "
-                "apex) / t(kernel), over the cases a peer was timed in",
+                help="geometric mean of t(fastest peer: "
+                + ", ".join(label.removeprefix("peer: ") for label in PEER_LABELS.values())
+                + ") / t(kernel), over the cases a peer was timed in",
             ),
             "targets met": st.column_config.TextColumn("targets", width=64),
             "trend (x eager)": st.column_config.LineChartColumn("trend (x eager)", width=96),

@@ -175,7 +175,7 @@ for fp in hardware:
     several = len({branch_of[r] for r in frame["run_id"].unique()}) > 1
     for group, cases_of in wide.reset_index().groupby("group"):
         # a geometric mean over a set of cases that changes from run to run jumps when a case joins or leaves
-        # (the causal 512^3 case joined at be613d2: 4-5x): each line averages the cases every one of its runs
+        # (a 512^3 softmax case joined at be613d2: 4-5x): each line averages the cases every one of its runs
         # holds, else the newest run's cases, and leaves out the runs that lack one of them
         held = cases_of.groupby("run_id")["case"].agg(set)
         shared = set.intersection(*held) or held[max(held.index, key=lambda r: order_of[r])]

@@ -3,12 +3,13 @@
 import streamlit as st
 
 from kernelwatch.dashboard import charts, common, data
+from kernelwatch.kernels.names import KERNEL_IMPL
 from kernelwatch.store import queries
 
 eng, params = common.start("Roofline of a run")
 fp = common.pick_hardware(eng, params)
 runs = queries.recent_runs(eng, fp, 50)
-runs = [r for r in runs if queries.perf_rows(eng, [r["id"]], implementations=("triton",), with_params=False)] or runs
+runs = [r for r in runs if queries.perf_rows(eng, [r["id"]], implementations=(KERNEL_IMPL,), with_params=False)] or runs
 if not runs:
     st.info("No runs on this hardware.")
     st.stop()
