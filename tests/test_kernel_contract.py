@@ -119,6 +119,7 @@ def test_discovery_takes_the_planted_module_and_nothing_else_names_it(planted) -
 
 @pytest.mark.slow
 def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_path) -> None:
+    from kernelwatch import kernels
     from kernelwatch.collect.ceilings import fill_missing
     from kernelwatch.dashboard import data
     from kernelwatch.store import queries
@@ -148,6 +149,10 @@ def test_collect_on_the_cpu_then_the_dashboard_data_layer_take_it(planted, tmp_p
     assert {c["key"]: c["ceiling"] for c in doc["cases"]} == {
         c["key"]: "read" if "/one_pass/" in c["key"] else "copy" for c in doc["cases"]
     }
+    # every case carries its spec's facts, what the gate judges a kernel it has never heard of by
+    spec = kernels.discover((MODULE,))[NAME]
+    declared = {c.key: spec.facts(c).to_data() for c in (*spec.accuracy_cases(), *spec.perf_cases())}
+    assert {c["key"]: c["facts"] for c in doc["cases"]} == {c["key"]: declared[c["key"]] for c in doc["cases"]}
 
     engine = open_database(f"sqlite:///{tmp_path / 'kw.db'}")
     ingest_documents(engine, load_files([artifact]))
