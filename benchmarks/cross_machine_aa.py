@@ -253,7 +253,7 @@ def main() -> int:
         "--unlike-fraction",
         type=float,
         default=None,
-        help="the gate's UNLIKE_FRACTION for this run (kernelwatch/gate/judge.py; default: as shipped)",
+        help="the gate's UNLIKE_FRACTION for this run (kernelwatch/gate/suspects.py; default: as shipped)",
     )
     ap.add_argument(
         "--same-code",
@@ -261,11 +261,11 @@ def main() -> int:
         help="runs of several commits whose CUDA code is the same (shown by benchmarks/cuda_unchanged.py)",
     )
     args = ap.parse_args()
-    from kernelwatch.gate import judge
+    from kernelwatch.gate import judge, suspects
     from kernelwatch.gate.statuses import PASS
 
     if args.unlike_fraction is not None:
-        judge.UNLIKE_FRACTION = args.unlike_fraction
+        suspects.UNLIKE_FRACTION = args.unlike_fraction
     from kernelwatch.store.ingest import load_files
     from kernelwatch.store.schema import ArtifactError, to_data
 
@@ -299,7 +299,7 @@ def main() -> int:
         f"commit {', '.join(sorted(c[:8] for c in commits))}: {len(docs)} runs, {len(devs)} device runs on "
         f"{len(uuids)} GPUs, "
         f"{len(pairs)} ordered pairs; history loaded: {len(history)} runs; planted step +{args.step:.0%}; "
-        f"suspects across unlike measurements from {judge.UNLIKE_FRACTION:g} x the minimum effect\n"
+        f"suspects across unlike measurements from {suspects.UNLIKE_FRACTION:g} x the minimum effect\n"
     )
     if args.every:
         confirm_table(pairs, devs, history, kernel_of, args.every, args.steps)

@@ -57,13 +57,13 @@ def test_the_dashboard_and_the_database_never_import_torch() -> None:
 
 def test_the_shared_names_module_imports_nothing() -> None:
     """kernelwatch.kernels.names is what db, ci and the dashboard may import from kernels: no project module, no
-    torch."""
+    torch (the standard library's dataclasses and typing for CaseFacts)."""
     import ast
 
     assert module_edges().get("kernelwatch.kernels.names", set()) == set()
     tree = ast.parse((ROOT / "kernelwatch" / "kernels" / "names.py").read_text())
     imported = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert [getattr(n, "module", None) for n in imported] == ["__future__"]
+    assert [getattr(n, "module", None) for n in imported] == ["__future__", "dataclasses", "typing"]
 
 
 def test_the_database_gate_and_dashboard_load_without_torch() -> None:

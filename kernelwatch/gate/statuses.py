@@ -55,9 +55,8 @@ UNMEASURED = "unmeasured"  # no measurement, or timed on a machine slower than a
 UNRELIABLE = "unreliable"  # the samples absorbed host delay
 REGRESSION = "regression"  # a significant slowdown past the minimum effect
 RESOLVED = "resolved"  # (dashboard) a slowdown a newer run of the same hardware no longer shows
-SUSPECT = (
-    "suspect"  # a slowdown past the minimum effect the runs alone cannot decide (kernelwatch.gate.judge.mark_suspects)
-)
+# a slowdown past the minimum effect the runs alone cannot decide (kernelwatch.gate.rules.undecided_by_the_runs)
+SUSPECT = "suspect"
 ACCURACY_WARNING = (
     "warning"  # the error budget grew past kernelwatch.gate.judge.BUDGET_GROWTH_WARNING x, still within tolerance
 )

@@ -1,0 +1,144 @@
+"""Suspects: the net (statistics over runs) and the judge (a paired re-measurement on one device); and the
+acknowledged changes. What the rules of :mod:`kernelwatch.gate.rules` read of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernelwatch.gate.baseline import Baseline
+from kernelwatch.gate.result import CaseVerdict, GateResult
+from kernelwatch.gate.statuses import (
+    MACHINE,
+    NOISY,
+    PASS,
+    REGRESSION,
+    SUSPECT,
+)
+from kernelwatch.kernels.names import (
+    TIMING_EVENTS,
+)
+from kernelwatch.store.schema import (
+    RunDocument,
+    is_commit_sha,
+    parse_time,
+)
+
+
+def short_uuid(uuid: str | None) -> str:
+    """``GPU-cadb0535`` of ``GPU-cadb0535-5296-...``: the prefix and the first whole group."""
+    if not uuid:
+        return "unknown GPU"
+    parts = uuid.split("-")
+    return "-".join(parts[:2]) if len(parts) > 2 else uuid
+
+
+UNDECIDED = (NOISY, MACHINE)  # slowdowns past the minimum effect the statistics could not call
+# Where candidate and baseline were not measured alike (another GPU, another timing method), a slowdown of at
+# least this fraction of the minimum effect is a suspect: a faster machine hides part of a real change. Runs of
+# one CUDA code on three H200s (benchmarks/cross_machine_aa.py, docs/design.md): at 1.0, 97.8% of the cases
+# planted +10% were sent to confirm and 1.6% of the A/A cases; at 0.8, 98.7% and 2.8%; at 0.6, 99.1% and 4.7%.
+UNLIKE_FRACTION = 0.8
+
+
+def unlike(cand: Any, base: Any) -> list[str]:
+    """How the candidate's and the baseline's timings of one case were not measured alike (empty: alike)."""
+    why = []
+    if cand.device_uuid != base.device_uuid:
+        why.append(
+            f"its baseline was measured on another GPU ({short_uuid(base.device_uuid)}; the candidate on "
+            f"{short_uuid(cand.device_uuid)}), where a machine's own speed moves it"
+        )
+    now, then = cand.timing or TIMING_EVENTS, base.timing or TIMING_EVENTS  # unrecorded: events, the only method then
+    if now != then:
+        why.append(
+            f"it was timed by {now} now and by {then} in the baseline (the two read a 5 us call up to 12% apart "
+            "on one GPU)"
+        )
+    return why
+
+
+def suspect_reasons(v: CaseVerdict, unlike: list[str]) -> list[str]:
+    """Why the runs alone cannot decide a slowdown of ``v`` (empty: they can), given how its two timings were
+    not measured alike (:func:`unlike`)."""
+    c = v.comparison
+    why = list(unlike)
+    if v.status in UNDECIDED:
+        why.append(f"the statistics called it {v.status}")
+    if why and c.launch_bound:  # GPU time only (mark_suspects): the case's facts, not --metric call's tails
+        why.append(
+            f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ this much"
+        )
+    return why
+
+
+CONFIRMED = {
+    "SLOWER": (0, REGRESSION),
+    "UNKNOWN": (1, SUSPECT),
+    "SAME": (2, PASS),
+    "NOT_SLOWER": (2, PASS),
+    "FASTER": (2, PASS),
+}
+FULL_SHA = 40
+
+
+def _full_sha(value: Any) -> str | None:
+    """``value`` as a whole commit sha (40 hex digits, lower case), else None: a prefix can name two commits."""
+    if not isinstance(value, str) or len(value) != FULL_SHA or not is_commit_sha(value):
+        return None
+    return value.lower()
+
+
+def applicable_confirmations(
+    result: GateResult,
+    candidate: RunDocument,
+    baseline: Baseline,
+    confirmations: list[dict[str, Any]],
+    commit_times: Mapping[str, str | None],
+) -> dict[str, dict[str, Any]]:
+    """Per case, the stored confirmation that decides it: of the candidate's whole commit sha against the whole sha
+    of the commit that supplied the case's baseline (no prefixes), on the candidate's hardware (the query's
+    fingerprint), re-measured with a minimum effect no larger than the gate's for the case, and confirmed after
+    both commits were made (``commit_times``: commit -> its time; the candidate's from its run). Of several, the
+    most cautious (:data:`CONFIRMED`), then the newest."""
+    sha = _full_sha(candidate.run.commit.sha)
+    if sha is None:
+        return {}
+    effect = {v.case: v.comparison.min_effect for v in result.verdicts if v.comparison is not None}
+    made = candidate.run.commit.time or candidate.run.started_at
+    chosen: dict[str, dict[str, Any]] = {}
+    for row in confirmations:
+        base_sha = _full_sha(baseline.commit_of(row["case"]))
+        base_time = commit_times.get(baseline.commit_of(row["case"]) or "")
+        if (
+            base_sha is None
+            or _full_sha(row["candidate_commit"]) != sha
+            or _full_sha(row["baseline_commit"]) != base_sha
+            or row["verdict"] not in CONFIRMED
+            or row["min_effect"] is None
+            or row["case"] not in effect
+            or row["min_effect"] > effect[row["case"]] + 1e-12
+            or not base_time
+            or parse_time(row["confirmed_at"]) <= max(parse_time(made), parse_time(base_time))
+        ):
+            continue
+        held = chosen.get(row["case"])
+        key = (-CONFIRMED[row["verdict"]][0], row["confirmed_at"])
+        if held is None or key > (-CONFIRMED[held["verdict"]][0], held["confirmed_at"]):
+            chosen[row["case"]] = row
+    return chosen
+
+
+def covering_acks(acks: list[dict[str, Any]], candidate: RunDocument, since: str) -> dict[str, dict[str, Any]]:
+    """Per case, the first acknowledgement (``kernelwatch ack``, stored order) that covers the candidate's change: of
+    the candidate's own commit (whole sha or a prefix either way; it counts even when no run of that commit is stored
+    yet), or of a commit after the baseline's (``since``: its commit time, else start) and up to the candidate's,
+    inclusive. Commits are ordered by commit time, as the runs that measured them recorded it."""
+    sha = candidate.run.commit.sha
+    until = candidate.run.commit.time or candidate.run.started_at
+    out: dict[str, dict[str, Any]] = {}
+    for a in acks:
+        own = a["commit"].startswith(sha) or sha.startswith(a["commit"])
+        if a["case"] not in out and (own or (a["commit_time"] is not None and since < a["commit_time"] <= until)):
+            out[a["case"]] = a
+    return out
