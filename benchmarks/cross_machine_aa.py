@@ -261,7 +261,7 @@ def main() -> int:
         help="runs of several commits whose CUDA code is the same (shown by benchmarks/cuda_unchanged.py)",
     )
     args = ap.parse_args()
-    from kernelwatch.gate import judge, suspects
+    from kernelwatch.gate import suspects
     from kernelwatch.gate.statuses import PASS
 
     if args.unlike_fraction is not None:

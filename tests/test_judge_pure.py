@@ -1,0 +1,117 @@
+"""The gate in two parts: :func:`kernelwatch.gate.gather.gather` reads the store once into plain data, and
+:func:`kernelwatch.gate.judge.judge` decides from that data alone. The judge and its rules are tested here without a
+database (plain data in, statuses out); the gather step on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kernelwatch.gate import rules
+from kernelwatch.gate.detect import compare_case
+from kernelwatch.gate.gather import Gathered, gather
+from kernelwatch.gate.judge import GateUndecided, judge
+from kernelwatch.gate.result import Baseline, CaseVerdict
+from kernelwatch.gate.rules import RULES, RUN_RULES, RunFacts
+from kernelwatch.store.ack import add_ack
+from kernelwatch.store.artifact import dumps, parse_artifact, to_data
+from kernelwatch.store.engine import open_database
+from kernelwatch.store.ingest import ingest_documents
+from kernelwatch.store.schema import RunDocument
+from kernelwatch.store.synthetic import Step, SyntheticHistory
+
+RUNS = 10
+KERNEL = "mse_loss"
+HISTORY = SyntheticHistory(runs=RUNS + 1, cases=6, samples=30, base_ms=0.1, steps=[Step(RUNS, 1.2, KERNEL)])
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[RunDocument]:
+    return list(HISTORY.documents())
+
+
+def _stepped() -> set[str]:
+    return {c["key"] for c in HISTORY.case_list() if c["kernel"] == KERNEL}
+
+
+def _plain(docs: list[RunDocument], acks: list[dict] | None = None) -> Gathered:
+    """What gather would read for the last run against the one before it, built by hand: no database anywhere."""
+    candidate, base = docs[-1], docs[-2]
+    run = {"id": base.run.id, "commit": base.run.commit.sha, "branch": base.run.commit.branch, "status": "complete"}
+    assembled = Baseline(run=run, sources=[{**run, "perf": 6, "accuracy": 6}], run_of={})
+    histories: dict[str, list[tuple[float, str | None]]] = {}
+    for doc in docs[:-1]:
+        for p in doc.perf:
+            if p.implementation == "triton":
+                histories.setdefault(p.case, []).append((p.median_ms, p.device_uuid))
+    infos = {base.run.id: {"commit_time": base.run.commit.time, "started": base.run.started_at}}
+    return Gathered(candidate, assembled, base, infos, "gpu", histories, len(docs) - 1, [], acks or [])
+
+
+def test_the_judge_decides_from_plain_data_alone(docs) -> None:
+    """A 20% step on mse_loss, judged from hand-built data: its cases regress, the others pass, the run fails."""
+    result = judge(_plain(docs))
+    perf = {v.case: v.status for v in result.verdicts if v.suite == "perf"}
+    assert {c for c, s in perf.items() if s == "regression"} == _stepped()
+    assert {s for c, s in perf.items() if c not in _stepped()} == {"pass"}
+    assert result.exit_code == 1 and result.baseline["id"] == docs[-2].run.id
+
+
+def test_an_acknowledgement_in_the_gathered_data_turns_the_regression(docs) -> None:
+    """The acknowledgement rule reads what gather gathered: an ack of the candidate's own commit on one stepped case
+    makes it acknowledged; one of a commit before the baseline changes nothing."""
+    first, second = sorted(_stepped())[:2]
+    own = {"case": first, "commit": docs[-1].run.commit.sha, "commit_time": None, "author": "kw", "reason": "tiling"}
+    old = {**own, "case": second, "commit": docs[0].run.commit.sha, "commit_time": docs[0].run.commit.time}
+    result = judge(_plain(docs, [own, old]))
+    perf = {v.case: v for v in result.verdicts if v.suite == "perf"}
+    assert perf[first].status == "acknowledged" and "acknowledged at" in perf[first].message
+    assert perf[second].status == "regression"
+
+
+def test_the_rules_are_one_ordered_list() -> None:
+    """Accuracy first, then a timing's input rules, its comparison's rules, then the run's rules in turn; every rule
+    answers with a status of the table or nothing."""
+    assert (*rules.ACCURACY_RULES, *rules.INPUT_RULES, *rules.PERF_RULES, *RUN_RULES) == RULES
+    assert [r.__name__ for r in RUN_RULES] == ["broken_machine", "undecided_by_the_runs", "confirmed", "acknowledged"]
+
+
+def _compared(status: str, effect: float = 0.0) -> CaseVerdict:
+    c = compare_case("k", [1.0] * 10, [1.0 + effect] * 10)
+    return CaseVerdict("k", "kernel", status, "why", comparison=c, effect=c.effect)
+
+
+def test_a_broken_machine_unmeasures_what_passed_and_keeps_a_regression() -> None:
+    run = RunFacts("gpu", broken="this machine ran 1.2x slower")
+    assert rules.broken_machine(_compared("pass"), run).status == "unmeasured"
+    assert rules.broken_machine(_compared("noisy"), run).message.startswith("this machine ran 1.2x slower; this case")
+    assert rules.broken_machine(_compared("regression"), run) is None
+    assert rules.broken_machine(_compared("pass"), RunFacts("gpu")) is None
+
+
+def test_a_slowdown_measured_unlike_is_a_suspect_on_gpu_time_only() -> None:
+    """Past the minimum effect on another GPU: a suspect; the same under --metric call keeps its verdict; a case
+    measured alike with clear statistics stays a regression."""
+    v = _compared("regression", 0.2)
+    other = {"k": ["its baseline was measured on another GPU"]}
+    assert rules.undecided_by_the_runs(v, RunFacts("gpu", unlike=other)).status == "suspect"
+    assert rules.undecided_by_the_runs(v, RunFacts("call", unlike=other)) is None
+    assert rules.undecided_by_the_runs(v, RunFacts("gpu")) is None
+
+
+def test_gather_reads_the_baseline_history_and_acks_once(db_url, docs) -> None:
+    """On SQLite and PostgreSQL: the newest earlier run is the baseline, every case's history is the runs before the
+    candidate, and an ack stored for the hardware is gathered; a metric the gate does not know is refused."""
+    engine = open_database(db_url)
+    ingest_documents(engine, [(str(i), d) for i, d in enumerate(docs[:-1])])
+    case = sorted(_stepped())[0]
+    add_ack(engine, case, docs[0].hardware.device_name, docs[-1].run.commit.sha, "expected", "kw")
+    candidate = parse_artifact(dumps(copy.deepcopy(to_data(docs[-1]))))
+    g = gather(open_database(db_url, readonly=True), candidate, "synthetic/main")
+    assert g.assembled.run["id"] == docs[-2].run.id and g.base.run.id == docs[-2].run.id
+    assert g.judges == RUNS and {len(h) for h in g.histories.values()} == {RUNS}
+    assert [a["case"] for a in g.acks] == [case] and g.confirmations == []
+    assert judge(g).exit_code == 1
+    with pytest.raises(GateUndecided, match="--metric must be one of gpu, call"):
+        gather(engine, candidate, "synthetic/main", metric="wall")
