@@ -65,7 +65,7 @@ def suspect_reasons(v: CaseVerdict, unlike: list[str]) -> list[str]:
     why = list(unlike)
     if v.status in UNDECIDED:
         why.append(f"the statistics called it {v.status}")
-    if why and c.launch_bound:  # GPU time only (mark_suspects): the case's facts, not --metric call's tails
+    if why and c.launch_bound:  # GPU time only (undecided_by_the_runs): the case's facts, not --metric call's tails
         why.append(
             f"it is launch-bound ({c.baseline_ms * 1e3:.3g} us), where whole runs of one commit differ this much"
         )
