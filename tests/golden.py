@@ -95,8 +95,15 @@ def everything() -> dict[str, dict[str, dict[str, Any]]]:
     return {metric: verdicts(metric) for metric in METRICS}
 
 
+def _reason(why: Any) -> Any:
+    """Why a run is undecided, less what follows its first colon (the runs searched: it names the newest run of the
+    history, which a new committed run changes)."""
+    return why.split(":", 1)[0] if isinstance(why, str) else why
+
+
 def differences(golden: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """One line per difference: a run or case gained, lost or judged otherwise (empty: none)."""
+    """One line per difference: a run or case gained, lost or judged otherwise (empty: none). A run added to
+    ci/history is one ("new run": record its verdicts with --write, saying so)."""
     out = []
     for metric in sorted(set(golden) | set(now)):
         was, new = golden.get(metric, {}), now.get(metric, {})
@@ -106,7 +113,8 @@ def differences(golden: dict[str, Any], now: dict[str, Any]) -> list[str]:
                 continue
             a, b = was[run], new[run]
             for key in sorted((set(a) | set(b)) - {"cases"}):
-                if a.get(key) != b.get(key):
+                same = _reason(a.get(key)) == _reason(b.get(key)) if key == "undecided" else a.get(key) == b.get(key)
+                if not same:
                     out.append(f"{metric} {run}: {key} {a.get(key)!r} -> {b.get(key)!r}")
             ca, cb = a.get("cases", {}), b.get("cases", {})
             for case in sorted(set(ca) | set(cb)):
