@@ -759,3 +759,41 @@ def test_the_confirm_worker_compiles_into_the_caches_collect_fills(monkeypatch, 
     assert worker_env("cuda")["TRITON_CACHE_DIR"] == str(collect.triton)
     cpu = worker_env("cpu", {"PATH": "/usr/bin"})
     assert cpu["TRITON_INTERPRET"] == "1" and "TRITON_CACHE_DIR" not in cpu
+
+
+def test_what_the_collector_timed_by_the_wall_is_confirmed_by_the_wall() -> None:
+    """A stack's eager pass is stored by its wall time, host path included: confirm must re-measure it so, or a
+    host-path regression the gate flags is confirmed SAME by device time and passes. The worker times an eager
+    stack case by the wall (both sides interleaved, A B B A) and its graph twin as before. Defects: device
+    time for a wall case; a worker that loses the method between measurements."""
+    import torch
+
+    from kernelwatch.collect.backends import Backend
+    from kernelwatch.collect.confirm import Worker
+    from kernelwatch.kernels.fused_rmsnorm_matmul.spec import SPEC
+
+    backend = Backend(torch.device("cpu"), time_on_cpu=True)
+    seen: list[str] = []
+
+    def call(name: str):
+        return lambda: seen.append(name)
+
+    samples, timing = backend.paired_samples([call("a"), call("b")], rep_ms=1.0, min_reps=8, max_reps=8, method="wall")
+    assert timing == "wall" and len(samples[0]) == len(samples[1]) == 8 and "".join(seen[-16:]) == "abba" * 4
+
+    stacks = [c for c in SPEC.perf_cases() if "layers" in c.p and c.p["layers"] == 32 and c.p["n"] == 8192]
+    eager = next(c.key for c in stacks if c.p["mode"] == "eager")
+    graph = next(c.key for c in stacks if c.p["mode"] == "graph")
+    trees = {"baseline": str(ROOT), "candidate": str(ROOT)}
+    worker = Worker({s: ROOT for s in trees}, "cpu", ())
+    try:
+        cases = [{"key": k, "seed": 1} for k in (eager, graph)]
+        setup = worker.ask({"op": "setup", "trees": trees, "cases": cases}, 600)
+        assert not setup["errors"]["baseline"] and not setup["errors"]["candidate"], setup["errors"]
+        for key, want in ((eager, "wall"), (graph, "events"), (eager, "wall")):
+            got = worker.ask({"op": "measure", "key": key, "rep_ms": 1.0, "calls": 1, "first": "candidate"}, 600)
+            assert got.get("timing") == want, (key, got)
+            if want == "wall":  # the host's clock (this file's planted device clock moves only in planted kernels)
+                assert got["baseline_ms"] > 0 and got["candidate_ms"] > 0, got
+    finally:
+        worker.close()

@@ -323,12 +323,16 @@ class Backend:
         ``benchmarks/results/2026-12-04-h200-judge-probe``), and on a power-capped GEMM that check flipped the
         method from one measurement to the next. ``blocks`` takes every sample of the first callable, then
         every one of the next (the old two-process confirm's order, kept to measure what interleaving gains)."""
-        if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS):
-            raise ValueError(f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH} or {TIMING_EVENTS}")
+        if method not in ("auto", TIMING_GRAPH, TIMING_EVENTS, TIMING_WALL):
+            raise ValueError(
+                f"unknown timing method {method!r}: choose auto, {TIMING_GRAPH}, {TIMING_EVENTS} or {TIMING_WALL}"
+            )
         if calls < 1:
             raise ValueError(f"calls per sample must be at least 1, got {calls}")
         if sorted(set(order)) != list(range(len(fns))):
             raise ValueError(f"order {tuple(order)} must name each of the {len(fns)} callables")
+        if method == TIMING_WALL:
+            return self._paired_wall(fns, rep_ms, min_reps, max_reps, order, blocks)
         flush = self.flush_buffer()
         for fn in fns:
             fn()
@@ -369,6 +373,44 @@ class Backend:
             if all(least * min(direct) <= statistics.median(side) for side, direct in zip(timed, check)):
                 return timed, timing
         return split(self._held_samples(list(fns), flush, total, order)), TIMING_EVENTS
+
+    def _paired_wall(
+        self,
+        fns: Sequence[Callable[[], object]],
+        rep_ms: float,
+        min_reps: int,
+        max_reps: int,
+        order: Sequence[int],
+        blocks: bool,
+    ) -> tuple[list[list[float]], str]:
+        """:meth:`wall_samples` of each callable, their calls taken in one sequence in ``order``: host wall
+        milliseconds of each call, synchronised before and after it, no L2 flush. How ``confirm`` times what the
+        collector timed by the wall (a stack's eager pass, its host path included): a host-path regression must
+        not be confirmed SAME by device time alone."""
+        for fn in fns:
+            fn()
+        self.synchronize()
+        start = time.perf_counter()
+        for fn in fns:
+            fn()
+        self.synchronize()
+        estimate = max((time.perf_counter() - start) * 1e3 / len(fns), 1e-3)
+        for _ in range(max(1, int(rep_ms / 4 / estimate))):
+            for fn in fns:
+                fn()
+        reps = int(min(max(rep_ms / estimate, min_reps), max_reps))
+        if blocks:
+            order = [i for i in range(len(fns)) for _ in range(reps)]
+        total = reps * len(order) // max(1, order.count(0))
+        out: list[list[float]] = [[] for _ in fns]
+        for i in range(total):
+            k = order[i % len(order)]
+            self.synchronize()
+            start = time.perf_counter()
+            fns[k]()
+            self.synchronize()
+            out[k].append((time.perf_counter() - start) * 1e3)
+        return out, TIMING_WALL
 
     @property
     def graphs(self) -> bool:

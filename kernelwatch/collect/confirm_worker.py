@@ -23,7 +23,8 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
 * ``{"op": "measure", "key": K, "rep_ms": R, "calls": N, "first": SIDE[, "order": "blocks"]}``:
   ``Backend.paired_samples`` of both sides' calls, SIDE's first (``blocks``: all of SIDE's, then the
   other's); the method is fixed by the case's first measure (graph only where both sides' calls are
-  captured) and forced afterwards; answers ``{"baseline_ms": median, "candidate_ms": median,
+  captured; ``wall`` for a case the collector timed by the wall, a stack's eager pass) and forced afterwards;
+  answers ``{"baseline_ms": median, "candidate_ms": median,
   "samples": n, "timing": ..., "sm_mhz": [before, after] | null, "power_w": [before, after] | null}``, or
   ``{"error": ...}``.
 * ``{"op": "quit"}``.
@@ -99,7 +100,15 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
         del sys.modules[name]
     sys.path.insert(0, tree)
     importlib.invalidate_caches()
-    out: dict[str, Any] = {"calls": {}, "sizes": {}, "plans": {}, "checksums": {}, "missing": [], "errors": {}}
+    out: dict[str, Any] = {
+        "calls": {},
+        "sizes": {},
+        "plans": {},
+        "checksums": {},
+        "missing": [],
+        "errors": {},
+        "wall": [],
+    }
     try:
         kernels = importlib.import_module("kernelwatch.kernels")
         spec_module = importlib.import_module("kernelwatch.kernels.spec")
@@ -120,6 +129,10 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
                 out["missing"].append(item["key"])
                 continue
             spec, case = by_key[item["key"]]
+            stack_of = getattr(spec_module, "stack_of", None)  # a tree older than the stack cases has none
+            stack = stack_of(case, backend.device) if stack_of is not None else None
+            if stack is not None and stack.mode == "eager":  # the collector timed it by the wall: so is it here
+                out["wall"].append(item["key"])
             try:
                 inputs = spec.make_inputs(case, backend.device, item["seed"])
                 fn = spec.implementations(case, inputs)[spec_module.KERNEL_IMPL]
@@ -198,6 +211,8 @@ def main(argv: list[str]) -> int:
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
             loaded = {side: load_tree(msg["trees"][side], msg["cases"], backend, extra) for side in SIDES}
+            for side in SIDES:
+                methods.update(dict.fromkeys(loaded[side]["wall"], "wall"))
             sizes: dict[str, list[int]] = {}
             for side in reversed(SIDES):  # the baseline's where both have the case
                 sizes.update(loaded[side]["sizes"])
@@ -229,7 +244,7 @@ def main(argv: list[str]) -> int:
             except Exception as exc:  # a forced graph whose capture failed this time
                 _reply({"error": _first_line(exc)})
                 continue
-            methods.setdefault(key, "graph" if timing != "events" else "events")
+            methods.setdefault(key, timing if timing in ("events", "wall") else "graph")
             got = dict(zip(sides, samples))
             reading = None if before is None or after is None else (before, after)
             _reply(

@@ -504,7 +504,9 @@ class ConfirmRound(Record):
     baseline_ms: NonNegative
     candidate_ms: NonNegative
     first: Literal[CONFIRM_SIDES] = Field(description="The side whose call opened the round's A, B, B, A sequence.")
-    timing: _text(NAME_LEN) = Field(description="How both sides were timed: graph, graph-batch or events.")
+    timing: _text(NAME_LEN) = Field(
+        description="How both sides were timed: graph, graph-batch, events, or wall (a stack's eager pass)."
+    )
     sm_mhz: list[NonNegative] | None = Field(
         default=None, description="NVML SM clock as the round began and as it ended (None where NVML is missing)."
     )
