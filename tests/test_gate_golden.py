@@ -20,7 +20,10 @@ def now() -> dict:
 def test_every_verdict_on_the_committed_history_is_the_recorded_one(now) -> None:
     recorded = golden.load()
     committed = len(list(golden.HISTORY.glob("*.json.gz")))
-    assert {m: len(runs) for m, runs in recorded.items()} == {m: committed for m in golden.METRICS}
+    assert {m: len(runs) for m, runs in recorded.items()} == {m: committed for m in golden.METRICS}, (
+        f"ci/history holds {committed} runs and tests/data/gate-golden.json.gz another count: record an added run's "
+        "verdicts with `PYTHONPATH=$PWD python -m tests.golden --write` (and say so in the commit)"
+    )
     diff = golden.differences(recorded, now)
     assert not diff, f"{len(diff)} verdicts moved on the committed history:\n" + "\n".join(diff[:40])
 
