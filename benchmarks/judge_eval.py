@@ -251,13 +251,16 @@ def precompile_cases(args: argparse.Namespace, cases: list[str]) -> None:
         return
     import torch
 
-    from kernelwatch.collect.precompile import precompile, use_cache_dirs
+    from kernelwatch.collect.pool import host_cpus
+    from kernelwatch.collect.precompile import precompile, spare_processes, use_cache_dirs
     from kernelwatch.kernels.device import describe
 
     dirs = use_cache_dirs()
     started = time.perf_counter()
     try:
-        outcome = precompile([("perf", c) for c in cases], describe(torch.device("cuda")), max(1, os.cpu_count() - 1))
+        outcome = precompile(
+            [("perf", c) for c in cases], describe(torch.device("cuda")), spare_processes(1, host_cpus())
+        )
     except Exception as exc:  # the workers compile what this could not
         say(f"precompile failed ({type(exc).__name__}: {exc}); the workers compile")
         return

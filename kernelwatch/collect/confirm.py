@@ -330,7 +330,7 @@ def worker_env(device: str, base: dict[str, str] | None = None) -> dict[str, str
     disk, and on a GPU the compiler caches ``kernelwatch collect`` fills (``precompile.cache_dirs``): the nightly's
     confirm, right after its collect, finds the candidate's kernels compiled (it compiled them all again, into
     Triton's default cache: a minute of each H200 confirm)."""
-    from kernelwatch.collect.precompile import cache_dirs
+    from kernelwatch.collect.precompile import use_cache_dirs
 
     base = dict(os.environ) if base is None else base
     env = {k: v for k, v in base.items() if k not in ("PYTHONPATH", "KERNELWATCH_PROJECT")}
@@ -344,12 +344,7 @@ def worker_env(device: str, base: dict[str, str] | None = None) -> dict[str, str
     if device.startswith("cpu"):
         env["TRITON_INTERPRET"] = "1"
         return env
-    dirs = cache_dirs(base)
-    dirs.triton.mkdir(parents=True, exist_ok=True)
-    env["TRITON_CACHE_DIR"] = str(dirs.triton)
-    if dirs.inductor is not None:
-        dirs.inductor.mkdir(parents=True, exist_ok=True)
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(dirs.inductor)
+    use_cache_dirs(env)
     return env
 
 

@@ -44,7 +44,7 @@ import multiprocessing as mp
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,14 +92,16 @@ def cache_dirs(env: Mapping[str, str] | None = None) -> CacheDirs:
     )
 
 
-def use_cache_dirs() -> CacheDirs:
-    """Point this process and the workers it starts afterwards at :func:`cache_dirs` (created if needed)."""
-    dirs = cache_dirs()
+def use_cache_dirs(env: MutableMapping[str, str] | None = None) -> CacheDirs:
+    """Point this process and the workers it starts afterwards at :func:`cache_dirs` (created if needed); with
+    ``env``, a child's environment instead of this process's."""
+    env = os.environ if env is None else env
+    dirs = cache_dirs(env)
     dirs.triton.mkdir(parents=True, exist_ok=True)
-    os.environ["TRITON_CACHE_DIR"] = str(dirs.triton)
+    env["TRITON_CACHE_DIR"] = str(dirs.triton)
     if dirs.inductor is not None:
         dirs.inductor.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(dirs.inductor)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(dirs.inductor)
     return dirs
 
 
