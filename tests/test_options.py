@@ -98,6 +98,8 @@ def test_confirm_refuses_nan_and_an_unwritable_report_before_any_work(flagged: l
         ("--min-effect", "5", "write 5% for 5 percent"),
         ("--round-ms", "nan", "'nan' is not a finite number"),
         ("--round-ms", "inf", "'inf' is not a finite number"),
+        ("--case-seconds", "nan", "'nan' is not a finite number"),  # it measured for nan seconds a case
+        ("--case-seconds", "0", "0 is not in the range 0.1<=x<=3600"),
         ("--report-file", str(tmp_path / "fifo"), "is a FIFO, not a regular file"),
         ("--report-file", str(tmp_path / "a-file" / "report.md"), "Not a directory"),
         ("--report-file", str(tmp_path / "missing" / "report.md"), "does not exist"),

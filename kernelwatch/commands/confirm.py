@@ -62,7 +62,7 @@ from kernelwatch.options import Effect, Finite, clean_errors, db_option, fail, p
 )
 @click.option(
     "--case-seconds",
-    type=click.FloatRange(0.1, 3600),
+    type=Finite(0.1, 3600),
     default=20.0,
     show_default=True,
     help="Time budget of one case: past it at a look, the case stops (UNKNOWN if still undecided).",
