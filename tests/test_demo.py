@@ -98,6 +98,23 @@ def test_the_demo_steps_run_twice_and_over_a_changed_history(tmp_path: Path) -> 
     assert _runs(db) == after
 
 
+def test_a_demo_built_twice_soon_after_a_real_run_is_the_same_demo() -> None:
+    """Five and twenty-five minutes after a real run: the copies were spread between it and the clock, so the
+    second `make demo` within half an hour of a GPU run rebuilt both demo runs ("2 replaced")."""
+    from kernelwatch.store.synthetic import demo_branch
+
+    real = dt.datetime(2026, 12, 4, 12, 27, tzinfo=dt.timezone.utc)
+    builds = [
+        [to_data(d) for d in demo_branch(load_artifact(DEMO_SOURCE), after=real, now=real + dt.timedelta(minutes=m))]
+        for m in (5, 25, 60 * 24)
+    ]
+    assert builds[0] == builds[1] == builds[2]
+    stamps = [parse_time(d["run"][k]) for d in builds[0] for k in ("started_at", "finished_at")]
+    assert real < min(stamps) and max(stamps) <= real + dt.timedelta(minutes=5)
+    squeezed = demo_branch(load_artifact(DEMO_SOURCE), after=real, now=real + dt.timedelta(seconds=1))
+    assert all(real < parse_time(d.run.started_at) <= real + dt.timedelta(seconds=1) for d in squeezed)
+
+
 def test_a_real_run_is_never_replaced(tmp_path: Path) -> None:
     """Replacing is for SYNTHETIC runs rebuilt by synth; a real run with other content stays refused."""
     engine = open_database(f"sqlite:///{tmp_path / 'kw.db'}")

@@ -264,17 +264,19 @@ def stepped_copies(
     copy ``at`` on (default: the last copy only). Every timing also gets a per-run jitter of relative
     size ``noise``. Labelled as every synthetic run is (flag, branch, subject, notes); the hardware name is
     the real one so that the copies extend the real history (a demo of a step, never a measurement). With
-    ``after`` (the newest real run, so that the copies are the newest), they fall between it and ``now`` (default:
-    the clock), at most 10 minutes apart: a demo built right after a real run is never dated in the future,
-    where the gate never takes a baseline from."""
+    ``after`` (the newest real run, so that the copies are the newest), they fall a second apart right after it:
+    never in the future (``now``, default the clock; the gate never takes a baseline from there), and on the
+    same dates whenever they are built (a second ``make demo`` finds its runs unchanged; dates
+    spread towards the clock moved with it for half an hour after a real run)."""
     at = runs - 1 if at is None else at
     data = to_data(doc)
     start = parse_time(data["run"]["commit"]["time"] or data["run"]["started_at"])
     step = dt.timedelta(hours=1)
     if after is not None:
-        start = max(start, after)
+        start, step = max(start, after), dt.timedelta(seconds=1)
         room = (now or dt.datetime.now(dt.timezone.utc)) - start
-        step = min(dt.timedelta(minutes=10), max(dt.timedelta(seconds=runs + 1), room / (runs + 1)))
+        if room < step * (runs + 1):  # built within seconds of the real run: squeezed in before the clock
+            step = max(room, dt.timedelta(0)) / (runs + 1)
     out = []
     for index in range(runs):
         rng = random.Random(f"stepped-{seed}-{index}")
