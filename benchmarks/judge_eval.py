@@ -555,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--collect-args", type=shlex.split, default=[], help='more collect options in one string ("--suite perf")'
     )
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="the rows (an existing file is never overwritten)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
     experiments = [e for e in args.experiments.split(",") if e]
     bad = [e for e in experiments if e not in ("aa", "spread", "planted", "collect", "nightly")]
@@ -576,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--against {path}: no such file")
     out = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-judge-eval" / "judge-eval.json"
     out = out.resolve()  # the nightly's commands run in a scratch repository
+    if out.exists() and not args.overwrite:  # a smoke run once replaced a session's GPU rows with one CPU row
+        parser.error(f"--out {out} exists: give another --out, or --overwrite to replace its rows")
     args.against = [p.resolve() for p in args.against]
     args.artifact = args.artifact.resolve() if args.artifact else None
     args.tree = args.tree.resolve()

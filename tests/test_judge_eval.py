@@ -57,6 +57,7 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
         (["--experiments", "nightly", "--artifact", str(ROOT / "README.md")], "needs --repo"),
         (["--repo", str(tmp_path)], "not a git checkout"),
         (["--repo", str(ROOT), "--artifact", str(tmp_path / "run.json.gz")], "no such file"),
+        (["--out", str(ROOT / "README.md")], "exists: give another --out"),
     ):
         got = _eval("--device", "cpu", *argv)
         assert got.returncode == 2 and message in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)
