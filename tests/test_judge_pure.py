@@ -100,6 +100,35 @@ def test_a_slowdown_measured_unlike_is_a_suspect_on_gpu_time_only() -> None:
     assert rules.undecided_by_the_runs(v, RunFacts("gpu")) is None
 
 
+def test_a_case_timed_with_two_hosts_paths_is_a_suspect_whichever_way_it_moved() -> None:
+    """An eager stack case (timed by the wall, host path counted) read 62 to 114 us a layer on three H200s running
+    one commit: a planted +20% read -31% against another GPU's run and passed. Across GPUs such a case is sent to
+    confirm at any effect, faster too; on one GPU, or timed on the device, it keeps the ordinary rule."""
+    hosts = RunFacts("gpu", unlike={"k": ["its baseline was measured on another GPU"]}, host_timed=frozenset({"k"}))
+    for status, effect in (("pass", -0.31), ("pass", 0.0), ("pass", 0.03), ("regression", 0.2)):
+        judged = rules.undecided_by_the_runs(_compared(status, effect), hosts)
+        assert judged is not None and judged.status == "suspect", (status, effect)
+        assert "two hosts'" in judged.message
+    assert "(faster) as the runs read it" in rules.undecided_by_the_runs(_compared("pass", -0.31), hosts).message
+    other = RunFacts("gpu", unlike={"k": ["its baseline was measured on another GPU"]})
+    assert rules.undecided_by_the_runs(_compared("pass", -0.31), other) is None
+    assert rules.undecided_by_the_runs(_compared("pass", -0.31), RunFacts("call", host_timed=frozenset({"k"}))) is None
+
+
+def test_two_hosts_paths_are_wall_timings_on_different_gpus() -> None:
+    from types import SimpleNamespace as Timed
+
+    from kernelwatch.gate.suspects import host_timed_across_gpus
+
+    assert host_timed_across_gpus(Timed(timing="wall", device_uuid="GPU-a"), Timed(timing="wall", device_uuid="GPU-b"))
+    assert not host_timed_across_gpus(
+        Timed(timing="wall", device_uuid="GPU-a"), Timed(timing="wall", device_uuid="GPU-a")
+    )
+    assert not host_timed_across_gpus(
+        Timed(timing="graph", device_uuid="GPU-a"), Timed(timing="graph", device_uuid="GPU-b")
+    )
+
+
 def test_gather_reads_the_baseline_history_and_acks_once(db_url, docs) -> None:
     """On SQLite and PostgreSQL: the newest earlier run is the baseline, every case's history is the runs before the
     candidate, and an ack stored for the hardware is gathered; a metric the gate does not know is refused."""

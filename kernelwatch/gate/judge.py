@@ -120,6 +120,7 @@ from kernelwatch.gate.suspects import (  # noqa: F401
     UNLIKE_FRACTION,
     applicable_confirmations,
     covering_acks,
+    host_timed_across_gpus,
     unlike,
 )
 from kernelwatch.kernels.names import KERNEL_IMPL
@@ -262,6 +263,7 @@ def _run_rules(result: GateResult, g: Gathered, base: RunDocument, broken: str |
         {v.case: unlike(mine[v.case], theirs[v.case]) for v in compared},
         chosen,
         covering_acks(g.acks, candidate, since.get("commit_time") or since.get("started") or ""),
+        frozenset(v.case for v in compared if host_timed_across_gpus(mine[v.case], theirs[v.case])),
     )
     suspects = applied = 0
     for v in result.verdicts:

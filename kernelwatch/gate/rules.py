@@ -383,7 +383,9 @@ class RunFacts:
       (:func:`kernelwatch.gate.suspects.unlike`);
     * ``confirmed``: per case, the stored confirmation that decides it
       (:func:`kernelwatch.gate.suspects.applicable_confirmations`);
-    * ``acknowledged``: per case, the acknowledgement (``kernelwatch ack``) that covers the candidate's change.
+    * ``acknowledged``: per case, the acknowledgement (``kernelwatch ack``) that covers the candidate's change;
+    * ``host_timed``: compared cases whose two timings include two hosts' paths
+      (:func:`kernelwatch.gate.suspects.host_timed_across_gpus`): the runs cannot judge them at any effect.
     """
 
     metric: str
@@ -391,6 +393,7 @@ class RunFacts:
     unlike: Mapping[str, list[str]] = field(default_factory=dict)
     confirmed: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     acknowledged: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    host_timed: frozenset[str] = frozenset()
 
 
 def broken_machine(v: CaseVerdict, run: RunFacts) -> Judged | None:
@@ -406,27 +409,33 @@ def undecided_by_the_runs(v: CaseVerdict, run: RunFacts) -> Judged | None:
     candidate and baseline measured on different GPUs or by different timing methods (then
     :data:`kernelwatch.gate.suspects.UNLIKE_FRACTION` of the minimum effect suffices, a passing case too: the
     candidate's machine may be faster and hide part of a change), or a slowdown the statistics called noisy or the
-    machine's. A same-device regression keeps its verdict. GPU time only: confirm re-measures GPU time."""
+    machine's. A same-device regression keeps its verdict. A case timed with two hosts' paths
+    (``RunFacts.host_timed``) is a suspect at any effect, faster too. GPU time only: confirm re-measures GPU
+    time."""
     c = v.comparison
     if run.metric != "gpu" or v.suite != "perf" or c is None or v.status not in (PASS, REGRESSION, *UNDECIDED):
         return None
     unlike = run.unlike.get(v.case, [])
     reach = c.min_effect * (suspects.UNLIKE_FRACTION if unlike else 1.0)
-    if c.effect < reach or (v.status == PASS and not unlike):
+    hosts = v.case in run.host_timed
+    if not hosts and (c.effect < reach or (v.status == PASS and not unlike)):
         return None
-    why = suspects.suspect_reasons(v, unlike)
+    why = suspects.suspect_reasons(v, unlike) + ([suspects.HOST_TIMED] if hosts else [])
     if not why:
         return None
-    past = (
-        f"at least the minimum effect {c.min_effect:.0%}"
-        if c.effect >= c.min_effect
-        else f"under the minimum effect {c.min_effect:.0%} but past {reach:.1%}, where a machine's own "
-        "difference may hide part of a change"
-    )
+    if c.effect >= c.min_effect:
+        read = f"{c.effect:+.1%} slower, at least the minimum effect {c.min_effect:.0%}"
+    elif c.effect >= reach:
+        read = (
+            f"{c.effect:+.1%} slower, under the minimum effect {c.min_effect:.0%} but past {reach:.1%}, where a "
+            "machine's own difference may hide part of a change"
+        )
+    else:
+        read = f"{c.effect:+.1%} {'slower' if c.effect >= 0 else '(faster)'} as the runs read it"
     return Judged(
         SUSPECT,
-        f"{c.effect:+.1%} slower, {past}, and the runs alone cannot decide: {'; '.join(why)}. Re-measure "
-        f"both commits on one device (kernelwatch confirm) [the statistics: {v.status}: {v.message}]",
+        f"{read}, and the runs alone cannot decide: {'; '.join(why)}. Re-measure both commits on one device "
+        f"(kernelwatch confirm) [the statistics: {v.status}: {v.message}]",
     )
 
 

@@ -17,6 +17,7 @@ from kernelwatch.gate.statuses import (
 )
 from kernelwatch.kernels.names import (
     TIMING_EVENTS,
+    TIMING_WALL,
 )
 from kernelwatch.store.schema import (
     RunDocument,
@@ -56,6 +57,21 @@ def unlike(cand: Any, base: Any) -> list[str]:
             "on one GPU)"
         )
     return why
+
+
+def host_timed_across_gpus(cand: Any, base: Any) -> bool:
+    """Whether one case's two timings include two hosts' paths: timed by the wall (host path counted) on
+    different GPUs. Runs of one commit on three H200s read such cases up to 1.8x apart (a 32-layer eager
+    LayerNorm+MatMul decode stack: 62 to 114 us a layer), so neither a slowdown nor a speed-up between them
+    says anything at the minimum effect (benchmarks/results/2026-12-04-h200-nightly-pool)."""
+    wall = TIMING_WALL in (cand.timing, base.timing)
+    return wall and cand.device_uuid != base.device_uuid
+
+
+HOST_TIMED = (
+    "it is timed by the wall with the host path, here two hosts' (runs of one commit on different GPUs read "
+    "such cases up to 1.8x apart), so its runs tell nothing at the minimum effect, whichever way they differ"
+)
 
 
 def suspect_reasons(v: CaseVerdict, unlike: list[str]) -> list[str]:
