@@ -276,9 +276,9 @@ def _run_rules(result: GateResult, g: Gathered, base: RunDocument, broken: str |
             v.status, v.message = judged.status, judged.message
     if suspects:
         result.notes.append(
-            f"{suspects} suspect{'s' if suspects != 1 else ''}: slower past the minimum effect where "
-            "the runs alone cannot decide; `kernelwatch confirm` re-measures them on one device and "
-            "stores its verdict, which the next gate run uses"
+            f"{suspects} suspect{'s' if suspects != 1 else ''}: slower past the minimum effect, or timed with "
+            "two hosts' paths, where the runs alone cannot decide; `kernelwatch confirm` re-measures them on "
+            "one device and stores its verdict, which the next gate run uses"
         )
     if applied:
         result.notes.append(
