@@ -401,6 +401,7 @@ def collect_run(
         repo, "collect", "--trigger", "nightly", "--device", args.device, "--no-progress", "--out", str(run_json),
         *args.collect_args, env=env,
     )  # fmt: skip
+    (out.parent / f"collect-{(gpu or 'device')[:12]}.txt").write_text(text)  # KERNELWATCH_TRACE_WALL's lines too
     if code not in (0, 3):
         raise SystemExit(f"collect failed (exit {code}): {text.strip().splitlines()[-1:]}")
     say(f"collect: the run artifact is {run_json}")

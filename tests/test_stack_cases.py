@@ -136,3 +136,38 @@ def test_a_compile_peer_outlives_dynamos_recompile_limit():
     compile_peer(lambda x: x + 1)
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT >= 64
     assert torch._dynamo.config.accumulated_recompile_limit >= RECOMPILE_LIMIT
+
+
+def test_an_eager_pass_is_traced_only_when_asked(monkeypatch, capsys) -> None:
+    """KERNELWATCH_TRACE_WALL=1: one stderr line per wall-timed measurement, naming the case and implementation
+    with the host's and the device's state; unset, nothing (a collect's output stays as it was)."""
+    from kernelwatch.collect.perf import time_implementation
+    from kernelwatch.collect.walltrace import ENV, PREFIX
+    from kernelwatch.kernels.spec import Stack
+
+    stack = Stack(layers=2, mode="eager", shape=(4, 8), n=8)
+    x = torch.ones(4, 8)
+    monkeypatch.delenv(ENV, raising=False)
+    row = time_implementation(
+        Backend(torch.device("cpu"), time_on_cpu=True),
+        KERNEL_IMPL,
+        lambda: [x @ x.T for _ in range(2)],
+        1,
+        stack,
+        "k/v/fp32/a=1",
+    )
+    assert row["error"] is None and PREFIX not in capsys.readouterr().err
+    monkeypatch.setenv(ENV, "1")
+    row = time_implementation(
+        Backend(torch.device("cpu"), time_on_cpu=True),
+        KERNEL_IMPL,
+        lambda: [x @ x.T for _ in range(2)],
+        1,
+        stack,
+        "k/v/fp32/a=1",
+    )
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(PREFIX)]
+    assert row["error"] is None and len(lines) == 1, lines
+    assert (
+        lines[0].startswith(f"{PREFIX} k/v/fp32/a=1 triton: ") and "involuntary" in lines[0] and "SM -->-" in lines[0]
+    )

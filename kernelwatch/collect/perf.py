@@ -29,6 +29,7 @@ import torch
 
 from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
+from kernelwatch.collect.walltrace import traced
 from kernelwatch.kernels.names import LAUNCH_BATCH, TIMING_GRAPH, launch_bound
 from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Stack, stack_of
 from kernelwatch.store.schema import PerfResult
@@ -99,11 +100,14 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def time_implementation(backend: Backend, impl: str, fn, calls: int = 1, stack: Stack | None = None) -> dict[str, Any]:
+def time_implementation(
+    backend: Backend, impl: str, fn, calls: int = 1, stack: Stack | None = None, case: str = ""
+) -> dict[str, Any]:
     """GPU time, cost per call and peak memory of one implementation (see the module docstring): the measured
     fields of its :class:`~kernelwatch.store.schema.PerfResult`, which :func:`finish` completes for each case sharing
     them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`). ``stack``: ``fn`` is one
-    pass of a stack, timed as its mode says and stored per layer."""
+    pass of a stack, timed as its mode says and stored per layer (an eager pass traced by
+    :mod:`kernelwatch.collect.walltrace` when asked, ``case`` naming it)."""
     try:
         with backend.phase("perf.warmup"):
             fn()
@@ -112,7 +116,8 @@ def time_implementation(backend: Backend, impl: str, fn, calls: int = 1, stack: 
             if stack is None:
                 samples, timing = backend.device_samples(fn, calls=calls)
             elif stack.mode == "eager":
-                samples, timing = backend.wall_samples(fn)
+                with traced(backend, f"{case} {impl}"):
+                    samples, timing = backend.wall_samples(fn)
             else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
                 samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
@@ -163,7 +168,7 @@ def perf_case(
     stack = stack_of(case, backend.device)
     calls = 1 if stack else calls_per_sample(spec, case)
     results: dict[str, dict[str, Any]] = {
-        KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL], calls, stack)
+        KERNEL_IMPL: time_implementation(backend, KERNEL_IMPL, impls[KERNEL_IMPL], calls, stack, case.key)
     }
     bkey = spec.baseline_key(case)
     cached = baselines.get(bkey)
@@ -171,7 +176,7 @@ def perf_case(
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()  # a fresh compile per case: past the recompile limit dynamo falls back to eager
         cached = {
-            name: time_implementation(backend, name, fn, calls, stack)
+            name: time_implementation(backend, name, fn, calls, stack, case.key)
             for name, fn in impls.items()
             if name != KERNEL_IMPL
         }
