@@ -521,6 +521,14 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _holds_something(path: Path) -> bool:
+    """Whether replacing ``path`` could lose anything: all but a file of no rows (``collect`` writes one)."""
+    try:
+        return json.loads(path.read_text()) != []
+    except (OSError, ValueError):
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", default="aa,planted", help="comma-separated: aa, spread, planted, nightly")
@@ -578,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--against {path}: no such file")
     out = args.out or ROOT / "benchmarks" / "results" / f"{dt.date.today().isoformat()}-judge-eval" / "judge-eval.json"
     out = out.resolve()  # the nightly's commands run in a scratch repository
-    if out.exists() and not args.overwrite:  # a smoke run once replaced a session's GPU rows with one CPU row
+    if out.exists() and not args.overwrite and _holds_something(out):  # a smoke run replaced a session's GPU rows
         parser.error(f"--out {out} exists: give another --out, or --overwrite to replace its rows")
     args.against = [p.resolve() for p in args.against]
     args.artifact = args.artifact.resolve() if args.artifact else None

@@ -109,7 +109,7 @@ def test_a_case_timed_with_two_hosts_paths_is_a_suspect_whichever_way_it_moved()
         judged = rules.undecided_by_the_runs(_compared(status, effect), hosts)
         assert judged is not None and judged.status == "suspect", (status, effect)
         assert "two hosts'" in judged.message
-    assert "(faster) as the runs read it" in rules.undecided_by_the_runs(_compared("pass", -0.31), hosts).message
+    assert "-31.0% in time as the runs read it" in rules.undecided_by_the_runs(_compared("pass", -0.31), hosts).message
     other = RunFacts("gpu", unlike={"k": ["its baseline was measured on another GPU"]})
     assert rules.undecided_by_the_runs(_compared("pass", -0.31), other) is None
     assert rules.undecided_by_the_runs(_compared("pass", -0.31), RunFacts("call", host_timed=frozenset({"k"}))) is None

@@ -431,7 +431,7 @@ def undecided_by_the_runs(v: CaseVerdict, run: RunFacts) -> Judged | None:
             "machine's own difference may hide part of a change"
         )
     else:
-        read = f"{c.effect:+.1%} {'slower' if c.effect >= 0 else '(faster)'} as the runs read it"
+        read = f"{c.effect:+.1%} in time as the runs read it"
     return Judged(
         SUSPECT,
         f"{read}, and the runs alone cannot decide: {'; '.join(why)}. Re-measure both commits on one device "
