@@ -169,5 +169,8 @@ def test_an_eager_pass_is_traced_only_when_asked(monkeypatch, capsys) -> None:
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(PREFIX)]
     assert row["error"] is None and len(lines) == 1, lines
     assert (
-        lines[0].startswith(f"{PREFIX} k/v/fp32/a=1 triton: ") and "involuntary" in lines[0] and "SM -->-" in lines[0]
+        lines[0].startswith(f"{PREFIX} k/v/fp32/a=1 triton: ")
+        and "involuntary" in lines[0]
+        and "SM -->-" in lines[0]
+        and "gc-off" in lines[0]
     )

@@ -29,7 +29,7 @@ import torch
 
 from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
-from kernelwatch.collect.walltrace import traced
+from kernelwatch.collect.walltrace import measured
 from kernelwatch.kernels.names import LAUNCH_BATCH, TIMING_GRAPH, launch_bound
 from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Stack, stack_of
 from kernelwatch.store.schema import PerfResult
@@ -116,8 +116,7 @@ def time_implementation(
             if stack is None:
                 samples, timing = backend.device_samples(fn, calls=calls)
             elif stack.mode == "eager":
-                with traced(backend, f"{case} {impl}"):
-                    samples, timing = backend.wall_samples(fn)
+                samples, timing = measured(backend, f"{case} {impl}", lambda: backend.wall_samples(fn))
             else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
                 samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
