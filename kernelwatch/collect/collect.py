@@ -40,6 +40,7 @@ from kernelwatch.collect.pool import (
     cost_of,
     group_of,
     host_cpus,
+    isolated,
     progress_group,
     run_items,
     start_workers,
@@ -183,7 +184,7 @@ def run_collection(opts: Options) -> RunDocument:
                 workers=len(live),
             )
             t_suites = time.monotonic()
-            run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally)
+            run_items(live, handles, dispatcher, ceilings, opts.case_timeout_s, tally, lambda i: isolated(i, cases))
             t_suites_end = time.monotonic()
         except KeyboardInterrupt:
             interrupted = True

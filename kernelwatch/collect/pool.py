@@ -7,6 +7,12 @@ key go to one worker (which measures the PyTorch baselines once for all of them)
 first (:func:`group_of`, :func:`cost_of`). A case that raises is recorded by its worker; a case that
 kills its worker or outlives the per-case limit is recorded here (:func:`run_items`), the worker is
 replaced, and the suite goes on.
+
+A case timed by the wall with its host path (:func:`isolated`: a stack's eager pass) runs in a worker that has run
+nothing before it. A Triton launch's host path in a worker that had run the rest of the suite read up to 2x its
+figure in a fresh one on the same H200, and by how much depended on the worker's history, not on the code
+(kernelwatch/kernels/NOTES.md, "Stacks of layers"): so every such figure is a fresh process's, as `confirm`'s
+worker is.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any, Protocol
 
@@ -64,6 +71,13 @@ def host_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def isolated(item: WorkItem, cases: dict[WorkItem, Any]) -> bool:
+    """A perf case timed by the wall (:func:`kernelwatch.kernels.spec.wall_timed`): measured in a fresh worker."""
+    from kernelwatch.kernels.spec import wall_timed
+
+    return item[0] == "perf" and wall_timed(cases[item][1])
+
+
 def group_of(item: WorkItem, cases: dict[WorkItem, Any]) -> tuple[str, str]:
     """Perf cases of one baseline key run in one worker (which then measures the baselines once)."""
     spec, case = cases[item]
@@ -97,6 +111,7 @@ class WorkerHandle:
         self.deadline = 0.0
         self.sent_at = 0.0
         self.fresh = True
+        self.served = 0  # cases sent to the running process
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
@@ -110,6 +125,7 @@ class WorkerHandle:
         child.close()
         self.conn = parent
         self.fresh = True
+        self.served = 0
 
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
@@ -120,7 +136,13 @@ class WorkerHandle:
         self.sent_at = time.monotonic()
         self.deadline = self.sent_at + timeout_s + (STARTUP_GRACE_S if self.fresh else 0.0)
         self.fresh = False
+        self.served += msg.get("op") == "case"
         self.conn.send(msg)
+
+    def restart(self) -> None:
+        """A fresh process for the next case (:func:`isolated`); the old one is stopped, not killed mid-case."""
+        self.stop()
+        self.start()
 
     def kill(self) -> None:
         if self.process is not None and self.process.is_alive():
@@ -201,14 +223,18 @@ def run_items(
     ceilings: dict[str, dict[str, Any]],
     case_timeout_s: float,
     tally: Tally,
+    fresh_for: Callable[[WorkItem], bool] | None = None,
 ) -> None:
     """Deal every item to the ``live`` workers until none is left; each finished item (its result, or
-    the error of a worker that died or ran past ``case_timeout_s``) goes to ``tally.finish``."""
+    the error of a worker that died or ran past ``case_timeout_s``) goes to ``tally.finish``. An item
+    ``fresh_for`` names (:func:`isolated`) goes to a worker process that has run no case before it."""
     while not dispatcher.finished:
         for h in live:
             if dispatcher.current(h.index) is None:
                 item = dispatcher.take(h.index)
                 if item is not None:
+                    if fresh_for is not None and h.served and fresh_for(item):
+                        h.restart()
                     h.send({"op": "case", "item": item, "peaks": ceilings[h.label]}, case_timeout_s)
         busy_handles = [handles[i] for i in dispatcher.busy_workers]
         if not busy_handles:

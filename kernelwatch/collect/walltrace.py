@@ -154,7 +154,7 @@ def measured(backend: Any, label: str, measure: Callable[[], tuple[list[float], 
         f"{PREFIX} {label}: median {statistics.median(result[0]):.4f} ms, gc-off {gc_off:.4f}, frozen {frozen:.4f}; "
         f"{wall * 1e3:.1f} ms, cpu {cpu / wall if wall > 0 else 0:.2f} of it, "
         f"{after.ru_nivcsw - usage.ru_nivcsw} involuntary / {after.ru_nvcsw - usage.ru_nvcsw} voluntary switches, "
-        f"SM {sm}->{sm_after} MHz, load {os.getloadavg()[0]:.1f}, threads {threads}, core {core}, "
+        f"SM {sm}->{sm_after} MHz, load {os.getloadavg()[0]:.1f}, pid {os.getpid()}, threads {threads}, core {core}, "
         f"gc {gcs} (collections so far {tracked}, heap {len(gc.get_objects())} objects), hooks {hooks}, "
         f"short launches +{hits}",
         file=sys.stderr,

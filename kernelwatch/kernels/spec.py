@@ -261,6 +261,11 @@ class Stack:
     n: int
 
 
+def wall_timed(case: Case) -> bool:
+    """Whether the collector times ``case`` by the wall, its host path counted: a stack case in ``mode=eager``."""
+    return "layers" in case.p and case.p.get("mode") == "eager"
+
+
 def stack_of(case: Case, device: torch.device) -> Stack | None:
     """The stack a case runs on ``device`` (:data:`CPU_STACK`'s stand-in in the interpreter; the real sizes where
     a GPU is only described, as the ahead-of-time compiler does), None for a single-call case. Its params:
