@@ -6,7 +6,7 @@
 #     with the collector off and with the heap frozen);
 #  3. the same eager stack cases again in a fresh collect of only them (a fresh worker, as `confirm` has);
 # the two artifacts side by side say whether the long-lived worker reads slower and the trace says why.
-# Usage: device-call.sh DEADLINE_S
+# Usage: device-call-1.sh DEADLINE_S
 set -u
 deadline=$1; t0=$(date +%s); here=$PWD; res=/tmp/res; mkdir -p $res/nightly $res/fresh
 left() { echo $(( deadline - ($(date +%s) - t0) )); }
