@@ -846,3 +846,10 @@ def test_interpreter_warnings_on_masked_lanes_stay_out_of_the_output(mode) -> No
     )
     assert out.returncode == 0, out.stderr
     assert ("RuntimeWarning" in out.stderr) == (mode == "loud"), out.stderr
+
+
+def test_plan_deals_the_groups_it_is_told_to_first_before_any_other() -> None:
+    """Defect caught: a case that must run in a fresh worker dealt after others (each then restarts a worker)."""
+    costs = {"a": 5.0, "b": 1.0, "c": 3.0, "d": 2.0}
+    groups = plan(list(costs), lambda i: i, costs.__getitem__, first=lambda i: i in ("b", "d"))
+    assert groups == [["d"], ["b"], ["a"], ["c"]]

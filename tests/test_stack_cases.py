@@ -177,13 +177,15 @@ def test_an_eager_pass_is_traced_only_when_asked(monkeypatch, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_each_eager_stack_case_is_collected_in_a_worker_of_its_own(tmp_path, cli, monkeypatch, capfd) -> None:
+def test_the_eager_stack_cases_are_collected_first_in_a_fresh_worker(tmp_path, cli, monkeypatch, capfd) -> None:
     """Defect caught: a stack's eager pass timed in a worker that had run other cases before it, where a Triton
     launch's host path read up to 2x a fresh process's on one H200, by how much depending on what ran before."""
     import re
 
     from kernelwatch.cli import main
     from kernelwatch.collect.walltrace import ENV, PREFIX
+    from kernelwatch.store.artifact import load_artifact
+    from kernelwatch.store.schema import to_data
 
     monkeypatch.setenv(ENV, "1")
     monkeypatch.setenv("KERNELWATCH_DB", f"sqlite:///{tmp_path / 'kw.db'}")
@@ -191,10 +193,11 @@ def test_each_eager_stack_case_is_collected_in_a_worker_of_its_own(tmp_path, cli
     argv += ["--match", "layers=32", "--out", str(tmp_path / "run.json")]
     result = cli.invoke(main, argv)
     assert result.exit_code == 0, result.output
-    traced = re.findall(rf"{PREFIX} (\S+) (\S+): .* pid (\d+),", capfd.readouterr().err)
-    pids: dict[str, set[str]] = {}
-    for case, _impl, pid in traced:
-        pids.setdefault(case, set()).add(pid)
-    assert len(pids) == 3 and all("mode=eager" in case for case in pids), sorted(pids)
-    assert all(len(p) == 1 for p in pids.values()), pids  # a case's implementations share its process
-    assert len(set().union(*pids.values())) == 3, pids  # and no two cases share one
+    traced = re.findall(rf"{PREFIX} (\S+) (\S+): .* pid (\d+) case (\d+),", capfd.readouterr().err)
+    assert {case for case, *_ in traced} == {
+        c.key for c in RMS.perf_cases() if "layers=32," in c.key and "eager" in c.key
+    }
+    assert len({pid for _, _, pid, _ in traced}) == 1, traced  # one process for all of them (and their peers)
+    assert {int(n) for *_, n in traced} == {1, 2, 3}, traced  # before any other case in it
+    doc = to_data(load_artifact(tmp_path / "run.json"))
+    assert {r["case"] for r in doc["perf"]} == {c.key for c in RMS.perf_cases() if "layers=32," in c.key}

@@ -147,7 +147,9 @@ def run_collection(opts: Options) -> RunDocument:
     journal = JournalWriter(opts.journal) if opts.journal is not None else None
     if journal is not None and journal.replaced_link is not None:
         print(f"kernelwatch collect: {replaced_link_note(opts.journal, journal.replaced_link)}", file=sys.stderr)
-    dispatcher = Dispatcher(items, plan(items, lambda i: group_of(i, cases), lambda i: cost_of(i, cases)))
+    dispatcher = Dispatcher(
+        items, plan(items, lambda i: group_of(i, cases), lambda i: cost_of(i, cases), lambda i: isolated(i, cases))
+    )
     tally = Tally(cases, run_seed, dispatcher, journal)
     status = "complete"
     described: dict[str, Any] = {}

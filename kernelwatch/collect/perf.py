@@ -29,7 +29,7 @@ import torch
 
 from kernelwatch.collect.backends import Backend
 from kernelwatch.collect.inputs import drawn_on
-from kernelwatch.collect.walltrace import measured
+from kernelwatch.collect.walltrace import measured, note_case
 from kernelwatch.kernels.names import LAUNCH_BATCH, TIMING_GRAPH, launch_bound
 from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Stack, stack_of
 from kernelwatch.store.schema import PerfResult
@@ -160,6 +160,7 @@ def perf_case(
     spec: KernelSpec, case: Case, backend: Backend, peaks: dict[str, float | None], baselines: BaselineCache, seed: int
 ) -> list[PerfResult]:
     """Every implementation of one case measured on ``backend``, with the derived numbers of :func:`finish`."""
+    note_case()
     with backend.phase("perf.inputs"):
         with drawn_on(backend.device):  # random inputs born on the device: kernelwatch.collect.inputs
             inputs = spec.make_inputs(case, backend.device, seed)

@@ -8,11 +8,12 @@ first (:func:`group_of`, :func:`cost_of`). A case that raises is recorded by its
 kills its worker or outlives the per-case limit is recorded here (:func:`run_items`), the worker is
 replaced, and the suite goes on.
 
-A case timed by the wall with its host path (:func:`isolated`: a stack's eager pass) runs in a worker that has run
-nothing before it. A Triton launch's host path in a worker that had run the rest of the suite read up to 2x its
-figure in a fresh one on the same H200, and by how much depended on the worker's history, not on the code
-(kernelwatch/kernels/NOTES.md, "Stacks of layers"): so every such figure is a fresh process's, as `confirm`'s
-worker is.
+The cases timed by the wall with their host path (:func:`isolated`: a stack's eager pass) run in a worker that has
+run no other case before them: their groups are dealt first, and a worker that ran another case is replaced
+before one of them. A Triton launch's host path in a worker that had run the rest of the suite read up to 2x its
+figure in a fresh one on the same H200, by how much depending on the worker's history, not on the code
+(kernelwatch/kernels/NOTES.md, "Stacks of layers"). One fresh process for all of them, not one each: a fresh
+worker's first torch.compile starts Inductor's pool of compile processes again, tens of seconds a case.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class WorkerHandle:
         self.deadline = 0.0
         self.sent_at = 0.0
         self.fresh = True
-        self.served = 0  # cases sent to the running process
+        self.ran_others = False  # the running process was sent a case run_items' fresh_for does not name
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
@@ -125,7 +126,7 @@ class WorkerHandle:
         child.close()
         self.conn = parent
         self.fresh = True
-        self.served = 0
+        self.ran_others = False
 
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
@@ -136,7 +137,6 @@ class WorkerHandle:
         self.sent_at = time.monotonic()
         self.deadline = self.sent_at + timeout_s + (STARTUP_GRACE_S if self.fresh else 0.0)
         self.fresh = False
-        self.served += msg.get("op") == "case"
         self.conn.send(msg)
 
     def restart(self) -> None:
@@ -227,14 +227,16 @@ def run_items(
 ) -> None:
     """Deal every item to the ``live`` workers until none is left; each finished item (its result, or
     the error of a worker that died or ran past ``case_timeout_s``) goes to ``tally.finish``. An item
-    ``fresh_for`` names (:func:`isolated`) goes to a worker process that has run no case before it."""
+    ``fresh_for`` names (:func:`isolated`) goes to a worker process that has run no other item before it."""
     while not dispatcher.finished:
         for h in live:
             if dispatcher.current(h.index) is None:
                 item = dispatcher.take(h.index)
                 if item is not None:
-                    if fresh_for is not None and h.served and fresh_for(item):
-                        h.restart()
+                    if fresh_for is not None:
+                        if fresh_for(item) and h.ran_others:
+                            h.restart()
+                        h.ran_others = h.ran_others or not fresh_for(item)
                     h.send({"op": "case", "item": item, "peaks": ceilings[h.label]}, case_timeout_s)
         busy_handles = [handles[i] for i in dispatcher.busy_workers]
         if not busy_handles:

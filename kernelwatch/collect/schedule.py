@@ -17,9 +17,13 @@ from typing import Any
 
 
 def plan(
-    items: list[Hashable], group_of: Callable[[Hashable], Hashable], cost_of: Callable[[Hashable], float]
+    items: list[Hashable],
+    group_of: Callable[[Hashable], Hashable],
+    cost_of: Callable[[Hashable], float],
+    first: Callable[[Hashable], bool] | None = None,
 ) -> list[list[Hashable]]:
-    """Items grouped by ``group_of`` (item order kept inside a group), groups by total cost, largest first.
+    """Items grouped by ``group_of`` (item order kept inside a group), groups by total cost, largest first; the
+    groups holding an item ``first`` names before all others (each part in that order).
 
     Longest-processing-time-first list scheduling: with m workers its makespan is at most
     (4/3 - 1/(3m)) of the optimum (Graham 1969), where dealing in suite order can end with one
@@ -28,7 +32,10 @@ def plan(
     groups: dict[Hashable, list[Hashable]] = {}
     for item in items:
         groups.setdefault(group_of(item), []).append(item)
-    return sorted(groups.values(), key=lambda g: -sum(cost_of(i) for i in g))
+    return sorted(
+        groups.values(),
+        key=lambda g: (first is None or not any(first(i) for i in g), -sum(cost_of(i) for i in g)),
+    )
 
 
 @dataclass

@@ -34,6 +34,12 @@ from kernelwatch.kernels.fastlaunch import short_launches
 
 ENV = "KERNELWATCH_TRACE_WALL"
 PREFIX = "kernelwatch wall-trace"
+_cases = [0]  # perf cases this process began (note_case), the traced one included
+
+
+def note_case() -> None:
+    """One more perf case begun in this process (the trace says which one a measurement belongs to)."""
+    _cases[0] += 1
 
 
 def enabled() -> bool:
@@ -154,7 +160,8 @@ def measured(backend: Any, label: str, measure: Callable[[], tuple[list[float], 
         f"{PREFIX} {label}: median {statistics.median(result[0]):.4f} ms, gc-off {gc_off:.4f}, frozen {frozen:.4f}; "
         f"{wall * 1e3:.1f} ms, cpu {cpu / wall if wall > 0 else 0:.2f} of it, "
         f"{after.ru_nivcsw - usage.ru_nivcsw} involuntary / {after.ru_nvcsw - usage.ru_nvcsw} voluntary switches, "
-        f"SM {sm}->{sm_after} MHz, load {os.getloadavg()[0]:.1f}, pid {os.getpid()}, threads {threads}, core {core}, "
+        f"SM {sm}->{sm_after} MHz, load {os.getloadavg()[0]:.1f}, pid {os.getpid()} case {_cases[0]}, "
+        f"threads {threads}, core {core}, "
         f"gc {gcs} (collections so far {tracked}, heap {len(gc.get_objects())} objects), hooks {hooks}, "
         f"short launches +{hits}",
         file=sys.stderr,
