@@ -604,13 +604,13 @@ def weight_descriptor(w: torch.Tensor, descs: dict, block: tuple[int, int]) -> A
 
 
 class DecodeScratch:
-    """The decode kernel's scratch, kept per device: fp32 partial sums (and row sums) and a zeroed int32
+    """The decode kernel's scratch, kept per device: fp32 partial sums (and per-row sums) and a zeroed int32
     counter per column block that the last program resets. Two decode calls running at once on different
     streams of one device would share them."""
 
     def __init__(self) -> None:
         self._held: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._views: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._views: dict[tuple, tuple[torch.Tensor, ...]] = {}
 
     def buffers(self, device: torch.device, floats: int, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(at least ``floats`` fp32, at least ``blocks`` zeroed counters)."""
@@ -623,21 +623,19 @@ class DecodeScratch:
             self._views.clear()  # views of the old buffers must not outlive them
         return held
 
-    def views(self, step: Launch, device: torch.device, row_sums: bool) -> tuple[torch.Tensor, ...]:
-        """(partials, [row sums,] counters) for a :func:`decode_step` launch: views cut once per launch shape."""
+    def views(self, step: Launch, device: torch.device, row_sums: int) -> tuple[torch.Tensor, ...]:
+        """(partials, ``row_sums`` per-row partial sums, counters) for a :func:`decode_step` launch: views cut once
+        per launch shape."""
         c = step.constexprs
         blocks, splits, bm = step.grid[0], c["SPLITS"], c["BM"]
-        part_floats, sum_floats = blocks * splits * bm * c["BN"], blocks * splits * bm if row_sums else 0
-        key = (device, part_floats, sum_floats, blocks)
+        part_floats, sum_floats = blocks * splits * bm * c["BN"], blocks * splits * bm
+        key = (device, part_floats, sum_floats, row_sums, blocks)
         views = self._views.get(key)
         if views is None:
-            scratch, counts = self.buffers(device, part_floats + sum_floats, blocks)
-            views = self._views[key] = (
-                scratch[:part_floats],
-                scratch[part_floats : part_floats + sum_floats],
-                counts,
-            )
-        return views if row_sums else (views[0], views[2])
+            scratch, counts = self.buffers(device, part_floats + row_sums * sum_floats, blocks)
+            sums = [scratch[part_floats + i * sum_floats : part_floats + (i + 1) * sum_floats] for i in range(row_sums)]
+            views = self._views[key] = (scratch[:part_floats], *sums, counts)
+        return views
 
 
 def decode_weight(step: Launch, w: torch.Tensor, descs: dict) -> Any:

@@ -272,9 +272,9 @@ def _ln_decode_splitk_kernel(
     x_ptr,
     w,
     part_ptr,
+    s1_ptr,
+    s2_ptr,
     count_ptr,
-    mean_ptr,
-    rstd_ptr,
     s_ptr,
     c_ptr,
     y_ptr,
@@ -282,6 +282,7 @@ def _ln_decode_splitk_kernel(
     N,
     K,
     stride_xm,
+    eps,
     HAS_C: tl.constexpr,
     W_DESC: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -290,30 +291,48 @@ def _ln_decode_splitk_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
 ):
-    """Program (n, s): partial sums of columns [n*BN, n*BN + BN) over the s-th share of K. The last program
-    of column block n (an acq_rel counter) adds the SPLITS partials, applies r (acc - mu s) + c, writes y,
-    and zeroes the counter for the next launch. ``w`` is a TMA descriptor of W' when W_DESC, else its pointer."""
+    """Program (n, s): partial sums of columns [n*BN, n*BN + BN) over the s-th share of K, and of d and d^2 over
+    it (d = x - x[row, 0], the statistics prepass's shift, from the x tiles the product loads anyway). The last
+    program of column block n (an acq_rel counter) adds the SPLITS partials, forms mu and r = 1/sqrt(var + eps)
+    as the prepass does, applies r (acc - mu s) + c, writes y, and zeroes the counter for the next launch: one
+    launch a call. ``w`` is a TMA descriptor of W' when W_DESC, else its pointer."""
     pid_n = tl.program_id(0)
     s = tl.program_id(1)
     rows = tl.arange(0, BM)
+    row_ok = rows < M
     cols = pid_n * BN + tl.arange(0, BN)
     kk = tl.arange(0, BK)
+    shift = tl.load(x_ptr + rows.to(tl.int64) * stride_xm, mask=row_ok, other=0.0).to(tl.float32)
     k_per = tl.cdiv(tl.cdiv(K, BK), SPLITS) * BK
     acc = tl.zeros((BM, BN), dtype=tl.float32)
+    s1 = tl.zeros((BM, BK), dtype=tl.float32)
+    s2 = tl.zeros((BM, BK), dtype=tl.float32)
     for k0 in range(s * k_per, min(s * k_per + k_per, K), BK):
         a, b = decode_operands(x_ptr, w, rows, cols, k0, kk, M, N, K, stride_xm, pid_n, BN, W_DESC)
+        af = a.to(tl.float32)
+        d = tl.where(row_ok[:, None] & ((k0 + kk) < K)[None, :], af - shift[:, None], 0.0)
+        s1 += d
+        s2 += d * d
         if UPCAST:
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32).T, acc, input_precision="ieee")
+            acc = tl.dot(af, b.to(tl.float32).T, acc, input_precision="ieee")
         else:
             acc = tl.dot(a, b.T, acc)
     slot = (pid_n * SPLITS + s) * BM
     tl.store(part_ptr + (slot + rows[:, None]) * BN + tl.arange(0, BN)[None, :], acc)
+    tl.store(s1_ptr + slot + rows, tl.sum(s1, axis=1))
+    tl.store(s2_ptr + slot + rows, tl.sum(s2, axis=1))
     if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLITS - 1:
         total = tl.zeros((BM, BN), dtype=tl.float32)
+        sum1 = tl.zeros((BM,), dtype=tl.float32)
+        sum2 = tl.zeros((BM,), dtype=tl.float32)
         for t in tl.static_range(SPLITS):
             first = (pid_n * SPLITS + t) * BM
             total += tl.load(part_ptr + (first + rows[:, None]) * BN + tl.arange(0, BN)[None, :], cache_modifier=".cg")
-        mean = tl.load(mean_ptr + rows, mask=rows < M, other=0.0)
-        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+            sum1 += tl.load(s1_ptr + first + rows, cache_modifier=".cg")
+            sum2 += tl.load(s2_ptr + first + rows, cache_modifier=".cg")
+        d_mean = sum1 / K
+        var = tl.maximum(sum2 / K - d_mean * d_mean, 0.0)
+        mean = shift + d_mean
+        rstd = 1.0 / tl.sqrt(var + eps)
         total = _ln_epilogue(total, mean, rstd, s_ptr, c_ptr, cols, cols < N, HAS_C)
         decode_store(y_ptr, count_ptr, total, rows, cols, pid_n, M, N, UPCAST)

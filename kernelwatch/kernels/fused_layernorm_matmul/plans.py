@@ -1,6 +1,7 @@
 """Launch plans of Fused LayerNorm + MatMul: pure functions of (M, N, K, dtype, variant, device description).
 
-Every forward is the stats prepass, then the GEMM of one path (:func:`kernelwatch.kernels.norm_gemm.plan_path`):
+Every forward is the stats prepass, then the GEMM of one path (at decode shapes one launch: the split-K GEMM forms
+the statistics from the x tiles it loads) (:func:`kernelwatch.kernels.norm_gemm.plan_path`):
 autotuned tiles on NVIDIA, one program per AI core on Ascend; on Hopper the persistent TMA GEMM; at decode shapes K
 split over programs. The tile tables and thresholds are :mod:`kernelwatch.kernels.norm_gemm`'s (tuned on the H200 for
 the RMSNorm kernel's GEMM, the same GEMM: kernelwatch/kernels/NOTES.md)."""
@@ -87,17 +88,18 @@ def _stats_step(m: int, k: int, dtype: str, device: DeviceInfo, one_row: bool) -
 
 
 _STATS_SIG = {"mean_ptr": "*fp32", "rstd_ptr": "*fp32", "s_ptr": "*fp32", "c_ptr": "*fp32"}  # the epilogue's inputs
+EPS = {"eps": "fp32"}
 
 
 def plan_forward(
     m: int, n: int, k: int, dtype: str, variant: str, has_c: bool, device: DeviceInfo, dense: bool = True
 ) -> Plan:
     """The launches of ``fused_layernorm_matmul_forward`` for x ``[m, k]``, weight ``[n, k]`` (none when m or
-    n is 0): the mean/rstd prepass, then the GEMM. ``has_c``: beta or bias is given (c = beta W^T + b).
-
-    fold_gamma in fp16/bf16 takes the two fast paths of :func:`kernelwatch.kernels.norm_gemm.plan_path`, with the
-    RMSNorm kernel's thresholds: decode shapes split K over programs; on Hopper, large problems use the persistent TMA
-    GEMM when ``dense`` (rows contiguous and 16-byte aligned)."""
+    n is 0): the mean/rstd prepass, then the GEMM; at decode shapes the GEMM alone (it forms the statistics).
+    ``has_c``: beta or bias is given (c = beta W^T + b). fold_gamma in fp16/bf16 takes the two fast paths of
+    :func:`kernelwatch.kernels.norm_gemm.plan_path`, with the RMSNorm kernel's thresholds: decode shapes split K
+    over programs; on Hopper, large problems use the persistent TMA GEMM when ``dense`` (rows contiguous and
+    16-byte aligned)."""
     if variant not in VARIANTS:
         raise ValueError(f"{NAME}: variant must be one of {VARIANTS}, got {variant!r}")
     if m == 0 or n == 0:
@@ -105,9 +107,9 @@ def plan_forward(
     path = plan_path(m, n, k, dtype, True, device, dense)
     if path == "decode":
         w_desc = dense and (device.capability or 0) >= 90
-        scratch = {"count_ptr": "*i32", **_STATS_SIG}
-        gemm = decode_step(_ln_decode_splitk_kernel, m, n, k, dtype, device, w_desc, scratch, {}, {"HAS_C": has_c})
-        return Plan(path, (_stats_step(m, k, dtype, device, one_row=device.vendor == "nvidia"), gemm))
+        scratch = {"s1_ptr": "*fp32", "s2_ptr": "*fp32", "count_ptr": "*i32", "s_ptr": "*fp32", "c_ptr": "*fp32"}
+        flags = {"HAS_C": has_c}
+        return Plan(path, (decode_step(_ln_decode_splitk_kernel, m, n, k, dtype, device, w_desc, scratch, EPS, flags),))
     if path == "hopper":
         gemm = hopper_step(_ln_gemm_tma_kernel, m, n, k, dtype, device, _STATS_SIG, {"HAS_C": has_c})
         return Plan(path, (_stats_step(m, k, dtype, device, one_row=True), gemm))

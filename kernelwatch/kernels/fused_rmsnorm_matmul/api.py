@@ -100,7 +100,7 @@ def _launcher(
         return hopper
     if plan.path == "decode":
         (step,) = steps
-        parts, sums, counts = DECODE_SCRATCH.views(step, device, row_sums=True)
+        parts, sums, counts = DECODE_SCRATCH.views(step, device, row_sums=1)
         w_arg = decode_weight(step, w, descs)
 
         def decode(x: torch.Tensor) -> torch.Tensor:
