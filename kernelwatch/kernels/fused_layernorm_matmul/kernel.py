@@ -1,7 +1,8 @@
-"""The Triton kernels of Fused LayerNorm + MatMul: the mean / 1/std prepass, the fused pointer GEMM (one tile
-per program, or persistent), the Hopper TMA GEMM and the split-K decode GEMM, each with the LayerNorm epilogue
-y = r (acc - mu s) + c. The shared pieces they call are in :mod:`kernelwatch.kernels.norm_gemm`; which of them runs,
-with which tiles, is :mod:`kernelwatch.kernels.fused_layernorm_matmul.plans`."""
+"""The Triton kernels of Fused LayerNorm + MatMul: the mean / 1/std prepass, the fused pointer GEMM (one tile per
+program, or persistent), the Hopper TMA GEMM and the split-K decode GEMM (which forms the statistics itself), each
+with the LayerNorm epilogue y = r (acc - mu s) + c. The shared pieces they call are in
+:mod:`kernelwatch.kernels.norm_gemm`; which of them runs, with which tiles, is
+:mod:`kernelwatch.kernels.fused_layernorm_matmul.plans`."""
 
 from __future__ import annotations
 

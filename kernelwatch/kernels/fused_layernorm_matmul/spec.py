@@ -10,22 +10,22 @@ with W' = W diag(gamma) and s = W' 1 (the row sums of W'):
 
     (x_hat * gamma + beta) W^T + b = r (x - mu) W'^T + (beta W^T + b) = r (x W'^T - mu s^T) + c.
 
-``fold_gamma``: a prepass writes mu and r per row (8 bytes a row); one GEMM over the raw x then applies
-y = r (acc - mu s) + c in its epilogue. W', s and c = beta W^T + b are computed once per weight version
-(cached, recomputed when weight, gamma, beta or bias change, in place too); s is summed from W' as
-rounded, so the correction cancels exactly what the GEMM multiplied. The epilogue subtracts two large
-numbers when |mu| >> sigma (acc ~ mu s): fp32 keeps that cancellation at 2^-24 (|mu|/sigma) relative,
-the third term of :func:`tolerance`. Measured (CPU interpreter, float64 reference, |mu|/sigma = 4): fp32
-budgets 0.017-0.051 for fold_gamma against 0.004-0.017 centred (the predicted sqrt(17) = 4x), fp16/bf16
-0.21-0.44 either way (the operand rounding dominates): well inside the budget. A centring variant
-(``center_prologue``: each A tile normalised in the GEMM's prologue, no cancellation) ran at 0.46-0.49x eager
-PyTorch on the H200 and was dropped (kernelwatch/kernels/NOTES.md); unfused PyTorch is the faster way to a
-centred product. Sums in fp32. Backward is unfused (PyTorch).
+``fold_gamma``: a prepass writes mu and r per row (8 bytes a row); one GEMM over the raw x then applies y = r (acc -
+mu s) + c in its epilogue. At decode shapes the split-K GEMM sums the statistics itself from the x tiles it loads
+(one launch a call, nothing but y written). W', s and c = beta W^T + b are computed once per weight version (cached,
+recomputed when weight, gamma, beta or bias change, in place too); s is summed from W' as rounded, so the correction
+cancels exactly what the GEMM multiplied. The epilogue subtracts two large numbers when |mu| >> sigma (acc ~ mu s):
+fp32 keeps that cancellation at 2^-24 (|mu|/sigma) relative, the third term of :func:`tolerance`. Measured (CPU
+interpreter, float64 reference, |mu|/sigma = 4): fp32 budgets 0.017-0.051 for fold_gamma against 0.004-0.017 centred
+(the predicted sqrt(17) = 4x), fp16/bf16 0.21-0.44 either way (the operand rounding dominates): well inside the
+budget. A centring variant (``center_prologue``: each A tile normalised in the GEMM's prologue, no cancellation) ran
+at 0.46-0.49x eager PyTorch on the H200 and was dropped (kernelwatch/kernels/NOTES.md); unfused PyTorch is the
+faster way to a centred product. Sums in fp32. Backward is unfused (PyTorch).
 
 Launches come from :func:`~kernelwatch.kernels.fused_layernorm_matmul.plans.plan_forward` as a tagged
-:class:`~kernelwatch.kernels.norm_gemm.Plan`: the stats prepass, then the GEMM (autotuned tiles on NVIDIA, one program
-per AI core on Ascend; on Hopper the persistent TMA GEMM; at decode shapes K split over programs), with the tile
-tables of :mod:`kernelwatch.kernels.norm_gemm` (the RMSNorm kernel's GEMM, tuned on the H200:
+:class:`~kernelwatch.kernels.norm_gemm.Plan`: the stats prepass, then the GEMM (autotuned tiles on NVIDIA, one
+program per AI core on Ascend; on Hopper the persistent TMA GEMM; at decode shapes K split over programs, in one
+launch), with the tile tables of :mod:`kernelwatch.kernels.norm_gemm` (the RMSNorm kernel's GEMM, tuned on the H200:
 kernelwatch/kernels/NOTES.md).
 """
 
@@ -302,7 +302,7 @@ SPEC = KernelSpec(
     implementations=_implementations,
     bytes_moved=_bytes,
     flops=_flops,
-    # The GEMM of each path, never the statistics prepass (_ln_stats_kernel) that runs first on all of them.
+    # The GEMM of each path, never the statistics prepass (_ln_stats_kernel) that runs before it (not at decode).
     profile_kernel=lambda case: "_ln_gemm_tma|_ln_decode_splitk|_fused_ln_matmul",
     launch_plans=_launch_plans,
     bound="compute",
