@@ -274,24 +274,40 @@ def run_aa(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | None)
     say(f"aa: {len(cases)} case(s), {tree} against {other}")
     precompile_cases(args, cases)
     rows: list[dict[str, Any]] = []
-    for at in range(0, len(cases), args.chunk):
-        if time.perf_counter() - args.started > args.deadline_s:
-            say(f"aa: --deadline-s {args.deadline_s:.0f} passed: cases {at + 1}-{len(cases)} not run")
+    at = 0
+    while at < len(cases):
+        chunk = fitting_chunk(args, time.perf_counter() - args.started)
+        if chunk == 0:
+            say(f"aa: --deadline-s {args.deadline_s:.0f}: no time for cases {at + 1}-{len(cases)}")
             break
         results = confirm_trees(
             tree,
             other,
-            cases[at : at + args.chunk],
+            cases[at : at + chunk],
             args.device,
             max_rounds=args.max_rounds,
             case_seconds=args.case_seconds,
-            progress=lambda line, at=at: say(f"aa [{at + 1}-{min(at + args.chunk, len(cases))}/{len(cases)}]: {line}"),
+            progress=lambda line, at=at, n=chunk: say(f"aa [{at + 1}-{min(at + n, len(cases))}/{len(cases)}]: {line}"),
         )
         for row in rows_of("aa", results, gpu, 1.0):
             say(f"aa: {row['verdict']:>10} {row['rounds']:3d} rounds {row['seconds']:6.1f} s  {row['case']}")
             rows.append(row)
         args.checkpoint(rows)
+        at += chunk
     return rows
+
+
+CHUNK_SETUP_S = 30.0  # a chunk's worker: importing torch, loading both trees, building inputs (caches warm)
+
+
+def fitting_chunk(args: argparse.Namespace, elapsed_s: float) -> int:
+    """How many cases the next chunk of aa takes: ``--chunk``, fewer where ``--deadline-s`` would come before
+    they could all use their ``--case-seconds`` (a device call cut at its deadline kept no row of the chunk it
+    was in); 0 when not even one fits."""
+    left = args.deadline_s - elapsed_s - CHUNK_SETUP_S
+    if not math.isfinite(left):
+        return args.chunk
+    return max(0, min(args.chunk, int(left // args.case_seconds)))
 
 
 def run_planted(
@@ -356,13 +372,22 @@ def run_spread(args: argparse.Namespace, tree: Path, scratch: Path, gpu: str | N
     return rows
 
 
-def _kw(repo: Path, *argv: str, env: dict[str, str]) -> tuple[int, str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "kernelwatch", *argv], cwd=repo, env=env, capture_output=True, text=True
-    )
-    text = out.stdout + out.stderr
-    say(f"kernelwatch {argv[0]}: exit {out.returncode}")
-    return out.returncode, text
+def _kw(repo: Path, *argv: str, env: dict[str, str], log: Path | None = None) -> tuple[int, str]:
+    """``kernelwatch ARGV`` in ``repo``: (exit status, its output). With ``log`` the output goes there as it is
+    written (a device call cut by its deadline keeps what the command had printed), then is read back."""
+    if log is None:
+        out = subprocess.run(
+            [sys.executable, "-m", "kernelwatch", *argv], cwd=repo, env=env, capture_output=True, text=True
+        )
+        code, text = out.returncode, out.stdout + out.stderr
+    else:
+        with open(log, "w") as f:
+            code = subprocess.run(
+                [sys.executable, "-m", "kernelwatch", *argv], cwd=repo, env=env, stdout=f, stderr=subprocess.STDOUT
+            ).returncode
+        text = log.read_text()
+    say(f"kernelwatch {argv[0]}: exit {code}")
+    return code, text
 
 
 def scratch_repo(tree: Path, where: Path) -> Path:
@@ -398,10 +423,19 @@ def collect_run(
     started = time.perf_counter()
     run_json = out.parent / f"run-{(gpu or 'device')[:12]}.json.gz"
     code, text = _kw(
-        repo, "collect", "--trigger", "nightly", "--device", args.device, "--no-progress", "--out", str(run_json),
-        *args.collect_args, env=env,
-    )  # fmt: skip
-    (out.parent / f"collect-{(gpu or 'device')[:12]}.txt").write_text(text)  # KERNELWATCH_TRACE_WALL's lines too
+        repo,
+        "collect",
+        "--trigger",
+        "nightly",
+        "--device",
+        args.device,
+        "--no-progress",
+        "--out",
+        str(run_json),
+        *args.collect_args,
+        env=env,
+        log=out.parent / f"collect-{(gpu or 'device')[:12]}.txt",
+    )  # fmt: skip  (the log holds KERNELWATCH_TRACE_WALL's lines too)
     if code not in (0, 3):
         raise SystemExit(f"collect failed (exit {code}): {text.strip().splitlines()[-1:]}")
     say(f"collect: the run artifact is {run_json}")

@@ -61,3 +61,23 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
     ):
         got = _eval("--device", "cpu", *argv)
         assert got.returncode == 2 and message in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)
+
+
+def test_a_chunk_of_aa_shrinks_to_what_the_deadline_leaves() -> None:
+    """Defect caught: a chunk of 8 cases of up to 20 s each started 150 s before a device call's end; the call was
+    cut inside it and kept none of its rows."""
+    import argparse
+    import math
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from judge_eval import CHUNK_SETUP_S, fitting_chunk
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    args = argparse.Namespace(chunk=8, case_seconds=20.0, deadline_s=math.inf)
+    assert fitting_chunk(args, 1e6) == 8
+    args.deadline_s = 500.0
+    assert fitting_chunk(args, 0.0) == 8
+    assert fitting_chunk(args, 500.0 - CHUNK_SETUP_S - 150.0) == 7
+    assert fitting_chunk(args, 500.0 - CHUNK_SETUP_S - 19.0) == 0
+    assert fitting_chunk(args, 600.0) == 0
