@@ -605,6 +605,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [e for e in experiments if e not in ("aa", "spread", "planted", "collect", "nightly")]
     if bad:
         parser.error(f"unknown experiment(s) {bad}: choose aa, spread, planted, collect, nightly")
+    for name in ("deadline_s", "case_seconds"):
+        value = getattr(args, name)
+        if math.isnan(value) or value <= 0:
+            parser.error(f"--{name.replace('_', '-')} {value:g}: give a positive number of seconds")
     for path in [args.tree, *([args.same_tree] if args.same_tree else [])]:
         if not (path / "kernelwatch" / "kernels" / "__init__.py").is_file():
             parser.error(f"{path} holds no kernelwatch/kernels package")

@@ -58,6 +58,8 @@ def test_bad_input_is_refused_with_one_line(tmp_path: Path) -> None:
         (["--repo", str(tmp_path)], "not a git checkout"),
         (["--repo", str(ROOT), "--artifact", str(tmp_path / "run.json.gz")], "no such file"),
         (["--out", str(ROOT / "README.md")], "exists: give another --out"),
+        (["--deadline-s", "nan"], "--deadline-s nan: give a positive number"),
+        (["--case-seconds", "-3"], "--case-seconds -3: give a positive number"),
     ):
         got = _eval("--device", "cpu", *argv)
         assert got.returncode == 2 and message in got.stderr and "Traceback" not in got.stderr, (argv, got.stderr)

@@ -234,9 +234,10 @@ def run_items(
                 item = dispatcher.take(h.index)
                 if item is not None:
                     if fresh_for is not None:
-                        if fresh_for(item) and h.ran_others:
+                        wanted = fresh_for(item)
+                        if wanted and h.ran_others:
                             h.restart()
-                        h.ran_others = h.ran_others or not fresh_for(item)
+                        h.ran_others = h.ran_others or not wanted
                     h.send({"op": "case", "item": item, "peaks": ceilings[h.label]}, case_timeout_s)
         busy_handles = [handles[i] for i in dispatcher.busy_workers]
         if not busy_handles:
