@@ -176,6 +176,17 @@ def test_a_long_call_is_measured_over_more_time_and_a_short_one_keeps_the_round(
     assert measurement_ms(float("nan")) == ROUND_MS and measurement_ms(0.0) == ROUND_MS
 
 
+def test_a_stack_timed_by_the_wall_is_measured_over_a_dozen_passes() -> None:
+    """An eager stack's pass (32-80 layers) is timed by the wall: a measurement holds a dozen passes, so its
+    budget holds many rounds, not 12 crossed pairs whose sign interval is their whole range (a 4 ms mid-shape
+    pass sampled 250 ms a side read 0.997-1.058 for identical code on an H200); a deep prefill pass keeps
+    the cap, a short one the round."""
+    assert measurement_ms(3.94, wall=True) == pytest.approx(12 * 3.94)
+    assert measurement_ms(3.94) == MAX_MEASUREMENT_MS
+    assert measurement_ms(21.5, wall=True) == MAX_MEASUREMENT_MS
+    assert measurement_ms(1.0, wall=True) == ROUND_MS
+
+
 def test_the_sign_interval_and_the_margin() -> None:
     """The interval [d_(k), d_(n+1-k)] with the largest k whose two-sided error 2 P(Bin(n, 1/2) <= k-1) is
     within the level: n = 8 at 0.01 gives k = 1 (2/256 = 0.0078); n = 20 at 0.05 gives k = 6 (0.041)."""
@@ -797,3 +808,70 @@ def test_what_the_collector_timed_by_the_wall_is_confirmed_by_the_wall() -> None
                 assert got["baseline_ms"] > 0 and got["candidate_ms"] > 0, got
     finally:
         worker.close()
+
+
+PLANTED_MEMORY = '''"""Planted kernels for a test of kernelwatch confirm on a device whose memory holds LIMIT
+cases' inputs, both commits' together (the count is kept where both trees' copies of this module see it); shape
+999 never fits."""
+import builtins
+import weakref
+
+import torch
+
+from kernelwatch.kernels.spec import EAGER_IMPL, KERNEL_IMPL, Case, KernelSpec, Tolerance
+from tests.planted_clock import spend
+
+LIMIT = 4
+LIVE = builtins.__dict__.setdefault("_kw_planted_live_inputs", [])
+TOL = Tolerance(1e-5, 1e-5)
+
+
+def _inputs(case, device, seed):
+    LIVE[:] = [r for r in LIVE if r() is not None]
+    if case.p["shape"] == (999,) or len(LIVE) >= LIMIT:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB (planted)")
+    x = torch.randn(case.p["shape"], generator=torch.Generator().manual_seed(seed)).to(device)
+    LIVE.append(weakref.ref(x))
+    return {"x": x}
+
+
+def _impls(case, inputs):
+    x = inputs["x"]
+
+    def kernel():
+        spend(5.0)
+        return x * 2
+
+    return {KERNEL_IMPL: kernel, EAGER_IMPL: lambda: x * 2}
+
+
+SPEC = KernelSpec(name="roomy", accuracy_cases=lambda: [],
+                  perf_cases=lambda: [Case.make("roomy", "v1", "fp32", TOL, trials=1, shape=(n,))
+                                      for n in (64, 65, 66, 999)],
+                  make_inputs=_inputs, run=lambda c, i: (i["x"] * 2,), reference=lambda c, i: (i["x"].double() * 2,),
+                  implementations=_impls, bytes_moved=lambda c: 512)
+'''
+
+
+def test_cases_the_devices_memory_cannot_hold_together_are_set_up_again_in_smaller_chunks(
+    scratch, tmp_path: Path
+) -> None:
+    """A device whose memory holds four cases' inputs, both commits' together, and four cases to confirm: the
+    baseline builds three (the fourth never fits), the candidate one; the other two are set up again beside fewer
+    and get verdicts, and the case that never fits gets a note that names the device's memory. Defect (an H200
+    nightly, GPU-ad583776): twelve 32- and 80-layer stacks set up at once, both commits' weights, and the five
+    the memory could not hold were UNKNOWN with "OutOfMemoryError", failing a nightly of unchanged stacks."""
+    repo, (c1, _, _) = scratch
+    a, b = _tree(repo, c1, tmp_path / "a"), _tree(repo, c1, tmp_path / "b")
+    for tree in (a, b):
+        (tree / "planted_memory.py").write_text(PLANTED_MEMORY)
+    cases = [f"roomy/v1/fp32/shape={n}" for n in (64, 65, 66, 999)]
+    said: list[str] = []
+    res = confirm_trees(
+        a, b, cases, "cpu", ("planted_memory",), min_effect=0.2, round_ms=10, case_seconds=5, progress=said.append
+    )
+    for case in cases[:3]:
+        assert res[case].verdict in ("SAME", "NOT_SLOWER") and not res[case].note, (case, res[case])
+    assert res[cases[3]].verdict == "UNKNOWN" and "do not fit the device's memory" in res[cases[3]].note
+    assert any("did not fit beside the others" in line for line in said), said
+    assert sum("loading both trees" in line for line in said) >= 3, said  # 1 fitted, then the others again

@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelwatch.kernels.names import GRAPH_TIMINGS, TIMING_EVENTS, TIMING_GRAPH
+from kernelwatch.kernels.names import GRAPH_TIMINGS, TIMING_EVENTS, TIMING_GRAPH, TIMING_WALL
 from kernelwatch.store.schema import CONFIRM_VERDICTS, Confirmation, ConfirmDetail, ConfirmRound, format_time
 
 MIN_ROUNDS = 8  # the first look: 2 / 2^8 = 0.0078 is the smallest two-sided sign-test level at n = 8
@@ -79,6 +79,12 @@ CASE_SECONDS = 20.0  # the default time budget of one case (both commits, every 
 ALPHA = 0.05
 ROUND_MS = 20.0  # device time sampled per measurement, at least
 SAMPLES_PER_MEASUREMENT = 70  # a measurement lasts about this many calls where that is longer than ROUND_MS
+# A case timed by the wall (a stack's eager pass: 32-80 layers, 2-20 ms) is measured over this many passes: a pass
+# already holds dozens of calls, and its rounds' spread comes from the host (a hiccup that moves one round), which
+# more rounds outvote and longer ones do not. At 70 passes (250 ms a side) a case had 12 crossed pairs in its
+# budget, and the sign interval of 12 is their whole range: one round moved by the host made an identical
+# mid-shape eager stack UNKNOWN on an H200 (GPU-ad583776, interval 0.997-1.058).
+WALL_PASSES_PER_MEASUREMENT = 12
 MAX_MEASUREMENT_MS = 250.0
 SETUP_TIMEOUT_S = 900.0  # importing torch, loading both trees, building inputs and compiling every case
 MEASURE_TIMEOUT_S = 120.0
@@ -215,13 +221,14 @@ def summarise(result: CaseConfirm, alpha_look: float) -> None:
         result.low, result.high = math.exp(ci[0]), math.exp(ci[1])
 
 
-def measurement_ms(median_ms: float, round_ms: float = ROUND_MS) -> float:
+def measurement_ms(median_ms: float, round_ms: float = ROUND_MS, wall: bool = False) -> float:
     """How long one measurement of a case samples: ``round_ms``, or :data:`SAMPLES_PER_MEASUREMENT` calls of a
-    case whose call takes ``median_ms`` where that is longer, capped at :data:`MAX_MEASUREMENT_MS` (never below
-    ``round_ms``)."""
+    case whose call takes ``median_ms`` where that is longer (:data:`WALL_PASSES_PER_MEASUREMENT` for a case
+    timed by the wall), capped at :data:`MAX_MEASUREMENT_MS` (never below ``round_ms``)."""
     if not math.isfinite(median_ms) or median_ms <= 0:
         return round_ms
-    return max(round_ms, min(MAX_MEASUREMENT_MS, SAMPLES_PER_MEASUREMENT * median_ms))
+    samples = WALL_PASSES_PER_MEASUREMENT if wall else SAMPLES_PER_MEASUREMENT
+    return max(round_ms, min(MAX_MEASUREMENT_MS, samples * median_ms))
 
 
 def run_rounds(
@@ -472,8 +479,9 @@ def confirm_trees(
     """Confirm ``cases`` between two checked-out trees (directories; no git needed): one worker loads both trees'
     kernels side by side and times each round's calls interleaved; :func:`run_rounds` decides. With ``chunk``,
     the cases go through the worker ``chunk`` at a time (each chunk's inputs freed before the next: a whole
-    suite's inputs, twice, do not fit one GPU), and the false-alarm bound holds per chunk. ``order="blocks"``
-    times one side's samples and then the other's in each round, as two workers did before (for
+    suite's inputs, twice, do not fit one GPU), and the false-alarm bound holds per chunk. Cases the device's
+    memory cannot hold beside the others of their chunk are set up again in smaller chunks (as many as fitted).
+    ``order="blocks"`` times one side's samples and then the other's in each round, as two workers did before (for
     ``benchmarks/judge_eval.py``'s before/after spread; never for a verdict the gate uses)."""
     from kernelwatch.collect.accuracy import case_seed
 
@@ -487,21 +495,36 @@ def confirm_trees(
     seeds = [{"key": c, "seed": case_seed(_Key(c))} for c in cases]
     worker = Worker(trees, device, extra_modules)
     results = {c: CaseConfirm(c) for c in cases}
-    step = chunk or len(cases)
+    seed_of = {s["key"]: s for s in seeds}
+    pending, step, done = list(cases), chunk or len(cases), 0
     try:
-        for at in range(0, len(cases), step):
-            group = cases[at : at + step]
-            say(f"cases {at + 1}-{at + len(group)} of {len(cases)}: loading both trees in one worker, compiling")
-            _confirm_group(worker, trees, group, seeds[at : at + step], results, say, case_seconds)
-            run_rounds(
-                group,
-                _measurer(worker, group, results, round_ms, order),
-                min_effect,
-                alpha,
-                max_rounds,
-                results,
-                case_seconds,
-            )
+        while pending:
+            group, pending = pending[:step], pending[step:]
+            say(f"cases {done + 1}-{done + len(group)} of {len(cases)}: loading both trees in one worker, compiling")
+            full = _confirm_group(worker, trees, group, [seed_of[c] for c in group], results, say, case_seconds)
+            fitted = [c for c in group if c not in full]
+            if full and not fitted and len(group) == 1:
+                results[group[0]].note = (
+                    "both commits' inputs of this case do not fit the device's memory at once (out of memory "
+                    "with nothing else loaded)"
+                )
+                done += 1
+                continue
+            if full:  # set up again with fewer cases beside them, as many as fitted this time
+                say(f"{len(full)} case(s) did not fit beside the others in the device's memory: set up again")
+                pending = full + pending
+                step = max(1, len(fitted) or len(group) // 2)
+            if fitted:
+                run_rounds(
+                    fitted,
+                    _measurer(worker, fitted, results, round_ms, order),
+                    min_effect,
+                    alpha,
+                    max_rounds,
+                    results,
+                    case_seconds,
+                )
+                done += len(fitted)
     finally:
         worker.close()
     return results
@@ -515,8 +538,9 @@ def _confirm_group(
     results: dict[str, CaseConfirm],
     say: Callable[[str], None],
     case_seconds: float,
-) -> None:
-    """Set the worker up with ``group``'s cases in both trees; notes on the cases a side lacks or cannot run."""
+) -> list[str]:
+    """Set the worker up with ``group``'s cases in both trees; notes on the cases a side lacks or cannot run.
+    Answers the cases the device's memory could not hold beside the others (set up, on neither side)."""
     msg = {"op": "setup", "trees": {s: str(t) for s, t in trees.items()}, "cases": seeds}
     setup = worker.ask(msg, SETUP_TIMEOUT_S)
     for side in SIDES:
@@ -529,7 +553,10 @@ def _confirm_group(
         for key, plan in setup["plans"][side].items():
             results[key].plans[side] = plan
     worker.sizes = setup["sizes"]
-    say(f"{len(group)} case(s), at most {case_seconds:g} s each")
+    full = [k for k in setup.get("full", []) if k in group]
+    if len(full) < len(group):
+        say(f"{len(group) - len(full)} case(s), at most {case_seconds:g} s each")
+    return full
 
 
 def _measurer(
@@ -554,7 +581,7 @@ def _measurer(
     def measure(case: str, r: int) -> Reading:
         if case not in lengths:
             probe = ask(case, round_ms, "baseline")
-            lengths[case] = measurement_ms(float(probe["baseline_ms"]), round_ms)
+            lengths[case] = measurement_ms(float(probe["baseline_ms"]), round_ms, probe["timing"] == TIMING_WALL)
             results[case].measurement_ms = lengths[case]
         first = SIDES[r % 2]
         reply = ask(case, lengths[case], first)

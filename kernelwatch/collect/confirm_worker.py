@@ -92,8 +92,26 @@ def _describe_steps(plan_module: Any, steps: list[Any]) -> str:
     return "; ".join(out)
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device's memory is full (PyTorch's OutOfMemoryError, or a kernel's own
+    allocator saying so), as opposed to a case that cannot run at all."""
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(exc, oom) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def free_memory(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple[str, ...]) -> dict[str, Any]:
-    """Import ``tree``'s kernels alone, build and call each case once, and take its modules out of sys.modules."""
+    """Import ``tree``'s kernels alone, build and call each case once, and take its modules out of sys.modules.
+    A case the device's memory cannot hold beside the ones before it goes to ``full``, its memory freed."""
     import torch
 
     for name in [n for n in sys.modules if _ours(n, extra)]:
@@ -108,6 +126,7 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
         "missing": [],
         "errors": {},
         "wall": [],
+        "full": [],
     }
     try:
         kernels = importlib.import_module("kernelwatch.kernels")
@@ -125,6 +144,7 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
             out["tree"] = os.path.abspath(sys.modules[extra[0]].__file__)
         by_key = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
         for item in items:
+            inputs = fn = result = first = None  # the case before's, freed before this one is built
             if item["key"] not in by_key:
                 out["missing"].append(item["key"])
                 continue
@@ -149,7 +169,13 @@ def load_tree(tree: str, items: list[dict[str, Any]], backend: Any, extra: tuple
                 out["calls"][item["key"]] = fn
                 out["sizes"][item["key"]] = [spec.bytes_moved(case), spec.flops(case)]
             except Exception as exc:
-                out["errors"][item["key"]] = _first_line(exc)
+                if out_of_memory(exc):
+                    out["full"].append(item["key"])
+                else:
+                    out["errors"][item["key"]] = _first_line(exc)
+            if item["key"] in out["full"]:  # freed past the except clause: its traceback holds the case's tensors
+                inputs = fn = result = first = None
+                free_memory(str(backend.device))
     finally:
         sys.path.remove(tree)
         for name in [n for n in sys.modules if _ours(n, extra)]:
@@ -211,6 +237,13 @@ def main(argv: list[str]) -> int:
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
             loaded = {side: load_tree(msg["trees"][side], msg["cases"], backend, extra) for side in SIDES}
+            full = sorted({k for side in SIDES for k in loaded[side]["full"]})
+            if full:  # neither side keeps a case the other could not build: the driver sets it up again
+                for side in SIDES:
+                    for part in ("calls", "plans", "checksums", "errors"):
+                        for key in full:
+                            loaded[side][part].pop(key, None)
+                free_memory(device)
             for side in SIDES:
                 methods.update(dict.fromkeys(loaded[side]["wall"], "wall"))
             sizes: dict[str, list[int]] = {}
@@ -224,6 +257,7 @@ def main(argv: list[str]) -> int:
                     "sizes": sizes,
                     "plans": {s: loaded[s]["plans"] for s in SIDES},
                     "checksums": {s: loaded[s]["checksums"] for s in SIDES},
+                    "full": full,
                 }
             )
         elif msg["op"] == "measure":
