@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import sys
 import tempfile
 import uuid
@@ -67,11 +68,24 @@ def device_runs(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
     return out
 
 
+@functools.cache
+def code_facts() -> dict[str, dict[str, Any]]:
+    """Each case's facts as this checkout's specs declare them (what ``kernelwatch gate`` reads over a run's own
+    record of them, which an older run may lack: a stack's device twin)."""
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.spec import case_facts
+
+    return {key: facts.to_data() for key, facts in case_facts(discover()).items()}
+
+
 def restrict(doc: dict[str, Any], cases: set[str], tag: str) -> dict[str, Any]:
-    """``doc`` with only the perf results of ``cases``, under a fresh run id derived from ``tag``."""
+    """``doc`` with only the perf results of ``cases`` and the specs' facts of them (:func:`code_facts`), under a
+    fresh run id derived from ``tag``."""
     d = copy.deepcopy(doc)
     d["perf"] = [r for r in d["perf"] if r["case"] in cases]
     d["cases"] = [c for c in d["cases"] if c["key"] in cases]
+    for c in d["cases"]:
+        c["facts"] = code_facts().get(c["key"], c.get("facts"))
     d["run"]["id"] = str(uuid.uuid5(NAMESPACE, tag))
     return d
 

@@ -129,6 +129,64 @@ def test_two_hosts_paths_are_wall_timings_on_different_gpus() -> None:
     )
 
 
+def test_a_wall_timed_case_bound_by_the_device_in_both_runs_is_compared_as_any_case_on_two_gpus() -> None:
+    """An eager stack whose wall figure is within 5% of its device twin's (the same stack as one CUDA graph) in
+    both runs waited on neither host: it is not sent to confirm for its hosts (the 4096^3 eager stacks read
+    0.95-1.05 times their graph in six H200 runs). Host-bound in either run (decode: 1.05-3.3), a twin missing
+    or unmeasured, or no twin declared: still a case of two hosts. On one GPU: never."""
+    from types import SimpleNamespace as Timed
+
+    from kernelwatch.gate.suspects import DEVICE_BOUND, host_timed_cases
+    from kernelwatch.kernels.names import NOISE_GEMM, CaseFacts
+
+    def run(gpu: str, eager: float, graph: float | None) -> dict:
+        out = {"e": Timed(timing="wall", device_uuid=gpu, median_ms=eager)}
+        if graph is not None:
+            out["g"] = Timed(timing="graph", device_uuid=gpu, median_ms=graph)
+        return out
+
+    facts = {"e": CaseFacts(NOISE_GEMM, False, 1, (("torch_eager", "eager PyTorch"),), device_twin="g")}
+    untwinned = {"e": CaseFacts(NOISE_GEMM, False, 1, (("torch_eager", "eager PyTorch"),))}
+    device = (run("GPU-a", 0.242, 0.237), run("GPU-b", 0.245, 0.240))
+    assert host_timed_cases(["e"], *device, facts) == set()
+    assert host_timed_cases(["e"], *device, untwinned) == {"e"}
+    edge = 0.2 * DEVICE_BOUND
+    assert host_timed_cases(["e"], run("GPU-a", edge, 0.2), run("GPU-b", edge, 0.2), facts) == set()
+    assert host_timed_cases(["e"], run("GPU-a", edge * 1.001, 0.2), run("GPU-b", 0.2, 0.2), facts) == {"e"}
+    decode = (run("GPU-a", 0.062, 0.038), run("GPU-b", 0.102, 0.039))
+    assert host_timed_cases(["e"], *decode, facts) == {"e"}
+    one_host_bound = (run("GPU-a", 0.242, 0.237), run("GPU-b", 0.300, 0.240))
+    assert host_timed_cases(["e"], *one_host_bound, facts) == {"e"}
+    for missing in (run("GPU-b", 0.245, None), run("GPU-b", 0.245, 0.0), run("GPU-b", None, 0.240)):
+        assert host_timed_cases(["e"], device[0], missing, facts) == {"e"}, missing
+    assert host_timed_cases(["e"], *decode[:1], run("GPU-a", 0.102, 0.039), facts) == set()  # one GPU
+
+
+def test_a_stack_timed_by_the_wall_declares_its_device_twin() -> None:
+    """Every eager stack case names its graph twin, which the suite also times; no other case names one; the fact
+    survives a run's record of it, and a malformed one is refused."""
+    from kernelwatch.kernels import discover
+    from kernelwatch.kernels.names import CaseFacts
+    from kernelwatch.kernels.spec import wall_timed
+
+    specs = discover()
+    perf = {c.key: (spec, c) for spec in specs.values() for c in spec.perf_cases()}
+    twins = {key: spec.facts(c).device_twin for key, (spec, c) in perf.items()}
+    walls = {key for key, (_, c) in perf.items() if wall_timed(c)}
+    assert walls and {k for k, t in twins.items() if t} == walls
+    for key in walls:
+        assert twins[key] in perf and twins[key] == key.replace("mode=eager", "mode=graph"), key
+        spec, case = perf[key]
+        assert CaseFacts.from_data(spec.facts(case).to_data()) == spec.facts(case)
+    some = next(iter(walls))
+    data = perf[some][0].facts(perf[some][1]).to_data()
+    for bad in ("", 3, ["k"]):
+        with pytest.raises(ValueError, match="device_twin"):
+            CaseFacts.from_data({**data, "device_twin": bad})
+    with pytest.raises(ValueError, match="not: twin"):
+        CaseFacts.from_data({**data, "twin": "x"})
+
+
 def test_gather_reads_the_baseline_history_and_acks_once(db_url, docs) -> None:
     """On SQLite and PostgreSQL: the newest earlier run is the baseline, every case's history is the runs before the
     candidate, and an ack stored for the hardware is gathered; a metric the gate does not know is refused."""

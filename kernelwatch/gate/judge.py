@@ -120,10 +120,10 @@ from kernelwatch.gate.suspects import (  # noqa: F401
     UNLIKE_FRACTION,
     applicable_confirmations,
     covering_acks,
-    host_timed_across_gpus,
+    host_timed_cases,
     unlike,
 )
-from kernelwatch.kernels.names import KERNEL_IMPL
+from kernelwatch.kernels.names import KERNEL_IMPL, CaseFacts
 from kernelwatch.store.schema import RunDocument, hardware_fingerprint, to_data
 
 
@@ -164,7 +164,8 @@ def judge(
     retired = retire(result, candidate, base, expected, specs)
 
     measured = _judge_accuracy(result, candidate, base, kernel_of, tolerances)
-    compared, broken = judge_perf(result, g, base, kernel_of, case_facts_of(candidate, specs), min_effects or {})
+    facts = case_facts_of(candidate, specs)
+    compared, broken = judge_perf(result, g, base, kernel_of, facts, min_effects or {})
     measured += compared
     missing = _missing(candidate, base, expected)
     result.verdicts += retired
@@ -195,7 +196,7 @@ def judge(
             f"{errored_n} errored and {len(missing)} missing cases and no result to compare with "
             f"baseline run {assembled.ref['id']}"
         )
-    _run_rules(result, g, base, broken)
+    _run_rules(result, g, base, broken, facts)
     result.faster_tests = speedup_tests(g, result)
     result.faster = set(speedups(result, result.faster_tests))
     return result
@@ -236,9 +237,11 @@ def _judge_accuracy(
     return measured
 
 
-def _run_rules(result: GateResult, g: Gathered, base: RunDocument, broken: str | None) -> None:
-    """RUN_RULES over every case in turn, with what they know of the run (:class:`~kernelwatch.gate.rules.RunFacts`),
-    and the notes that count what they did."""
+def _run_rules(
+    result: GateResult, g: Gathered, base: RunDocument, broken: str | None, facts: Mapping[str, CaseFacts]
+) -> None:
+    """RUN_RULES over every case in turn, with what they know of the run (:class:`~kernelwatch.gate.rules.RunFacts`)
+    and of its cases (``facts``: :func:`case_facts_of`), and the notes that count what they did."""
     candidate, assembled = g.candidate, g.assembled
     mine = {p.case: p for p in candidate.perf if p.implementation == KERNEL_IMPL}
     theirs = {p.case: p for p in base.perf if p.implementation == KERNEL_IMPL}
@@ -263,7 +266,7 @@ def _run_rules(result: GateResult, g: Gathered, base: RunDocument, broken: str |
         {v.case: unlike(mine[v.case], theirs[v.case]) for v in compared},
         chosen,
         covering_acks(g.acks, candidate, since.get("commit_time") or since.get("started") or ""),
-        frozenset(v.case for v in compared if host_timed_across_gpus(mine[v.case], theirs[v.case])),
+        frozenset(host_timed_cases([v.case for v in compared], mine, theirs, facts)),
     )
     suspects = applied = 0
     for v in result.verdicts:

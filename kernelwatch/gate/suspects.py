@@ -70,6 +70,38 @@ def host_timed_across_gpus(cand: Any, base: Any) -> bool:
     return wall and cand.device_uuid != base.device_uuid
 
 
+# A wall-timed case whose figure is within this factor of its device twin's (the same stack as one CUDA graph:
+# kernelwatch.kernels.names.CaseFacts.device_twin) in a run was bound by the device there, not by the host path. The
+# 4096^3 eager stacks read 0.95-1.05 times their graph in every H200 run of ci/history (2026-12-04, six GPUs),
+# the decode ones 1.05-3.3 and the mid ones 1.02-1.54; 1.05 keeps any host share it lets through under the
+# cross-GPU suspect's reach (UNLIKE_FRACTION of a 5% minimum effect is 4%).
+DEVICE_BOUND = 1.05
+
+
+def bound_by_the_device(case: Any, twin: Any) -> bool:
+    """Whether a wall-timed case's figure (a PerfResult) is its device's: at most DEVICE_BOUND times its device
+    twin's in the same run (both measured, positive)."""
+    if case is None or twin is None or not case.median_ms or not twin.median_ms:
+        return False
+    return 0 < case.median_ms <= DEVICE_BOUND * twin.median_ms
+
+
+def host_timed_cases(compared: list[str], mine: Mapping[str, Any], theirs: Mapping[str, Any], facts: Mapping) -> set:
+    """Of the ``compared`` cases, those whose two timings include two hosts' paths
+    (:func:`host_timed_across_gpus`), less those bound by the device in both runs (:func:`bound_by_the_device`
+    against the case's device twin in each): where neither run waited on its host, the host's speed did not
+    decide either figure, and the case is compared as any case measured on two GPUs is."""
+    out = set()
+    for case in compared:
+        if not host_timed_across_gpus(mine[case], theirs[case]):
+            continue
+        twin = getattr(facts.get(case), "device_twin", None)
+        if twin and all(bound_by_the_device(run[case], run.get(twin)) for run in (mine, theirs)):
+            continue
+        out.add(case)
+    return out
+
+
 HOST_TIMED = (
     "it is timed by the wall with the host path, here two hosts' (one commit's Triton-launched eager stacks read "
     "1.4-1.7x apart on two H200 hosts: the host CPU's speed), so its runs tell nothing at the minimum effect, "

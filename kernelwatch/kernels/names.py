@@ -124,7 +124,9 @@ class CaseFacts:
     * ``calls_per_sample``: how many back-to-back calls one timed sample holds (LAUNCH_BATCH when launch-bound);
     * ``references``: its same-run references, preferred first, as (implementation, label): what tells a slower
       machine from a slower kernel (eager PyTorch last, every case has it);
-    * ``peers``: the other projects' implementations its spec may time beside it (never gating).
+    * ``peers``: the other projects' implementations its spec may time beside it (never gating);
+    * ``device_twin``: for a case timed by the wall (a stack's eager pass), the key of the case that times the same
+      work on the device alone (the stack as one CUDA graph); None for every other case.
     """
 
     noise: str
@@ -132,6 +134,7 @@ class CaseFacts:
     calls_per_sample: int
     references: tuple[tuple[str, str], ...]
     peers: tuple[str, ...] = ()
+    device_twin: str | None = None
 
     def __post_init__(self) -> None:
         if self.noise not in NOISE_CLASSES:
@@ -159,6 +162,7 @@ class CaseFacts:
             "calls_per_sample": self.calls_per_sample,
             "references": [list(r) for r in self.references],
             "peers": list(self.peers),
+            **({"device_twin": self.device_twin} if self.device_twin else {}),
         }
 
     @classmethod
@@ -167,9 +171,15 @@ class CaseFacts:
         if not isinstance(data, dict):
             raise ValueError(f"case facts must be an object, got {type(data).__name__}")
         fields = {"noise", "launch_bound", "calls_per_sample", "references", "peers"}
-        if set(data) != fields:
-            odd = sorted(set(data) ^ fields)
-            raise ValueError(f"case facts must hold exactly {', '.join(sorted(fields))} (not: {', '.join(odd)})")
+        if set(data) - {"device_twin"} != fields:
+            odd = sorted((set(data) - {"device_twin"}) ^ fields)
+            raise ValueError(
+                f"case facts must hold exactly {', '.join(sorted(fields))}, and may hold device_twin "
+                f"(not: {', '.join(odd)})"
+            )
+        twin = data.get("device_twin")
+        if twin is not None and not (isinstance(twin, str) and twin):
+            raise ValueError(f"case facts: device_twin must be a case key, got {twin!r}")
         refs, peers = data["references"], data["peers"]
         if not isinstance(refs, list) or not all(
             isinstance(r, list) and len(r) == 2 and all(isinstance(s, str) and s for s in r) for r in refs
@@ -177,4 +187,6 @@ class CaseFacts:
             raise ValueError("case facts: references must be a list of [implementation, label] pairs of text")
         if not isinstance(peers, list) or not all(isinstance(p, str) and p for p in peers):
             raise ValueError("case facts: peers must be a list of implementation names")
-        return cls(data["noise"], data["launch_bound"], data["calls_per_sample"], tuple(map(tuple, refs)), tuple(peers))
+        return cls(
+            data["noise"], data["launch_bound"], data["calls_per_sample"], tuple(map(tuple, refs)), tuple(peers), twin
+        )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -220,7 +220,12 @@ class KernelSpec:
         short = launch_bound(nbytes, flops)
         refs = tuple((impl, label) for impl, label in self.references(case) if impl != EAGER_IMPL)
         return CaseFacts(
-            noise, short, LAUNCH_BATCH if short else 1, (*refs, (EAGER_IMPL, LABELS[EAGER_IMPL])), tuple(self.peers)
+            noise,
+            short,
+            LAUNCH_BATCH if short else 1,
+            (*refs, (EAGER_IMPL, LABELS[EAGER_IMPL])),
+            tuple(self.peers),
+            device_twin(case),
         )
 
     def variant_names(self) -> tuple[str, ...]:
@@ -264,6 +269,14 @@ class Stack:
 def wall_timed(case: Case) -> bool:
     """Whether the collector times ``case`` by the wall, its host path counted: a stack case in ``mode=eager``."""
     return "layers" in case.p and case.p.get("mode") == "eager"
+
+
+def device_twin(case: Case) -> str | None:
+    """The key of the case that times a wall-timed case's work on the device alone: its stack as one CUDA graph
+    (``mode=graph``, every other param the same); None for a case not timed by the wall."""
+    if not wall_timed(case):
+        return None
+    return replace(case, params=tuple((k, "graph" if k == "mode" else v) for k, v in case.params)).key
 
 
 def stack_of(case: Case, device: torch.device) -> Stack | None:
