@@ -115,7 +115,9 @@ def test_a_graph_stack_is_timed_from_its_graph_or_fails_never_falling_back_to_ev
     stack = Stack(layers=4, mode="graph", shape=(2, 8), n=4)
     row = time_implementation(_graph_backend(replays=lambda: _sleep_us(2000)), KERNEL_IMPL, lambda: None, 1, stack)
     assert row["error"] is None and row["timing"] == TIMING_GRAPH
-    assert 0.5 <= row["median_ms"] < 1.0  # a 2 ms replay over 4 layers
+    # a 2 ms replay over 4 layers: 0.5 ms a layer, more on a loaded host (a 2-core runner read 1.35); a replay
+    # stored per pass reads at least 2
+    assert 0.5 <= row["median_ms"] < 2.0
 
     def synchronising() -> None:
         if _HostGraph.capturing:
