@@ -292,3 +292,54 @@ def test_a_run_without_its_kernel_timings_is_missing_them(full_main, db_url, tmp
     counts = statuses(_md(tmp_path))
     assert result.exit_code == 1 and counts.get("missing") == 62, result.output
     assert "but not the kernel" in _md(tmp_path)
+
+
+def _fake_nvidia_smi(folder: Path, *uuids: str) -> dict[str, str]:
+    """A PATH whose ``nvidia-smi`` lists ``uuids`` as this machine's GPUs (none: it fails, as with no driver)."""
+    import os
+    import stat
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / "nvidia-smi"
+    lines = "".join(f"echo {u}\n" for u in uuids)
+    tool.write_text(f"#!/bin/sh\n{lines}" + ("exit 0\n" if uuids else "exit 9\n"))
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def test_gate_here_refuses_a_candidate_that_names_a_gpu_this_machine_lacks(cli, tmp_path: Path) -> None:
+    """``gate --here`` (the CI job gates the run it just collected): a real H200 run, gated on a machine whose
+    nvidia-smi lists its GPU, is judged; the same run rewritten to name its baseline's GPU (so every cross-GPU rule
+    would see one GPU and pass host-timed cases without confirm) is refused with the GPU named, exit 2; a machine
+    that lists no GPU cannot check and says so. Without --here the rewritten run is judged as before."""
+    import gzip
+    import json
+
+    history = Path(__file__).resolve().parents[1] / "ci" / "history"
+    base = history / "2026-12-04T1541-6a28503c-h200-full-warm-peers-eager-first-gpud8119f1f.json.gz"
+    cand = history / "2026-12-04T1841-8f25622f-h200-full-warm-peers-one-launch-ln-decode-gpu4fa55142.json.gz"
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    assert cli.invoke(main, ["ingest", "--db", url, str(base)]).exit_code == 0
+    real = "GPU-4fa55142-1e27-3c33-7f69-2434146b9107"
+    doc = json.loads(gzip.decompress(cand.read_bytes()))
+    theirs = {r["device_uuid"] for r in json.loads(gzip.decompress(base.read_bytes()))["perf"] if r["device_uuid"]}
+    assert {r["device_uuid"] for r in doc["perf"] if r["device_uuid"]} == {real} and len(theirs) == 1
+    for r in doc["perf"]:
+        r["device_uuid"] = next(iter(theirs)) if r["device_uuid"] else None
+    spoofed = tmp_path / "spoofed.json"
+    spoofed.write_text(json.dumps(doc))
+    gate = ["gate", "--db", url, "--baseline", "main", "--report-dir", str(tmp_path / "r")]
+
+    honest = cli.invoke(main, [*gate, "--artifact", str(cand), "--here"], env=_fake_nvidia_smi(tmp_path / "a", real))
+    assert honest.exit_code in (0, 1) and "KernelWatch gate:" in honest.output, honest.output
+    assert "--here" not in honest.output
+    refused = cli.invoke(
+        main, [*gate, "--artifact", str(spoofed), "--here"], env=_fake_nvidia_smi(tmp_path / "b", real)
+    )
+    assert refused.exit_code == 2, refused.output
+    assert next(iter(theirs)) in refused.output and "which this machine does not have" in refused.output
+    assert real in refused.output
+    blind = cli.invoke(main, [*gate, "--artifact", str(cand), "--here"], env=_fake_nvidia_smi(tmp_path / "c"))
+    assert blind.exit_code == 2 and "lists no GPU" in blind.output, blind.output
+    trusted = cli.invoke(main, [*gate, "--artifact", str(spoofed)])
+    assert trusted.exit_code in (0, 1) and "KernelWatch gate:" in trusted.output, trusted.output

@@ -133,6 +133,19 @@ def _nvidia_driver() -> str | None:
     return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
+def machine_gpu_uuids() -> list[str] | None:
+    """The UUIDs (``GPU-...``) of this machine's NVIDIA GPUs as ``nvidia-smi`` lists them, whatever
+    ``CUDA_VISIBLE_DEVICES`` hides; None where nvidia-smi is missing or fails."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    uuids = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("GPU-")]
+    return uuids if out.returncode == 0 and uuids else None
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

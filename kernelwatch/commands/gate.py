@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +19,27 @@ from kernelwatch.options import (
     fail,
     project_option,
 )
+
+
+def measured_here(doc: Any) -> None:
+    """``--here``: every GPU the candidate's results name is one of this machine's; GateUndecided naming the
+    others. A result that names no GPU is compared as another GPU's (``kernelwatch.gate.suspects.unlike``)."""
+    from kernelwatch.collect.metadata import machine_gpu_uuids
+    from kernelwatch.gate.judge import GateUndecided
+
+    mine = machine_gpu_uuids()
+    if mine is None:
+        raise GateUndecided(
+            "--here: this machine lists no GPU (nvidia-smi is missing or failed), so where the candidate ran "
+            "cannot be checked; gate without --here only where the artifact is trusted"
+        )
+    named = sorted({r.device_uuid for r in doc.perf if r.device_uuid})
+    foreign = [u for u in named if u not in mine]
+    if foreign:
+        raise GateUndecided(
+            f"--here: the candidate's results name {', '.join(foreign)}, which this machine does not have "
+            f"(its GPUs: {', '.join(mine)}): a run gated with --here must have been measured here"
+        )
 
 
 @functools.cache
@@ -81,6 +103,12 @@ def unchanged_since(commit: str) -> set[str]:
     show_default=True,
     help="Where gate.md, gate-junit.xml and gate.html go.",
 )
+@click.option(
+    "--here",
+    is_flag=True,
+    help="The candidate was collected on this machine (a CI job's collect, then its gate): every GPU its results "
+    "name must be one of this machine's (nvidia-smi), so a run cannot pass another GPU's baseline off as its own.",
+)
 @db_option
 @project_option
 @clean_errors
@@ -93,6 +121,7 @@ def command(
     fdr: float,
     metric: str,
     report_dir: str,
+    here: bool,
     db_url: str | None,
 ) -> None:
     """Fail a merge on broken accuracy or a significant slowdown.
@@ -153,6 +182,8 @@ def command(
                 f"the candidate says it is SYNTHETIC but its branch {doc.run.commit.branch!r} is not a "
                 f"{SYNTHETIC_BRANCHES}... branch: generated runs are never judged as a real branch's"
             )
+        if here:
+            measured_here(doc)
         defined = None if doc.run.synthetic else SpecCases(case_kernels(specs), unchanged_since, case_facts(specs))
         result = decide(engine, doc, baseline, min_effect, fdr, efforts, metric, tolerances, defined)
     except Exception as exc:
