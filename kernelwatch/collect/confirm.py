@@ -101,6 +101,13 @@ class ConfirmError(RuntimeError):
     """Confirmation cannot start or go on (exit 2); the message says why."""
 
 
+MEASURED_OUT_OF_MEMORY = "its measurement ran out of the device's memory with nothing else loaded (out of memory)"
+
+
+class DeviceFull(ConfirmError):
+    """A measurement of one case ran out of the device's memory (its inputs fitted, its measurement did not)."""
+
+
 @dataclass
 class Reading:
     """One paired round: both sides' medians (ms) from one interleaved sequence, and what the device did."""
@@ -131,6 +138,7 @@ class CaseConfirm:
     timing: str | None = None
     seconds: float = 0.0  # wall time of this case's measurements, both commits, every round
     measurement_ms: float | None = None  # device time sampled per side and round (:func:`measurement_ms`)
+    deferred: bool = False  # its measurement ran out of the device's memory: to be set up again with fewer
     readings: list[Reading] = field(default_factory=list)
     plans: dict[str, str] = field(default_factory=dict)
     case_seconds: float | None = None
@@ -260,10 +268,15 @@ def run_rounds(
     for r in range(planned[-1]):  # no round after the last look
         if not active:
             break
-        for case in active:
+        for case in list(active):
             res = results[case]
             start = clock()
-            got = measure(case, r)
+            try:
+                got = measure(case, r)
+            except DeviceFull:  # its rounds so far are dropped: it starts again, set up beside fewer cases
+                results[case] = CaseConfirm(case, deferred=True)
+                active.remove(case)
+                continue
             res.seconds += clock() - start
             res.baseline_ms.append(got.baseline_ms)
             res.candidate_ms.append(got.candidate_ms)
@@ -524,6 +537,17 @@ def confirm_trees(
                     results,
                     case_seconds,
                 )
+                deferred = [c for c in fitted if results[c].deferred]
+                for case in deferred:
+                    results[case].deferred = False
+                if deferred and len(fitted) == 1:
+                    results[deferred[0]].note = MEASURED_OUT_OF_MEMORY
+                elif deferred:
+                    say(f"{len(deferred)} case(s) ran out of the device's memory while measured: set up again")
+                    pending = deferred + pending
+                    kept = len(fitted) - len(deferred)
+                    step = max(1, min(step, kept) if kept else len(fitted) // 2)
+                    fitted = [c for c in fitted if c not in deferred]
                 done += len(fitted)
     finally:
         worker.close()
@@ -575,7 +599,7 @@ def _measurer(
             MEASURE_TIMEOUT_S,
         )
         if "error" in reply:
-            raise ConfirmError(f"{case}: {reply['error']}")
+            raise (DeviceFull if reply.get("full") else ConfirmError)(f"{case}: {reply['error']}")
         return reply
 
     def measure(case: str, r: int) -> Reading:

@@ -26,7 +26,7 @@ Protocol: one JSON object per line on stdin; each answer is one line on stdout p
   captured; ``wall`` for a case the collector timed by the wall, a stack's eager pass) and forced afterwards;
   answers ``{"baseline_ms": median, "candidate_ms": median,
   "samples": n, "timing": ..., "sm_mhz": [before, after] | null, "power_w": [before, after] | null}``, or
-  ``{"error": ...}``.
+  ``{"error": ..., "full": bool}`` (``full``: the device's memory ran out, its memory freed).
 * ``{"op": "quit"}``.
 """
 
@@ -275,8 +275,13 @@ def main(argv: list[str]) -> int:
                     blocks=msg.get("order") == "blocks",
                 )
                 after = power.read()
-            except Exception as exc:  # a forced graph whose capture failed this time
-                _reply({"error": _first_line(exc)})
+            except Exception as exc:  # a forced graph whose capture failed this time, or the memory full
+                full = out_of_memory(exc)
+                message = _first_line(exc)
+                exc = None
+                if full:  # a capture's pool or a pass's outputs beside every case's inputs: the driver sets it up again
+                    free_memory(device)
+                _reply({"error": message, "full": full})
                 continue
             methods.setdefault(key, timing if timing in ("events", "wall") else "graph")
             got = dict(zip(sides, samples))
