@@ -101,6 +101,9 @@ class ConfirmError(RuntimeError):
     """Confirmation cannot start or go on (exit 2); the message says why."""
 
 
+SET_UP_OUT_OF_MEMORY = (
+    "both commits' inputs of this case do not fit the device's memory at once (out of memory with nothing else loaded)"
+)
 MEASURED_OUT_OF_MEMORY = "its measurement ran out of the device's memory with nothing else loaded (out of memory)"
 
 
@@ -517,16 +520,13 @@ def confirm_trees(
             full = _confirm_group(worker, trees, group, [seed_of[c] for c in group], results, say, case_seconds)
             fitted = [c for c in group if c not in full]
             if full and not fitted and len(group) == 1:
-                results[group[0]].note = (
-                    "both commits' inputs of this case do not fit the device's memory at once (out of memory "
-                    "with nothing else loaded)"
-                )
+                results[group[0]].note = SET_UP_OUT_OF_MEMORY
                 done += 1
                 continue
             if full:  # set up again with fewer cases beside them, as many as fitted this time
                 say(f"{len(full)} case(s) did not fit beside the others in the device's memory: set up again")
                 pending = full + pending
-                step = max(1, len(fitted) or len(group) // 2)
+                step = _fewer(step, len(fitted), len(group))
             if fitted:
                 run_rounds(
                     fitted,
@@ -545,13 +545,17 @@ def confirm_trees(
                 elif deferred:
                     say(f"{len(deferred)} case(s) ran out of the device's memory while measured: set up again")
                     pending = deferred + pending
-                    kept = len(fitted) - len(deferred)
-                    step = max(1, min(step, kept) if kept else len(fitted) // 2)
+                    step = _fewer(step, len(fitted) - len(deferred), len(fitted))
                     fitted = [c for c in fitted if c not in deferred]
                 done += len(fitted)
     finally:
         worker.close()
     return results
+
+
+def _fewer(step: int, kept: int, tried: int) -> int:
+    """The chunk after ``tried`` cases of which the device's memory held ``kept``: as many as it held, else half."""
+    return max(1, min(step, kept) if kept else tried // 2)
 
 
 def _confirm_group(

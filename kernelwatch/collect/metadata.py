@@ -120,30 +120,29 @@ def _cann_version() -> str | None:
     return cann_version(env)
 
 
-def _nvidia_driver() -> str | None:
+def _nvidia_smi(field: str) -> list[str] | None:
+    """``field`` of every GPU of this machine as ``nvidia-smi --query-gpu`` lists it; None where nvidia-smi is
+    missing or fails."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return lines if out.returncode == 0 and lines else None
+
+
+def _nvidia_driver() -> str | None:
+    versions = _nvidia_smi("driver_version")
+    return versions[0] if versions else None
 
 
 def machine_gpu_uuids() -> list[str] | None:
     """The UUIDs (``GPU-...``) of this machine's NVIDIA GPUs as ``nvidia-smi`` lists them, whatever
     ``CUDA_VISIBLE_DEVICES`` hides; None where nvidia-smi is missing or fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    uuids = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("GPU-")]
-    return uuids if out.returncode == 0 and uuids else None
+    uuids = [u for u in _nvidia_smi("uuid") or [] if u.startswith("GPU-")]
+    return uuids or None
 
 
 def _cpu_name() -> str:
