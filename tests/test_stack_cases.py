@@ -50,7 +50,7 @@ class Recording(Backend):
         self.passes: dict[str, list[float]] = {}
 
     def wall_samples(self, fn, *args, **kwargs):
-        samples, timing = super().wall_samples(fn, *args, min_reps=3, max_reps=3)
+        samples, timing = super().wall_samples(fn, *args, **{**kwargs, "min_reps": 3, "max_reps": 3})
         self.passes.setdefault("wall", []).extend(samples)
         return samples, timing
 
@@ -72,7 +72,8 @@ class Recording(Backend):
 def test_a_stack_case_runs_on_the_cpu_stand_in_and_is_stored_per_layer(spec, mode, timing) -> None:
     """Defect caught: a stack case the collector cannot run (a missing implementation, an error), a sample
     stored per pass instead of per layer, a mode timed the other mode's way, or no cost per call (the figure
-    the gate's ``--metric call`` reads). The CPU has no graphs: mode=graph takes events there."""
+    the gate's ``--metric call`` reads), or an eager pass without the host probe beside it (what the gate scales a
+    host-bound baseline by across hosts). The CPU has no graphs: mode=graph takes events there."""
     case = next(c for c in _stack_cases(spec) if c.p["mode"] == mode and c.p["layers"] == 32)
     backend = Recording()
     rows = {r.implementation: r for r in perf_case(spec, case, backend, {}, BaselineCache(), 0)}
@@ -83,6 +84,7 @@ def test_a_stack_case_runs_on_the_cpu_stand_in_and_is_stored_per_layer(spec, mod
     for r in rows.values():
         assert r.error is None and r.timing == timing and r.case == case.key
         assert r.call_ms is not None and r.call_ms > 0 and r.median_ms > 0
+        assert (r.host_probe_us is not None and r.host_probe_us > 0) if mode == "eager" else r.host_probe_us is None
     assert sorted(stored) == pytest.approx(sorted(p / layers for p in passes))
 
 

@@ -541,13 +541,15 @@ class Backend:
         rep_ms: float = 100.0,
         min_reps: int = WALL_MIN_REPS,
         max_reps: int = 300,
+        after_sample: Callable[[], object] | None = None,
     ) -> tuple[list[float], str]:
         """(host wall milliseconds of each call, synchronised before and after it; :data:`TIMING_WALL`).
 
         What a model called eagerly pays for one pass of its layers: the host path of every call and the
         device's work, whichever is longer where they overlap, with the device idle while the host lags. No
         L2 flush: a stack of distinct weights is far larger than the L2, and a model flushes nothing. On the
-        CPU the host clock of the interpreter's work."""
+        CPU the host clock of the interpreter's work. ``after_sample`` runs after each sample, outside its window
+        (the host probe: :mod:`kernelwatch.collect.hostprobe`)."""
         self.synchronize()
         start = time.perf_counter()
         fn()
@@ -563,6 +565,8 @@ class Backend:
             fn()
             self.synchronize()
             samples.append((time.perf_counter() - start) * 1e3)
+            if after_sample is not None:
+                after_sample()
         return samples, TIMING_WALL
 
     def _batch_ms(self, fn: Callable[[], object], calls: int) -> float:

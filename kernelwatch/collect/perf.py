@@ -12,7 +12,8 @@ Per implementation, in this order:
 
 A stack case (:func:`~kernelwatch.kernels.spec.stack_of`: L distinct layers called in turn, as a model calls the
 kernel) times one pass of the stack per sample and stores it per layer (divided by L): in ``mode=eager`` the
-pass's wall time with its host path (``Backend.wall_samples``, timing ``wall``), in ``mode=graph`` the replay of
+pass's wall time with its host path (``Backend.wall_samples``, timing ``wall``; after each sample the host probe,
+:mod:`kernelwatch.collect.hostprobe`, whose median is ``host_probe_us``), in ``mode=graph`` the replay of
 one CUDA graph of the whole stack (``graph``; a stack that cannot be captured is that implementation's error,
 never timed another way; events on the CPU, which has no graphs). Its cost per call is the stack's, back to
 back, per layer: the host cost a model pays, which the gate watches with ``--metric call``. Peak memory is the
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from kernelwatch.collect.backends import Backend
+from kernelwatch.collect.hostprobe import HostProbe
 from kernelwatch.collect.inputs import drawn_on
 from kernelwatch.collect.walltrace import measured, note_case
 from kernelwatch.kernels.names import LAUNCH_BATCH, TIMING_GRAPH, launch_bound
@@ -91,6 +93,7 @@ def _empty(impl: str, error: str | None, where: dict[str, str | None] | None = N
         "call_samples_ms": [],
         "peak_mem_bytes": None,
         "timing": None,
+        "host_probe_us": None,
         **(where or {}),
     }
 
@@ -108,15 +111,20 @@ def time_implementation(
     them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`). ``stack``: ``fn`` is one
     pass of a stack, timed as its mode says and stored per layer (an eager pass traced by
     :mod:`kernelwatch.collect.walltrace` when asked, ``case`` naming it)."""
+    host_probe_us = None
     try:
         with backend.phase("perf.warmup"):
             fn()
             backend.synchronize()
+            probe = HostProbe(backend.device, backend.synchronize) if stack and stack.mode == "eager" else None
         with backend.phase("perf.timing"):
             if stack is None:
                 samples, timing = backend.device_samples(fn, calls=calls)
             elif stack.mode == "eager":
-                samples, timing = measured(backend, f"{case} {impl}", lambda: backend.wall_samples(fn))
+                samples, timing = measured(
+                    backend, f"{case} {impl}", lambda: backend.wall_samples(fn, after_sample=probe.sample)
+                )
+                host_probe_us = probe.median_us()
             else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
                 samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
@@ -139,6 +147,7 @@ def time_implementation(
         "call_samples_ms": call_times,
         "peak_mem_bytes": peak,
         "timing": timing,
+        "host_probe_us": host_probe_us,
         **origin(backend),
     }
 

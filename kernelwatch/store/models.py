@@ -177,6 +177,7 @@ class PerfResult(Base):
     device_uuid: Mapped[str | None] = mapped_column(String(NAME_LEN))
     host: Mapped[str | None] = mapped_column(String(NAME_LEN))
     timing: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    host_probe_us: Mapped[float | None] = mapped_column(Float)
 
 
 class ProfilerMetric(Base):

@@ -464,6 +464,11 @@ class PerfResult(Record):
     timing: _text(TAG_LEN) | None = Field(
         default=None, description="How the GPU time was taken: graph (graph replay) or events (events behind a hold)."
     )
+    host_probe_us: NonNegative | None = Field(
+        default=None,
+        description="Wall-timed cases: the host's microseconds per launch of a fixed Triton probe, median over "
+        "probes taken after each sample (kernelwatch.collect.hostprobe); None where not wall-timed or from before.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PerfResult:
@@ -611,7 +616,16 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
     "run": ("phases_s", "scope"),
     "hardware": ("peak_read_gbps", "sm_clock_mhz"),
     "accuracy": ("kind",),
-    "perf": ("call_ms", "call_samples_ms", "peak_mem_bytes", "device", "device_uuid", "host", "timing"),
+    "perf": (
+        "call_ms",
+        "call_samples_ms",
+        "peak_mem_bytes",
+        "device",
+        "device_uuid",
+        "host",
+        "timing",
+        "host_probe_us",
+    ),
     "cases": ("ceiling", "facts"),
     "profiler": ("launch",),
 }
