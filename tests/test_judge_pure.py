@@ -162,6 +162,71 @@ def test_a_wall_timed_case_bound_by_the_device_in_both_runs_is_compared_as_any_c
     assert host_timed_cases(["e"], *decode[:1], run("GPU-a", 0.102, 0.039), facts) == set()  # one GPU
 
 
+def _probed(gpu: str, eager: float | None, graph: float | None, probe_us: float | None) -> dict:
+    from types import SimpleNamespace as Timed
+
+    return {
+        "e": Timed(timing="wall", device_uuid=gpu, median_ms=eager, host_probe_us=probe_us),
+        "g": Timed(timing="graph", device_uuid=gpu, median_ms=graph, host_probe_us=None),
+    }
+
+
+def _host_rule(cand: dict, base: dict):
+    """The rule over one eager case compared across hosts, the reading worked out as the judge does."""
+    from kernelwatch.gate.suspects import host_readings
+    from kernelwatch.kernels.names import NOISE_GEMM, CaseFacts
+
+    facts = {"e": CaseFacts(NOISE_GEMM, False, 1, (("torch_eager", "eager PyTorch"),), device_twin="g")}
+    readings = host_readings(frozenset({"e"}), cand, base, facts)
+    effect = cand["e"].median_ms / base["e"].median_ms - 1
+    run = RunFacts(
+        "gpu", unlike={"k": ["its baseline was measured on another GPU"]}, host_timed=frozenset({"k"}),
+        host_readings={"k": readings["e"]} if "e" in readings else {},
+    )  # fmt: skip
+    return rules.undecided_by_the_runs(_compared("pass" if effect < 0.05 else "regression", effect), run)
+
+
+def test_a_host_bound_case_across_hosts_is_read_through_the_host_probes() -> None:
+    """One commit's RMSNorm+MM decode eager stack on one H200 host (GPU-a7829a6c) read 48.8 us a layer beside a
+    host probe of 21.2 us a launch and 85.6 beside 36.1, its graph twin ~38: the host's speed. Scaled by the
+    probes' ratio the baseline says what the candidate's host alone would read; within the reach (0.8 x 5%) the
+    case passes, naming both probes. Defects caught: a slower host passed without the probe saying so (the wall
+    +75%, the probe +0%), a planted +10% hidden by the scaling, a faster host hiding a slowdown."""
+    base = _probed("GPU-a", 0.0488, 0.0380, 21.2)
+    same = _probed("GPU-b", 0.0856, 0.0381, 36.1)
+    judged = _host_rule(same, base)
+    assert judged.status == "pass", judged.message
+    assert "36.1 us a launch beside the candidate and 21.2 beside the baseline (x1.70)" in judged.message
+    planted = _probed("GPU-b", 0.0856 * 1.10, 0.0381, 36.1)
+    unprobed_slowdown = _probed("GPU-b", 0.0856, 0.0381, 21.2)
+    for cand in (planted, unprobed_slowdown):
+        judged = _host_rule(cand, base)
+        assert judged.status == "suspect" and "past the minimum effect's reach" in judged.message, judged.message
+    faster_host = _probed("GPU-b", 0.0488 * 1.10, 0.0380, 21.2 / 1.7)  # +10% where the host alone says -41%
+    assert _host_rule(faster_host, same).status == "suspect"
+
+
+def test_the_host_probes_clear_a_case_only_where_the_baseline_showed_its_host_path() -> None:
+    """A baseline bound by its device (wall within 5% of its twin) hid its host path: scaled by the probes it is
+    only an upper bound, so a candidate host-bound on a slower host stays a suspect; a candidate bound by its
+    device passes against a host-bound baseline. No probe on either side, or probes further apart than the range
+    the probe was seen to track (a damaged or hostile figure), and the case is a suspect as before."""
+    from kernelwatch.gate.suspects import HOST_SCALE_RANGE
+
+    device_bound = _probed("GPU-a", 0.1124, 0.1100, 21.2)
+    host_bound_slow = _probed("GPU-b", 0.1586, 0.1100, 35.9)
+    assert _host_rule(host_bound_slow, device_bound).status == "suspect"
+    assert "bound by its device" in _host_rule(host_bound_slow, device_bound).message
+    assert _host_rule(device_bound | {}, _probed("GPU-b", 0.1586, 0.1100, 35.9)).status == "pass"
+    for probes in ((None, 21.2), (35.9, None), (0.0, 21.2)):
+        cand, base = _probed("GPU-b", 0.0856, 0.0381, probes[0]), _probed("GPU-a", 0.0488, 0.0380, probes[1])
+        judged = _host_rule(cand, base)
+        assert judged.status == "suspect" and "host probe" not in judged.message, probes
+    far = 21.2 * HOST_SCALE_RANGE[1] * 1.01
+    judged = _host_rule(_probed("GPU-b", 0.0488 * 2.5, 0.0381, far), _probed("GPU-a", 0.0488, 0.0380, 21.2))
+    assert judged.status == "suspect" and "host probe" not in judged.message
+
+
 def test_a_stack_timed_by_the_wall_declares_its_device_twin() -> None:
     """Every eager stack case names its graph twin, which the suite also times; no other case names one; the fact
     survives a run's record of it, and a malformed one is refused."""

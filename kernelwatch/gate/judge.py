@@ -120,6 +120,7 @@ from kernelwatch.gate.suspects import (  # noqa: F401
     UNLIKE_FRACTION,
     applicable_confirmations,
     covering_acks,
+    host_readings,
     host_timed_cases,
     unlike,
 )
@@ -260,13 +261,15 @@ def _run_rules(
         else {}
     )
     since = g.infos.get(assembled.run["id"], {})
+    hosts = frozenset(host_timed_cases([v.case for v in compared], mine, theirs, facts))
     run = RunFacts(
         result.metric,
         broken,
         {v.case: unlike(mine[v.case], theirs[v.case]) for v in compared},
         chosen,
         covering_acks(g.acks, candidate, since.get("commit_time") or since.get("started") or ""),
-        frozenset(host_timed_cases([v.case for v in compared], mine, theirs, facts)),
+        hosts,
+        host_readings(hosts, mine, theirs, facts),
     )
     suspects = applied = 0
     for v in result.verdicts:

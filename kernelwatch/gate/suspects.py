@@ -4,6 +4,7 @@ acknowledged changes. What the rules of :mod:`kernelwatch.gate.rules` read of th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kernelwatch.gate.baseline import Baseline
@@ -99,6 +100,70 @@ def host_timed_cases(compared: list[str], mine: Mapping[str, Any], theirs: Mappi
         if twin and all(bound_by_the_device(run[case], run.get(twin)) for run in (mine, theirs)):
             continue
         out.add(case)
+    return out
+
+
+# Two runs' host probes (kernelwatch.collect.hostprobe) further apart than this are not scaled by: past what the probe
+# was seen to track. One H200 host's probe moved between 21 and 36 us a launch within one run, and its host-bound
+# eager stacks with it (ci/history, 2026-12-04, GPU-a7829a6c).
+HOST_SCALE_RANGE = (0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """A wall-timed case across two hosts, read through the host probes: ``scale`` = the candidate's probe over the
+    baseline's (how much slower the candidate's host ran a launch path as it timed the case); ``expected_ms`` = what
+    the candidate reads if only the host changed (the baseline's figure times ``scale``, at least the candidate's
+    device twin: a pass takes its host path or its device's work, whichever is longer); ``ratio`` = the candidate's
+    figure over that. ``decides``: whether a ratio within the minimum effect clears the case (the baseline's figure
+    was its host path, or the candidate's was its device's work); else the baseline's host path is only known to be
+    at most its figure, the expectation is an upper bound, and only a slowdown past it is told."""
+
+    scale: float
+    candidate_probe_us: float
+    baseline_probe_us: float
+    expected_ms: float
+    ratio: float
+    decides: bool
+
+    def describe(self) -> str:
+        return (
+            f"the host probe read {self.candidate_probe_us:.1f} us a launch beside the candidate and "
+            f"{self.baseline_probe_us:.1f} beside the baseline (x{self.scale:.2f}), so the candidate's host alone "
+            f"would read {self.expected_ms * 1e3:.1f} us; it reads {self.ratio - 1:+.1%} against that"
+        )
+
+
+def host_reading(cand: Any, base: Any, cand_twin: Any, base_twin: Any) -> HostReading | None:
+    """The :class:`HostReading` of one wall-timed case compared across hosts (PerfResults of the kernel: the case and
+    its device twin in each run), or None where either run lacks a probe or a twin, or the probes are further apart
+    than :data:`HOST_SCALE_RANGE`."""
+    measured = [r is not None and r.median_ms and r.median_ms > 0 for r in (cand, base, cand_twin, base_twin)]
+    if not all(measured):
+        return None
+    pc, pb = cand.host_probe_us, base.host_probe_us
+    if not pc or not pb or pc <= 0 or pb <= 0:
+        return None
+    scale = pc / pb
+    if not HOST_SCALE_RANGE[0] <= scale <= HOST_SCALE_RANGE[1]:
+        return None
+    expected = max(cand_twin.median_ms, base.median_ms * scale)
+    decides = not bound_by_the_device(base, base_twin) or bound_by_the_device(cand, cand_twin)
+    return HostReading(scale, pc, pb, expected, cand.median_ms / expected, decides)
+
+
+def host_readings(
+    cases: set[str] | frozenset[str], mine: Mapping[str, Any], theirs: Mapping[str, Any], facts: Mapping
+) -> dict[str, HostReading]:
+    """:func:`host_reading` of each of the host-timed ``cases`` (:func:`host_timed_cases`) that has one."""
+    out = {}
+    for case in cases:
+        twin = getattr(facts.get(case), "device_twin", None)
+        if not twin:
+            continue
+        reading = host_reading(mine.get(case), theirs.get(case), mine.get(twin), theirs.get(twin))
+        if reading is not None:
+            out[case] = reading
     return out
 
 
