@@ -256,6 +256,16 @@ CORPUS: list[Bad] = [
         "negative-sample", edit(setter("perf.0.samples_ms.0", -1.0)), "perf[0].samples_ms[0]: must be >= 0.0, got -1.0"
     ),
     Bad(
+        "negative-host-probe",
+        edit(setter("perf.0.host_probe_us", -21.2)),
+        "perf[0].host_probe_us: must be >= 0.0, got -21.2",
+    ),
+    Bad(
+        "string-host-probe-sample",
+        edit(setter("perf.0.host_probe_samples_us", [21.2, "fast"])),
+        "perf[0].host_probe_samples_us[1]: expected a number, got 'fast'",
+    ),
+    Bad(
         "negative-phase-seconds",
         edit(setter("run.phases_s", {"perf": -1.0})),
         "run.phases_s.perf: must be >= 0.0, got -1.0",

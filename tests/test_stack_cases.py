@@ -4,6 +4,7 @@ eagerly with the host path or as one graph, stored per layer. On the CPU they ru
 from __future__ import annotations
 
 import os
+import statistics
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -84,7 +85,11 @@ def test_a_stack_case_runs_on_the_cpu_stand_in_and_is_stored_per_layer(spec, mod
     for r in rows.values():
         assert r.error is None and r.timing == timing and r.case == case.key
         assert r.call_ms is not None and r.call_ms > 0 and r.median_ms > 0
-        assert (r.host_probe_us is not None and r.host_probe_us > 0) if mode == "eager" else r.host_probe_us is None
+        probes = r.host_probe_samples_us
+        if mode == "eager":  # one probe after each sample, their median stored beside them
+            assert len(probes) == len(r.samples_ms) == 3 and r.host_probe_us == statistics.median(probes) > 0
+        else:
+            assert r.host_probe_us is None and probes == []
     assert sorted(stored) == pytest.approx(sorted(p / layers for p in passes))
 
 

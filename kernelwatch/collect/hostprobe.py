@@ -7,9 +7,10 @@ than the device's work: one commit's Triton-launched eager stacks read 1.4-1.7x 
 :data:`LAUNCHES` launches of one tiny Triton kernel through Triton's own launch path, each with its output allocated,
 as a layer of a stack does, timed on the host up to the last launch's return (the device is idle before and does a
 few microseconds of work per launch, so the time is the host's). It is taken after each timed sample, outside its
-window, and the result keeps the median (``PerfResult.host_probe_us``, microseconds per launch): how fast this host
-ran a launch path at the moment the case was timed. The gate scales a host-bound baseline by the ratio of the two
-runs' probes before comparing them across hosts (:func:`kernelwatch.gate.suspects.host_readings`)."""
+window, and the result keeps each (``PerfResult.host_probe_samples_us``, in the order of ``samples_ms``) and their
+median (``host_probe_us``, microseconds per launch): how fast this host ran a launch path as the case was timed. A
+suspect compared across hosts tells what the two runs' probes make of it
+(:func:`kernelwatch.gate.suspects.host_reading`)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class HostProbe:
             self._launch()
         self._us.append((time.perf_counter() - start) * 1e6 / LAUNCHES)
         self._sync()
+
+    def samples_us(self) -> list[float]:
+        return list(self._us)
 
     def median_us(self) -> float | None:
         return statistics.median(self._us) if self._us else None

@@ -94,6 +94,7 @@ def _empty(impl: str, error: str | None, where: dict[str, str | None] | None = N
         "peak_mem_bytes": None,
         "timing": None,
         "host_probe_us": None,
+        "host_probe_samples_us": [],
         **(where or {}),
     }
 
@@ -111,7 +112,7 @@ def time_implementation(
     them. ``calls``: back-to-back calls per GPU-time sample (:func:`calls_per_sample`). ``stack``: ``fn`` is one
     pass of a stack, timed as its mode says and stored per layer (an eager pass traced by
     :mod:`kernelwatch.collect.walltrace` when asked, ``case`` naming it)."""
-    host_probe_us = None
+    host_probe_us, host_probe_samples_us = None, []
     try:
         with backend.phase("perf.warmup"):
             fn()
@@ -124,7 +125,7 @@ def time_implementation(
                 samples, timing = measured(
                     backend, f"{case} {impl}", lambda: backend.wall_samples(fn, after_sample=probe.sample)
                 )
-                host_probe_us = probe.median_us()
+                host_probe_us, host_probe_samples_us = probe.median_us(), probe.samples_us()
             else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
                 samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
@@ -148,6 +149,7 @@ def time_implementation(
         "peak_mem_bytes": peak,
         "timing": timing,
         "host_probe_us": host_probe_us,
+        "host_probe_samples_us": host_probe_samples_us,
         **origin(backend),
     }
 

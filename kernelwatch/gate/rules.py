@@ -385,9 +385,9 @@ class RunFacts:
       (:func:`kernelwatch.gate.suspects.applicable_confirmations`);
     * ``acknowledged``: per case, the acknowledgement (``kernelwatch ack``) that covers the candidate's change;
     * ``host_timed``: compared cases whose two timings include two hosts' paths
-      (:func:`kernelwatch.gate.suspects.host_timed_across_gpus`): the runs cannot judge them at any effect, unless
-    * ``host_readings``: per host-timed case, the two runs' host probes (:func:`kernelwatch.gate.suspects.host_reading`)
-      say what the candidate's host alone would read.
+      (:func:`kernelwatch.gate.suspects.host_timed_across_gpus`): the runs cannot judge them at any effect;
+    * ``host_readings``: per host-timed case, what the two runs' host probes say of it
+      (:func:`kernelwatch.gate.suspects.host_reading`): told with the suspect, deciding nothing yet.
     """
 
     metric: str
@@ -424,18 +424,9 @@ def undecided_by_the_runs(v: CaseVerdict, run: RunFacts) -> Judged | None:
     if not hosts and (c.effect < reach or (v.status == PASS and not unlike)):
         return None
     reading = run.host_readings.get(v.case) if hosts else None
-    if reading is not None and reading.decides and reading.ratio - 1 < reach:
-        return Judged(
-            PASS,
-            f"{c.effect:+.1%} in time as the runs read it, timed by the wall on two hosts; {reading.describe()}, "
-            f"under {reach:.1%} [the statistics: {v.status}: {v.message}]",
-        )
     host_why = [suspects.HOST_TIMED] if hosts else []
     if reading is not None:
-        host_why.append(
-            reading.describe()
-            + (", past the minimum effect's reach" if reading.decides else ", and the baseline was bound by its device")
-        )
+        host_why.append(reading.describe())
     why = suspects.suspect_reasons(v, unlike) + host_why
     if not why:
         return None

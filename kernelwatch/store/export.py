@@ -70,6 +70,7 @@ def export_run(engine: Engine, run_id: str) -> RunDocument:
         perf = section(schema.PerfResult)
         for p in perf:
             p["call_samples_ms"] = p["call_samples_ms"] or []
+            p["host_probe_samples_us"] = p["host_probe_samples_us"] or []
         profiler = section(schema.ProfilerMetric)
 
     doc = {

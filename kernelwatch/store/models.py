@@ -178,6 +178,7 @@ class PerfResult(Base):
     host: Mapped[str | None] = mapped_column(String(NAME_LEN))
     timing: Mapped[str | None] = mapped_column(String(TAG_LEN))
     host_probe_us: Mapped[float | None] = mapped_column(Float)
+    host_probe_samples_us: Mapped[list[float] | None] = mapped_column(JSON)
 
 
 class ProfilerMetric(Base):

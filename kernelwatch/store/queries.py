@@ -18,7 +18,8 @@ from kernelwatch.store.models import AccuracyResult, Ack, Case, Confirmation, Ha
 from kernelwatch.store.rows import RUN_HARDWARE, result_columns
 from kernelwatch.store.schema import format_time
 
-SAMPLE_LISTS = ("samples_ms", "call_samples_ms")  # selected only where a query is asked for them
+# selected only where a query is asked for them
+SAMPLE_LISTS = ("samples_ms", "call_samples_ms", "host_probe_samples_us")
 RESULT_FIELDS = (
     "kernel", "variant", "case", "dtype", "params", "implementation", "median_ms", "p20_ms", "p80_ms",
     "gbps", "tflops", "pct_peak", "speedup_vs_eager", "target", "target_met", "error_budget", "passed", "error",

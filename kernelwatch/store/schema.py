@@ -469,6 +469,9 @@ class PerfResult(Record):
         description="Wall-timed cases: the host's microseconds per launch of a fixed Triton probe, median over "
         "probes taken after each sample (kernelwatch.collect.hostprobe); None where not wall-timed or from before.",
     )
+    host_probe_samples_us: Samples = Field(
+        default_factory=list, description="The host probe taken after each sample of samples_ms, in its order."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PerfResult:
@@ -625,6 +628,7 @@ ADDED_FIELDS: dict[str, tuple[str, ...]] = {  # record -> fields added after the
         "host",
         "timing",
         "host_probe_us",
+        "host_probe_samples_us",
     ),
     "cases": ("ceiling", "facts"),
     "profiler": ("launch",),
