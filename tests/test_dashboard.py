@@ -867,6 +867,28 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
     assert {f"H200 · {g}" for g in ("GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5")} <= set(runs["GPU"])
     assert "graph" in set(runs["timing"])
+    assert "host probe µs/launch" not in runs.columns  # timed on the device: no host probe to show
+
+
+def test_case_page_shows_the_host_probe_of_a_wall_timed_case(history_dbs, monkeypatch) -> None:
+    """An eager stack's figure follows its host's speed: the case page shows the host probe stored beside each
+    run's kernel time (the real H200 run GPU-a7829a6c holds it; runs from before it show a dash) and says what
+    it means. Defect caught: the probe stored but never shown, or shown for a case with no probe."""
+    path = next((ROOT / "ci" / "history").glob("*host-probe*gpua7829a6c*"))
+    case = "fused_rmsnorm_matmul/fold_gamma/fp16/bias=False,direction=fwd,layers=80,layout=contiguous,mode=eager,"
+    case += "n=8192,shape=16x8192"
+    stored = next(p for p in load_artifact(path).perf if p.case == case and p.implementation == "triton")
+    monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
+    page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
+    page.query_params["case"] = case
+    page.query_params["hardware"] = fingerprint(history_dbs[0], "NVIDIA H200")
+    page.run()
+    assert not page.exception, [e.value for e in page.exception]
+    runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
+    probes = runs.set_index("GPU")["host probe µs/launch"]
+    assert probes["H200 · GPU-a7829a6c"] == pytest.approx(stored.host_probe_us)
+    assert probes.drop("H200 · GPU-a7829a6c").isna().all()
+    assert any("Host probe" in c.value for c in page.caption)
 
 
 def test_profiler_counters_name_the_launch_they_were_taken_from(tmp_path, monkeypatch) -> None:

@@ -274,6 +274,7 @@ if not perf.empty:
         rid: data.device_label(hw_name, r["device_uuid"], r["device"]) for rid, r in kernel_rows.iterrows()
     }
     timing_of = kernel_rows["timing"].to_dict()
+    probe_of = kernel_rows["host_probe_us"].dropna().to_dict() if "host_probe_us" in kernel_rows else {}
     extra = [i for i in wide.columns if i not in (data.KERNEL_IMPL, data.EAGER_IMPL, data.COMPILE_IMPL)]
     rows = []
     for _, r in table.sort_values("x", key=lambda s: s.map(dict(zip(runs["x"], runs["order"])))).iterrows():
@@ -299,6 +300,7 @@ if not perf.empty:
                 "kernel wall µs/call": None if call is None or call != call else call * 1e3,
                 "GPU": gpu_of.get(r["run_id"]) or "-",
                 "timing": data.fmt(timing_of.get(r["run_id"])),
+                **({"host probe µs/launch": probe_of.get(r["run_id"])} if probe_of else {}),
             }
         )
     peer_cols = [f"{charts.impl_label(i)} µs" for i in extra]
@@ -310,8 +312,15 @@ if not perf.empty:
                 c: st.column_config.NumberColumn(format="%.4g")
                 for c in ("kernel µs", "eager µs", "torch.compile µs", *peer_cols, "kernel wall µs/call")
             },
+            "host probe µs/launch": st.column_config.NumberColumn(format="%.3g"),
         },
     )
+    if probe_of:
+        st.caption(
+            "Host probe: the host's microseconds per launch of a fixed Triton kernel, taken beside each sample of "
+            "this wall-timed case (median). Where the kernel's pass waits on its host, its time follows the probe: "
+            "a run whose probe read higher ran on a slower host, not necessarily slower code."
+        )
     if perf["call_ms"].isna().all():
         st.caption("Wall time per call (calls back to back, host + device) is not recorded in these runs yet.")
 else:
