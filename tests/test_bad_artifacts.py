@@ -266,6 +266,11 @@ CORPUS: list[Bad] = [
         "perf[0].host_probe_samples_us[1]: expected a number, got 'fast'",
     ),
     Bad(
+        "host-probes-not-one-per-sample",
+        edit(setter("perf.0.host_probe_samples_us", [21.2])),
+        "perf[0].host_probe_samples_us: 1 probes for 5 samples (one after each)",
+    ),
+    Bad(
         "negative-phase-seconds",
         edit(setter("run.phases_s", {"perf": -1.0})),
         "run.phases_s.perf: must be >= 0.0, got -1.0",

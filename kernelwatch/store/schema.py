@@ -481,6 +481,9 @@ class PerfResult(Record):
         for (low_name, low), (high_name, high) in zip(given, given[1:]):
             if low - high > 1e-9 * high:
                 raise FieldError((low_name,), f"{low!r} is larger than {high_name} {high!r}")
+        probes, samples = len(self.host_probe_samples_us), len(self.samples_ms)
+        if probes and probes != samples:
+            raise FieldError(("host_probe_samples_us",), f"{probes} probes for {samples} samples (one after each)")
         return self
 
 
