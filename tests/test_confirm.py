@@ -940,3 +940,23 @@ def test_a_case_whose_measurement_runs_out_of_memory_is_measured_again_beside_fe
         assert res[case].rounds >= MIN_ROUNDS and len(res[case].readings) == res[case].rounds
     assert res[cases[2]].verdict == "UNKNOWN" and "ran out of the device's memory" in res[cases[2]].note
     assert any("ran out of the device's memory while measured" in line for line in said), said
+
+
+def test_a_stacks_plan_is_told_once_with_its_layer_count() -> None:
+    """A confirmation keeps each side's launch plan; an 80-layer stack launched the same plan 80 times and stored it
+    80 times over (13 KB a side, cut at 4,000 characters mid-launch). Now once, with the count; a sequence that
+    does not repeat, one launch, or none, reads as before."""
+    from types import SimpleNamespace
+
+    from kernelwatch.collect.confirm_worker import _describe_steps
+
+    def step(name: str, warps: int) -> SimpleNamespace:
+        return SimpleNamespace(name=name, grid=(132,), config=lambda: f"BM=128 num_warps={warps}")
+
+    pair = [step("_rstd_kernel", 4), step("_rms_gemm_tma_kernel", 8)]
+    told = "_rstd_kernel[BM=128 num_warps=4] grid=[132]; _rms_gemm_tma_kernel[BM=128 num_warps=8] grid=[132]"
+    assert _describe_steps(None, pair * 80) == f"80 x [{told}]"
+    assert _describe_steps(None, pair) == told
+    assert _describe_steps(None, [*pair, pair[0]]) == f"{told}; _rstd_kernel[BM=128 num_warps=4] grid=[132]"
+    assert _describe_steps(None, pair[:1]) == "_rstd_kernel[BM=128 num_warps=4] grid=[132]"
+    assert _describe_steps(None, []) == ""

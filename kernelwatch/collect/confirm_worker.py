@@ -80,7 +80,8 @@ def _ours(name: str, extra: tuple[str, ...]) -> bool:
 
 
 def _describe_steps(plan_module: Any, steps: list[Any]) -> str:
-    """``kernel[constexprs warps stages]`` per launch; an autotuned step names the candidate its tuner chose."""
+    """``kernel[constexprs warps stages]`` per launch; an autotuned step names the candidate its tuner chose. A
+    stack's layers launch the same plan each: ``80 x [...]`` once, not 80 times."""
     out = []
     for step in steps:
         if hasattr(step, "candidates"):
@@ -89,7 +90,10 @@ def _describe_steps(plan_module: Any, steps: list[Any]) -> str:
             out.append(f"{step.name}[{chosen}]")
         else:
             out.append(f"{step.name}[{step.config()}] grid={list(step.grid)}")
-    return "; ".join(out)
+    period = next((p for p in range(1, len(out)) if len(out) % p == 0 and out == out[:p] * (len(out) // p)), len(out))
+    if period == len(out):
+        return "; ".join(out)
+    return f"{len(out) // period} x [{'; '.join(out[:period])}]"
 
 
 def out_of_memory(exc: BaseException) -> bool:
