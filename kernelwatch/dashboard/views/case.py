@@ -294,13 +294,13 @@ if not perf.empty:
                     {"id": r["run_id"], "commit": r["commit"], "started": r["started"], "synthetic": r["synthetic"]}
                 ),
                 "kernel µs": us(data.KERNEL_IMPL),
+                **({"host probe µs/launch": probe_of.get(r["run_id"])} if probe_of else {}),
                 "eager µs": us(data.EAGER_IMPL),
                 "torch.compile µs": us(data.COMPILE_IMPL),
                 **{f"{charts.impl_label(i)} µs": us(i) for i in extra},
                 "kernel wall µs/call": None if call is None or call != call else call * 1e3,
                 "GPU": gpu_of.get(r["run_id"]) or "-",
                 "timing": data.fmt(timing_of.get(r["run_id"])),
-                **({"host probe µs/launch": probe_of.get(r["run_id"])} if probe_of else {}),
             }
         )
     peer_cols = [f"{charts.impl_label(i)} µs" for i in extra]
