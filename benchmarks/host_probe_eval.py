@@ -13,6 +13,9 @@ which host it was measured. Two checks, each a table:
    were bound by their host (more than 5% above their device twin; else "device-bound").
 2. **Across runs** (runs of one kernel code on different GPUs, hence hosts): every eager case of every
    implementation, each ordered pair; the raw ratio and the probe-scaled one.
+3. **Sample by sample** (runs that stored each probe, ``host_probe_samples_us``): within each result, the rank
+   correlation of each pass's time with the probe taken right after it. A probe that follows the host's moment
+   correlates with the host-bound passes, not with the device-bound ones.
 
 The question the gate asks: could a wall-timed case compared across hosts be decided by the scaled figure at the
 minimum effect? Only if the scaled ratios of identical code stay within the reach (0.8 x 5% = 4%). The last line
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -111,6 +115,47 @@ def across_runs(runs: list[tuple[str, dict]]) -> list[float]:
     return out
 
 
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    for rank, i in enumerate(order):
+        out[i] = float(rank)
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Rank correlation of two equally long lists (ties broken by position), None under 5 pairs or no spread."""
+    if len(a) != len(b) or len(a) < 5:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else None
+
+
+def sample_by_sample(runs: list[tuple[str, dict]]) -> None:
+    rows = [
+        (gpu, case, impl, r)
+        for gpu, results in runs
+        for (case, impl), r in sorted(results.items())
+        if len(r.host_probe_samples_us) == len(r.samples_ms) >= 5
+    ]
+    print(f"\n### Sample by sample: {len(rows)} results with a probe after each sample\n")
+    if not rows:
+        print("(no run stored each probe yet: collects from this version on do)")
+        return
+    print("| GPU | stack | implementation | passes | us a layer (median) | probes, us (min-max) | rank correlation |")
+    print("| --- | --- | --- | ---: | ---: | --- | ---: |")
+    for gpu, case, impl, r in rows:
+        rho = spearman(r.samples_ms, r.host_probe_samples_us)
+        probes = r.host_probe_samples_us
+        print(
+            f"| {gpu} | {_short(case)} | {impl} | {len(probes)} | {r.median_ms * 1e3:.1f} | "
+            f"{min(probes):.1f}-{max(probes):.1f} | {'-' if rho is None else f'{rho:+.2f}'} |"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run artifacts with host probes (a collect of this version or later)")
@@ -120,6 +165,7 @@ def main() -> int:
     print(f"{len(runs)} run(s) with host probes: {', '.join(g for g, _ in runs) or 'none'}")
     inside = [x for gpu, rows in runs for x in within_run(gpu, rows)]
     across = across_runs(runs)
+    sample_by_sample(runs)
     for name, ratios in (("within runs", inside), ("across runs", across)):
         if ratios:
             spread = sorted(abs(x - 1) for x in ratios)
