@@ -121,8 +121,8 @@ class HostReading:
     Told with the suspect, to whoever reads it, and stored nowhere else: it decides nothing. Within one H200 run the
     probe followed the host between two speeds (21 and 36 us a launch) and the host-bound stacks with it, but the
     same kernel's 32- and 80-layer stacks, scaled by their probes, still read up to 15% apart (the Triton-launched
-    implementations; ``benchmarks/host_probe_eval.py``): too far for a 5% minimum effect, so a wall-timed case compared across hosts
-    still goes to ``confirm`` until runs on two hosts show the scaled figures agree."""
+    implementations; ``benchmarks/host_probe_eval.py``): too far for a 5% minimum effect, so a wall-timed case
+    compared across hosts still goes to ``confirm`` until runs on two hosts show the scaled figures agree."""
 
     scale: float
     candidate_probe_us: float
