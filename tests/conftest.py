@@ -161,3 +161,11 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.postgres)
         if _spawns(item):
             item.add_marker(pytest.mark.subprocess)
+
+
+@pytest.fixture(autouse=True)
+def _the_real_main_module(monkeypatch) -> None:
+    """Streamlit's AppTest installs the page script it runs as ``__main__`` and leaves it there; a multiprocessing
+    "spawn" child started by a later test in the same worker then re-runs that page as its main module, fails, and
+    leaves its parent blocked writing to it (two CI runs hung 900 s that way). Every test gets the real one back."""
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])

@@ -210,3 +210,7 @@ def test_the_eager_stack_cases_are_collected_first_in_a_fresh_worker(tmp_path, c
     assert {int(n) for *_, n in traced} == {1, 2, 3}, traced  # before any other case in it
     doc = to_data(load_artifact(tmp_path / "run.json"))
     assert {r["case"] for r in doc["perf"]} == {c.key for c in RMS.perf_cases() if "layers=32," in c.key}
+    for r in doc["perf"]:  # traced: each measurement timed twice more, their probes not piled onto the stored ones
+        assert r["error"] is None, r["error"]
+        if "mode=eager" in r["case"]:
+            assert len(r["host_probe_samples_us"]) == len(r["samples_ms"]) >= 20, r["case"]

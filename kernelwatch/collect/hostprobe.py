@@ -14,7 +14,6 @@ suspect compared across hosts tells what the two runs' probes make of it
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
@@ -34,7 +33,8 @@ def _probe_kernel(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr):
 
 
 class HostProbe:
-    """The probe on one device: :meth:`sample` after each timed sample, :meth:`median_us` of them after."""
+    """The probe on one device: :meth:`sample` after each timed sample, then :meth:`take` them (a measurement's
+    own: a traced measurement is taken again, and its re-timings' probes are theirs)."""
 
     def __init__(self, device: torch.device | str, synchronize: Callable[[], None]) -> None:
         self._x = torch.ones(BLOCK, device=device, dtype=torch.float32)
@@ -56,8 +56,7 @@ class HostProbe:
         self._us.append((time.perf_counter() - start) * 1e6 / LAUNCHES)
         self._sync()
 
-    def samples_us(self) -> list[float]:
-        return list(self._us)
-
-    def median_us(self) -> float | None:
-        return statistics.median(self._us) if self._us else None
+    def take(self) -> list[float]:
+        """The probes since the last take, in order (microseconds per launch)."""
+        out, self._us = self._us, []
+        return out

@@ -122,10 +122,16 @@ def time_implementation(
             if stack is None:
                 samples, timing = backend.device_samples(fn, calls=calls)
             elif stack.mode == "eager":
-                samples, timing = measured(
-                    backend, f"{case} {impl}", lambda: backend.wall_samples(fn, after_sample=probe.sample)
-                )
-                host_probe_us, host_probe_samples_us = probe.median_us(), probe.samples_us()
+                taken: list[list[float]] = []
+
+                def eager() -> tuple[list[float], str]:
+                    measurement = backend.wall_samples(fn, after_sample=probe.sample)
+                    taken.append(probe.take())
+                    return measurement
+
+                samples, timing = measured(backend, f"{case} {impl}", eager)  # the first measurement is stored
+                host_probe_samples_us = taken[0]
+                host_probe_us = statistics.median(host_probe_samples_us) if host_probe_samples_us else None
             else:  # the CPU interpreter has no graphs: its events (host clock) time the stand-in
                 samples, timing = backend.device_samples(fn, method=TIMING_GRAPH if backend.graphs else "auto")
         with backend.phase("perf.call"):
