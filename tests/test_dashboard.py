@@ -850,6 +850,17 @@ def test_compare_and_performance_tables_tell_long_keys_apart(history_dbs, monkey
     assert perf["case"].is_unique
 
 
+def _h200_case_page(url: str, case: str, monkeypatch):
+    """The case page of ``case`` on the H200 of ``url``, run without an exception: (the page, its table of runs)."""
+    monkeypatch.setenv("KERNELWATCH_DB", url)
+    page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
+    page.query_params["case"] = case
+    page.query_params["hardware"] = fingerprint(url, "NVIDIA H200")
+    page.run()
+    assert not page.exception, [e.value for e in page.exception]
+    return page, next(d.value for d in page.dataframe if "GPU" in d.value.columns)
+
+
 def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest_h200, monkeypatch) -> None:
     """The physical device is data: each run of the shipped history ran on its own H200 (by UUID), and both
     pages say which GPU measured what."""
@@ -857,14 +868,8 @@ def test_triage_rows_and_the_case_page_name_the_physical_gpu(history_dbs, newest
     table = at.dataframe[0].value
     uuids = {r.device_uuid for r in newest_h200["perf"].perf if r.device_uuid}
     assert len(uuids) == 1 and set(table["GPU"].dropna()) == {f"H200 · {short_gpu(next(iter(uuids)))}"}  # model too
-    monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
     case = "mse_loss/persistent/fp32/direction=fwd,reduction=mean,shape=268435456"
-    page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
-    page.query_params["case"] = case
-    page.query_params["hardware"] = fingerprint(history_dbs[0], "NVIDIA H200")
-    page.run()
-    assert not page.exception, [e.value for e in page.exception]
-    runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
+    _page, runs = _h200_case_page(history_dbs[0], case, monkeypatch)
     assert {f"H200 · {g}" for g in ("GPU-c848f83d", "GPU-12456339", "GPU-7b44cc34", "GPU-44732af5")} <= set(runs["GPU"])
     assert "graph" in set(runs["timing"])
     assert "host probe µs/launch" not in runs.columns  # timed on the device: no host probe to show
@@ -878,13 +883,7 @@ def test_case_page_shows_the_host_probe_of_a_wall_timed_case(history_dbs, monkey
     case = "fused_rmsnorm_matmul/fold_gamma/fp16/bias=False,direction=fwd,layers=80,layout=contiguous,mode=eager,"
     case += "n=8192,shape=16x8192"
     stored = next(p for p in load_artifact(path).perf if p.case == case and p.implementation == "triton")
-    monkeypatch.setenv("KERNELWATCH_DB", history_dbs[0])
-    page = AppTest.from_file(str(PAGES / "case.py"), default_timeout=180)
-    page.query_params["case"] = case
-    page.query_params["hardware"] = fingerprint(history_dbs[0], "NVIDIA H200")
-    page.run()
-    assert not page.exception, [e.value for e in page.exception]
-    runs = next(d.value for d in page.dataframe if "GPU" in d.value.columns)
+    page, runs = _h200_case_page(history_dbs[0], case, monkeypatch)
     probes = runs.set_index("GPU")["host probe µs/launch"]
     assert probes["H200 · GPU-a7829a6c"] == pytest.approx(stored.host_probe_us)
     assert probes.drop("H200 · GPU-a7829a6c").isna().all()
